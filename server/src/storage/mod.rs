@@ -1,0 +1,50 @@
+//! Durable storage: the txn log, epochs and snapshots, behind the `Storage` trait.
+//!
+//! Backends: `redb` (one redb file per server, the real one) and `memory` (for the
+//! simulator and unit tests). Both pass the same conformance suite.
+//!
+//! What it must not do: know Zab's rules or the tree's semantics; it stores opaque
+//! snapshots and txns it can check (crc) but does not interpret.
+
+use crate::txn::{Txn, Zxid};
+
+/// What storage can fail with. Any of these means this server must stop serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("storage io: {0}")]
+    Io(String),
+    #[error("corrupt storage: {0}")]
+    Corrupt(String),
+    #[error("misuse of storage: {0}")]
+    Misuse(String),
+}
+
+/// The log, epochs and snapshots of one server. Every method that changes state is
+/// durable (fsynced) when it returns Ok.
+pub trait Storage: Send + Sync + 'static {
+    /// Appends txns whose zxids strictly increase and exceed `last_zxid()`, in one
+    /// durable commit (the group commit). Err(Misuse) if the order is broken.
+    fn append(&self, txns: &[Txn]) -> Result<(), StorageError>;
+    /// The newest zxid in the log or the newest snapshot, 0 if none.
+    fn last_zxid(&self) -> Result<Zxid, StorageError>;
+    /// Txns with zxid > `after`, ascending, at most `max`.
+    fn read_after(&self, after: Zxid, max: usize) -> Result<Vec<Txn>, StorageError>;
+    /// Removes every txn with zxid > `zxid`.
+    fn truncate_after(&self, zxid: Zxid) -> Result<(), StorageError>;
+    /// Stores a snapshot of the state at `zxid`. Written in pieces so log appends can
+    /// interleave; becomes visible only when complete.
+    fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError>;
+    /// Zxids of complete snapshots, ascending.
+    fn snapshots(&self) -> Result<Vec<Zxid>, StorageError>;
+    /// A snapshot's bytes, checksum verified (Err(Corrupt) if not).
+    fn load_snapshot(&self, zxid: Zxid) -> Result<Vec<u8>, StorageError>;
+    /// Keeps the newest `keep` snapshots (at least 1), deletes older ones and every
+    /// txn at or below the oldest kept snapshot's zxid.
+    fn purge(&self, keep: usize) -> Result<(), StorageError>;
+    /// The oldest zxid after which the log is complete: txns > this are all present
+    /// (0 when the log starts at the beginning).
+    fn log_start(&self) -> Result<Zxid, StorageError>;
+    /// A durable named u64 (accepted_epoch, current_epoch, ...).
+    fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError>;
+    fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError>;
+}

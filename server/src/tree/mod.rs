@@ -1,0 +1,182 @@
+//! The data tree: ZooKeeper's model of small nodes, kept in memory, changed only by
+//! applying committed txns in zxid order.
+//!
+//! `DataTree::apply(txn) -> Applied { result, events }` is a pure, deterministic
+//! function of (tree, txn): no IO, no clock, no randomness. Every server applying the
+//! same txns reaches the same tree (`digest()` proves it). It never panics on any
+//! txn: a txn that cannot apply yields a `TreeError` and changes nothing.
+//!
+//! The replicated session table lives here too, because ephemeral nodes and retry
+//! de-duplication depend on it at apply time. Deadlines (liveness) do not: they are
+//! in `session/`.
+//!
+//! Nodes are kept in persistent (structurally shared) maps, so `clone()` is O(1):
+//! a snapshot is a clone taken between two applies and serialized off the write path.
+//!
+//! What it must not do: touch the network, the disk, or Zab.
+
+pub mod path;
+
+mod apply;
+mod snapshot;
+
+pub use snapshot::SnapshotError;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::txn::{CreateMode, Zxid};
+
+/// Node metadata with ZooKeeper's meaning (see `concord.v1.Stat`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Stat {
+    pub czxid: Zxid,
+    pub mzxid: Zxid,
+    pub pzxid: Zxid,
+    pub ctime_ms: i64,
+    pub mtime_ms: i64,
+    pub version: i32,
+    /// Child changes (creates and deletes); also the source of sequence numbers.
+    pub cversion: i64,
+    pub aversion: i32,
+    pub ephemeral_owner: u64,
+    pub data_length: u32,
+    pub num_children: u32,
+}
+
+/// What changed (mirrors `concord.v1.EventKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    Created,
+    Deleted,
+    DataChanged,
+    ChildrenChanged,
+}
+
+/// One change produced by applying a txn. The watch layer filters and strips these.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub zxid: Zxid,
+    pub kind: EventKind,
+    /// The node changed (the parent, for ChildrenChanged).
+    pub path: Arc<str>,
+    /// Data after the change (empty for Deleted and ChildrenChanged).
+    pub data: Bytes,
+    /// Data before the change (DataChanged and Deleted; else empty).
+    pub prev_data: Bytes,
+    /// Stat after the change (before it, for Deleted).
+    pub stat: Stat,
+}
+
+/// A node as a read sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    pub data: Bytes,
+    pub stat: Stat,
+}
+
+/// Outcome of one op inside a Multi.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpResult {
+    Created { path: String, stat: Stat },
+    Set { stat: Stat },
+    Deleted,
+    Checked,
+}
+
+/// Outcome of a txn that applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TxnResult {
+    Created { path: String, stat: Stat },
+    Set { stat: Stat },
+    Deleted,
+    Multi(Vec<OpResult>),
+    SessionOpened { session_id: u64, ttl_ms: i64 },
+    /// The ephemeral paths the close deleted, sorted.
+    SessionClosed { ephemerals: Vec<String> },
+    /// A housekeeping delete happened.
+    Reaped,
+}
+
+/// Why a txn did not apply. Deterministic: every server gets the same error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum TreeError {
+    #[error("{path} already exists")]
+    NodeExists { path: String },
+    #[error("{path} does not exist")]
+    NoNode { path: String },
+    #[error("{path} is at version {actual}, not {expected}")]
+    BadVersion {
+        path: String,
+        expected: i32,
+        actual: i32,
+    },
+    #[error("{path} has children")]
+    NotEmpty { path: String },
+    #[error("{path} is ephemeral and cannot have children")]
+    NoChildrenForEphemerals { path: String },
+    #[error("bad path {path:?}: {reason}")]
+    BadPath { path: String, reason: String },
+    #[error("session {session_id:#x} does not exist")]
+    SessionExpired { session_id: u64 },
+    #[error("{0}")]
+    BadArguments(String),
+    /// A housekeeping delete found the node no longer qualifies.
+    #[error("{path} no longer qualifies for reaping")]
+    NotReapable { path: String },
+    /// Op `index` of a Multi failed; nothing was applied.
+    #[error("op {index}: {source}")]
+    MultiOp {
+        index: usize,
+        source: Box<TreeError>,
+    },
+}
+
+/// Result and events of applying one txn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub result: Result<TxnResult, TreeError>,
+    /// In the order they happened; all carry the txn's zxid. Empty on error and for a
+    /// de-duplicated retry.
+    pub events: Vec<Event>,
+}
+
+/// A live session as the replicated state knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    /// The granted TTL.
+    pub ttl_ms: i64,
+    /// Paths of the ephemeral nodes the session owns.
+    pub ephemerals: imbl::OrdSet<String>,
+    /// Outcomes of the session's most recent writes that carried a request id, newest
+    /// last, at most `RECENT_REQUESTS_MAX`: what makes retries safe.
+    pub recent: imbl::Vector<(u64, Result<TxnResult, TreeError>)>,
+}
+
+/// How many request outcomes each session remembers for retries.
+pub const RECENT_REQUESTS_MAX: usize = 64;
+
+/// A stored node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Node {
+    pub(crate) data: Bytes,
+    pub(crate) stat: Stat,
+    pub(crate) mode: CreateMode,
+    /// For TTL nodes: ms without modification after which an empty node is reaped.
+    pub(crate) ttl_ms: i64,
+    /// Child names, sorted.
+    pub(crate) children: imbl::OrdSet<String>,
+}
+
+/// The whole replicated state: nodes, sessions, and the last applied zxid.
+#[derive(Clone, Debug)]
+pub struct DataTree {
+    /// Every node by full path; the root "/" always exists.
+    pub(crate) nodes: imbl::HashMap<String, Node>,
+    /// Live sessions by id.
+    pub(crate) sessions: imbl::OrdMap<u64, SessionEntry>,
+    /// The zxid of the last txn applied (0 for an empty tree).
+    pub(crate) last_zxid: Zxid,
+}
