@@ -177,7 +177,7 @@ pub enum DecodeError {
 impl Txn {
     /// Encodes the txn for the log and the wire.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![FORMAT_V1];
+        let out = vec![FORMAT_V1];
         // Serializing plain data into a Vec cannot fail.
         match postcard::to_extend(self, out) {
             Ok(v) => v,
