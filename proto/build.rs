@@ -20,6 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::env::set_var("PROTOC", protoc);
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        .bytes(".")
         .file_descriptor_set_path(out_dir.join("concord_descriptor.bin"))
         .compile_protos(PROTOS, &["."])?;
     for proto in PROTOS {

@@ -1,6 +1,22 @@
 //! The Concord server: a replicated tree of small nodes with sessions, watches,
 //! locks and elections. See DESIGN.md (in the team's shared folder) and docs/.
+//!
+//! ```text
+//!   api/ (gRPC) ──▶ replica/ (sequence, group commit, apply) ──▶ storage/ (redb)
+//!        │                 │                    │
+//!        └── reads ──▶ tree/ (pure)   session/ (deadlines)   watch/ (fan-out, resume)
+//! ```
 
+pub mod api;
+pub mod config;
+pub mod replica;
+pub mod server;
+pub mod session;
 pub mod storage;
+pub mod telemetry;
 pub mod tree;
 pub mod txn;
+pub mod watch;
+
+pub use config::Config;
+pub use server::{run, RunError};

@@ -71,7 +71,10 @@ pub enum CreateMode {
 
 impl CreateMode {
     pub fn is_ephemeral(self) -> bool {
-        matches!(self, CreateMode::Ephemeral | CreateMode::EphemeralSequential)
+        matches!(
+            self,
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential
+        )
     }
 
     pub fn is_sequential(self) -> bool {
@@ -149,7 +152,9 @@ pub enum TxnOp {
     /// All ops succeed together or none is applied.
     Multi(Vec<MultiOp>),
     /// Opens a session whose id is this txn's zxid, with an already clamped TTL.
-    OpenSession { ttl_ms: i64 },
+    OpenSession {
+        ttl_ms: i64,
+    },
     /// Ends a session and deletes its ephemeral nodes, all in this one txn.
     CloseSession {
         session_id: u64,
@@ -157,7 +162,9 @@ pub enum TxnOp {
     },
     /// Server housekeeping: delete an empty container or an expired TTL node. Applied
     /// only if the node still qualifies at apply time (else a no-op error).
-    Reap { path: String },
+    Reap {
+        path: String,
+    },
 }
 
 /// The first byte of every encoded txn.

@@ -48,3 +48,5 @@ pub trait Storage: Send + Sync + 'static {
     fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError>;
     fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError>;
 }
+pub mod redb;
+pub use self::redb::{OpenReport, RedbStorage, TailCut};

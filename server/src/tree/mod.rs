@@ -89,13 +89,23 @@ pub enum OpResult {
 /// Outcome of a txn that applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnResult {
-    Created { path: String, stat: Stat },
-    Set { stat: Stat },
+    Created {
+        path: String,
+        stat: Stat,
+    },
+    Set {
+        stat: Stat,
+    },
     Deleted,
     Multi(Vec<OpResult>),
-    SessionOpened { session_id: u64, ttl_ms: i64 },
+    SessionOpened {
+        session_id: u64,
+        ttl_ms: i64,
+    },
     /// The ephemeral paths the close deleted, sorted.
-    SessionClosed { ephemerals: Vec<String> },
+    SessionClosed {
+        ephemerals: Vec<String>,
+    },
     /// A housekeeping delete happened.
     Reaped,
 }

@@ -1,0 +1,50 @@
+//! The `concord.v1.Cluster` service: what this server is and how far it has got.
+
+use concord_proto::v1 as pb;
+use concord_proto::v1::cluster_server::Cluster;
+use tonic::{Request, Response, Status};
+
+use super::convert::header;
+use crate::replica::Replica;
+
+pub struct ClusterService {
+    replica: Replica,
+}
+
+impl ClusterService {
+    pub fn new(replica: Replica) -> Self {
+        ClusterService { replica }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    async fn status(
+        &self,
+        _request: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let r = &self.replica;
+        let (zxid, node_count, session_count) = r.read(|t| {
+            (
+                t.last_zxid(),
+                t.node_count() as u64,
+                t.sessions().count() as u64,
+            )
+        });
+        Ok(Response::new(pb::StatusResponse {
+            header: header(r.server_id(), zxid),
+            server_id: r.server_id(),
+            // An ensemble of one: this server leads it.
+            role: pb::Role::Leader.into(),
+            zxid,
+            commit_zxid: r.committed_zxid(),
+            epoch: r.epoch(),
+            node_count,
+            session_count,
+            watch_count: r.hub().watch_count() as u64,
+            ensemble_size: 1,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            oldest_resumable_zxid: r.hub().oldest_resumable_zxid(),
+        }))
+    }
+}

@@ -1,0 +1,54 @@
+//! The client-facing gRPC services (`concord.v1`): validate input, convert it, submit
+//! writes to the replica or read its tree, and map every failure to a status with a
+//! machine-readable code (`error`). Nothing here knows how storage or Zab work.
+
+mod cluster;
+mod convert;
+pub mod error;
+mod session;
+mod tree;
+mod unbuilt;
+mod watch;
+
+use concord_proto::v1::cluster_server::ClusterServer;
+use concord_proto::v1::election_server::ElectionServer;
+use concord_proto::v1::lock_server::LockServer;
+use concord_proto::v1::session_server::SessionServer;
+use concord_proto::v1::tree_server::TreeServer;
+use concord_proto::v1::watch_server::WatchServer;
+use tonic::service::Routes;
+
+use crate::config::Config;
+use crate::replica::Replica;
+
+pub use convert::Limits;
+
+/// Largest gRPC message accepted: node data plus room for the rest of a request.
+fn message_bytes_max(config: &Config) -> usize {
+    config.node_data_bytes_max.saturating_mul(2).max(4 << 20)
+}
+
+/// Every client service, ready to serve.
+pub fn routes(replica: &Replica, config: &Config) -> Routes {
+    let limits = Limits {
+        node_data_bytes_max: config.node_data_bytes_max,
+    };
+    let max = message_bytes_max(config);
+    let tree = TreeServer::new(tree::TreeService::new(replica.clone(), limits))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
+    let session = SessionServer::new(session::SessionService::new(
+        replica.clone(),
+        config.session_ttl_range_ms(),
+        config.session_ttl_default_ms,
+    ));
+    let watch =
+        WatchServer::new(watch::WatchService::new(replica.clone())).max_encoding_message_size(max);
+    let cluster = ClusterServer::new(cluster::ClusterService::new(replica.clone()));
+    Routes::new(tree)
+        .add_service(session)
+        .add_service(watch)
+        .add_service(cluster)
+        .add_service(LockServer::new(unbuilt::LockService))
+        .add_service(ElectionServer::new(unbuilt::ElectionService))
+}

@@ -1,0 +1,318 @@
+//! The `concord.v1.Tree` service: validate, convert, submit or read, answer.
+
+use std::time::Duration;
+
+use concord_proto::v1 as pb;
+use concord_proto::v1::tree_server::Tree;
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, header, stat, Limits};
+use super::error::{bad_arguments, error};
+use crate::replica::{Committed, Replica};
+use crate::tree::{OpResult, TxnResult};
+use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
+use concord_proto::v1::ErrorCode;
+
+/// How long a read waits for `min_zxid` or the read index before TIMEOUT.
+pub(crate) const READ_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// Most ops in one Multi.
+const MULTI_OPS_MAX: usize = 1024;
+
+pub struct TreeService {
+    replica: Replica,
+    limits: Limits,
+}
+
+impl TreeService {
+    pub fn new(replica: Replica, limits: Limits) -> Self {
+        TreeService { replica, limits }
+    }
+
+    /// Waits until the server can answer a read: applied >= min_zxid, and at the read
+    /// index when linearizable.
+    async fn ready_for_read(&self, min_zxid: Zxid, linearizable: bool) -> Result<(), Status> {
+        if linearizable {
+            self.replica.linearize(READ_WAIT_MAX).await?;
+        }
+        if min_zxid > self.replica.applied_zxid() {
+            self.replica.wait_applied(min_zxid, READ_WAIT_MAX).await?;
+        }
+        Ok(())
+    }
+
+    /// Submits a write and turns a deterministic tree error into its status.
+    async fn write(
+        &self,
+        session_id: u64,
+        request_id: u64,
+        op: TxnOp,
+    ) -> Result<(Zxid, TxnResult), Status> {
+        let Committed { zxid, result } = self.replica.submit(session_id, request_id, op).await?;
+        Ok((zxid, result?))
+    }
+
+    fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
+        header(self.replica.server_id(), zxid)
+    }
+}
+
+/// A write answered with a result of the wrong kind: a server bug, reported as such.
+fn unexpected(result: &TxnResult) -> Status {
+    error(ErrorCode::Internal, format!("unexpected result {result:?}"))
+}
+
+#[tonic::async_trait]
+impl Tree for TreeService {
+    async fn create(
+        &self,
+        request: Request<pb::CreateRequest>,
+    ) -> Result<Response<pb::CreateResponse>, Status> {
+        let r = request.into_inner();
+        convert::refuse_fence(&r.fence)?;
+        let op = convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
+        let (zxid, result) = self
+            .write(r.session_id, r.request_id, TxnOp::Create(op))
+            .await?;
+        let TxnResult::Created { path, stat: s } = result else {
+            return Err(unexpected(&result));
+        };
+        Ok(Response::new(pb::CreateResponse {
+            header: self.header(zxid),
+            path,
+            stat: Some(stat(&s)),
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<pb::GetRequest>,
+    ) -> Result<Response<pb::GetResponse>, Status> {
+        let r = request.into_inner();
+        convert::check_path(&r.path)?;
+        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        let (zxid, node) = self.replica.read(|t| (t.last_zxid(), t.get(&r.path)));
+        let node =
+            node.ok_or_else(|| error(ErrorCode::NoNode, format!("{} does not exist", r.path)))?;
+        Ok(Response::new(pb::GetResponse {
+            header: self.header(zxid),
+            data: node.data,
+            stat: Some(stat(&node.stat)),
+        }))
+    }
+
+    async fn exists(
+        &self,
+        request: Request<pb::ExistsRequest>,
+    ) -> Result<Response<pb::ExistsResponse>, Status> {
+        let r = request.into_inner();
+        convert::check_path(&r.path)?;
+        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        let (zxid, s) = self
+            .replica
+            .read(|t| (t.last_zxid(), t.get(&r.path).map(|n| n.stat)));
+        Ok(Response::new(pb::ExistsResponse {
+            header: self.header(zxid),
+            exists: s.is_some(),
+            stat: s.as_ref().map(stat),
+        }))
+    }
+
+    async fn set(
+        &self,
+        request: Request<pb::SetRequest>,
+    ) -> Result<Response<pb::SetResponse>, Status> {
+        let r = request.into_inner();
+        convert::refuse_fence(&r.fence)?;
+        convert::check_path(&r.path)?;
+        convert::check_data(&r.data, self.limits)?;
+        convert::check_version(r.version)?;
+        let op = TxnOp::Set(SetOp {
+            path: r.path,
+            data: r.data,
+            version: r.version,
+        });
+        let (zxid, result) = self.write(r.session_id, r.request_id, op).await?;
+        let TxnResult::Set { stat: s } = result else {
+            return Err(unexpected(&result));
+        };
+        Ok(Response::new(pb::SetResponse {
+            header: self.header(zxid),
+            stat: Some(stat(&s)),
+        }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<pb::DeleteRequest>,
+    ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let r = request.into_inner();
+        convert::refuse_fence(&r.fence)?;
+        convert::check_path(&r.path)?;
+        convert::check_version(r.version)?;
+        if r.path == "/" {
+            return Err(error(ErrorCode::BadPath, "the root cannot be deleted"));
+        }
+        let op = TxnOp::Delete(DeleteOp {
+            path: r.path,
+            version: r.version,
+        });
+        let (zxid, result) = self.write(r.session_id, r.request_id, op).await?;
+        if result != TxnResult::Deleted {
+            return Err(unexpected(&result));
+        }
+        Ok(Response::new(pb::DeleteResponse {
+            header: self.header(zxid),
+        }))
+    }
+
+    async fn children(
+        &self,
+        request: Request<pb::ChildrenRequest>,
+    ) -> Result<Response<pb::ChildrenResponse>, Status> {
+        let r = request.into_inner();
+        convert::check_path(&r.path)?;
+        if r.page_token.contains('/') {
+            return Err(bad_arguments(
+                "page_token is not one from a previous response",
+            ));
+        }
+        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        let limit = r.page_size as usize;
+        // One extra child tells whether another page follows.
+        let fetch = if limit == 0 { 0 } else { limit + 1 };
+        let (zxid, parent, children) = self.replica.read(|t| {
+            let parent = t.get(&r.path).map(|n| n.stat);
+            (
+                t.last_zxid(),
+                parent,
+                t.children(&r.path, &r.page_token, fetch),
+            )
+        });
+        let (Some(parent), Some(mut children)) = (parent, children) else {
+            return Err(error(
+                ErrorCode::NoNode,
+                format!("{} does not exist", r.path),
+            ));
+        };
+        let mut next_page_token = String::new();
+        if limit > 0 && children.len() > limit {
+            children.truncate(limit);
+            next_page_token = children.last().map(|(n, _)| n.clone()).unwrap_or_default();
+        }
+        let children = children
+            .into_iter()
+            .map(|(name, s)| pb::Child {
+                name,
+                stat: r.with_stats.then(|| stat(&s)),
+            })
+            .collect();
+        Ok(Response::new(pb::ChildrenResponse {
+            header: self.header(zxid),
+            children,
+            next_page_token,
+            stat: Some(stat(&parent)),
+        }))
+    }
+
+    async fn multi(
+        &self,
+        request: Request<pb::MultiRequest>,
+    ) -> Result<Response<pb::MultiResponse>, Status> {
+        let r = request.into_inner();
+        convert::refuse_fence(&r.fence)?;
+        if r.ops.len() > MULTI_OPS_MAX {
+            return Err(bad_arguments(format!(
+                "{} ops is more than the limit of {MULTI_OPS_MAX}",
+                r.ops.len()
+            )));
+        }
+        let mut ops = Vec::with_capacity(r.ops.len());
+        for (index, op) in r.ops.into_iter().enumerate() {
+            let op = multi_op(op, r.session_id, self.limits).map_err(|s| {
+                Status::with_details_and_metadata(
+                    s.code(),
+                    format!("op {index}: {}", s.message()),
+                    s.details().to_vec().into(),
+                    s.metadata().clone(),
+                )
+            })?;
+            ops.push(op);
+        }
+        let (zxid, result) = self
+            .write(r.session_id, r.request_id, TxnOp::Multi(ops))
+            .await?;
+        let TxnResult::Multi(results) = result else {
+            return Err(unexpected(&result));
+        };
+        Ok(Response::new(pb::MultiResponse {
+            header: self.header(zxid),
+            results: results.iter().map(op_result).collect(),
+        }))
+    }
+
+    async fn sync(
+        &self,
+        _request: Request<pb::SyncRequest>,
+    ) -> Result<Response<pb::SyncResponse>, Status> {
+        let zxid = self.replica.linearize(READ_WAIT_MAX).await?;
+        Ok(Response::new(pb::SyncResponse {
+            header: self.header(zxid),
+        }))
+    }
+}
+
+/// Validates and converts one op of a Multi.
+fn multi_op(op: pb::Op, session_id: u64, limits: Limits) -> Result<MultiOp, Status> {
+    use pb::op::Op as O;
+    let op = op.op.ok_or_else(|| bad_arguments("empty op"))?;
+    Ok(match op {
+        O::Create(c) => MultiOp::Create(convert::create_op(
+            c.path, c.data, c.mode, c.ttl_ms, session_id, limits,
+        )?),
+        O::Set(s) => {
+            convert::check_path(&s.path)?;
+            convert::check_data(&s.data, limits)?;
+            convert::check_version(s.version)?;
+            MultiOp::Set(SetOp {
+                path: s.path,
+                data: s.data,
+                version: s.version,
+            })
+        }
+        O::Delete(d) => {
+            convert::check_path(&d.path)?;
+            convert::check_version(d.version)?;
+            MultiOp::Delete(DeleteOp {
+                path: d.path,
+                version: d.version,
+            })
+        }
+        O::Check(c) => {
+            convert::check_path(&c.path)?;
+            convert::check_version(c.version)?;
+            MultiOp::Check(CheckOp {
+                path: c.path,
+                version: c.version,
+            })
+        }
+    })
+}
+
+fn op_result(r: &OpResult) -> pb::OpResult {
+    use pb::op_result::Result as R;
+    let result = match r {
+        OpResult::Created { path, stat: s } => R::Create(pb::CreateResult {
+            path: path.clone(),
+            stat: Some(stat(s)),
+        }),
+        OpResult::Set { stat: s } => R::Set(pb::SetResult {
+            stat: Some(stat(s)),
+        }),
+        OpResult::Deleted => R::Delete(pb::DeleteResult {}),
+        OpResult::Checked => R::Check(pb::CheckResult {}),
+    };
+    pb::OpResult {
+        result: Some(result),
+    }
+}

@@ -1,0 +1,127 @@
+//! Background duties of the replica: every tick, propose the expiry of sessions whose
+//! deadline passed and the reaping of empty containers and expired TTL nodes; and
+//! write snapshots handed over by the pipeline, then purge what they make obsolete.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+
+use super::pipeline::SnapshotJob;
+use super::{Replica, Shared};
+use crate::tree::TreeError;
+use crate::txn::{CloseReason, TxnOp};
+
+/// Most reap proposals started per tick (the rest wait for later ticks).
+const REAPS_PER_TICK_MAX: usize = 256;
+
+/// Proposes session expiries and reaps once per tick until the server stops.
+pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
+    let mut interval = tokio::time::interval(Duration::from_millis(tick_ms.max(1)));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let reaping: Arc<Mutex<HashSet<String>>> = Arc::default();
+    loop {
+        interval.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.fatal.borrow().is_some() {
+            return;
+        }
+        let replica = Replica { shared };
+        expire_sessions(&replica);
+        reap_nodes(&replica, &reaping);
+    }
+}
+
+fn expire_sessions(replica: &Replica) {
+    let now = replica.now_ms();
+    let expired = replica.shared.lock_sessions().take_expired(now);
+    for session_id in expired {
+        let replica = replica.clone();
+        tokio::spawn(async move {
+            let op = TxnOp::CloseSession {
+                session_id,
+                reason: CloseReason::Expired,
+            };
+            match replica.submit(0, 0, op).await {
+                Ok(c) => {
+                    if let Err(e) = c.result {
+                        tracing::debug!(session_id, error = %e, "expiry found the session gone");
+                    } else {
+                        tracing::info!(session_id, "session expired");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(session_id, error = %e, "expiry not proposed; will retry");
+                    replica.shared.lock_sessions().retry_expiry(session_id);
+                }
+            }
+        });
+    }
+}
+
+fn reap_nodes(replica: &Replica, reaping: &Arc<Mutex<HashSet<String>>>) {
+    let wall_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    let candidates = replica.read(|tree| tree.reapable(wall_ms));
+    let mut started = 0;
+    for path in candidates {
+        if started == REAPS_PER_TICK_MAX {
+            break;
+        }
+        if !lock(reaping).insert(path.clone()) {
+            continue;
+        }
+        started += 1;
+        let replica = replica.clone();
+        let reaping = reaping.clone();
+        tokio::spawn(async move {
+            let op = TxnOp::Reap { path: path.clone() };
+            match replica.submit(0, 0, op).await.map(|c| c.result) {
+                Ok(Ok(_)) => tracing::debug!(%path, "reaped"),
+                Ok(Err(TreeError::NotReapable { .. } | TreeError::NoNode { .. })) => {}
+                Ok(Err(e)) => tracing::warn!(%path, error = %e, "reap failed"),
+                Err(e) => tracing::warn!(%path, error = %e, "reap not proposed"),
+            }
+            lock(&reaping).remove(&path);
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes snapshots handed over by the pipeline, then purges old ones and the log
+/// before them. A storage failure here stops the server like any other.
+pub(super) async fn snapshotter(
+    shared: Weak<Shared>,
+    mut jobs: mpsc::Receiver<SnapshotJob>,
+    keep: usize,
+) {
+    while let Some(tree) = jobs.recv().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let storage = shared.storage.clone();
+        let zxid = tree.last_zxid();
+        let written = tokio::task::spawn_blocking(move || {
+            let bytes = tree.encode_snapshot();
+            storage.save_snapshot(zxid, &bytes)?;
+            storage.purge(keep)?;
+            Ok::<usize, crate::storage::StorageError>(bytes.len())
+        })
+        .await;
+        match written {
+            Ok(Ok(bytes)) => {
+                tracing::info!(zxid = format_args!("{zxid:#x}"), bytes, "snapshot written")
+            }
+            Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
+            Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),
+        }
+    }
+}

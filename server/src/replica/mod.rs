@@ -1,0 +1,259 @@
+//! The replicated state machine's runtime: it owns the awaits on storage, sequences
+//! writes into txns, commits them, applies them to the tree in zxid order, and tells
+//! waiters and watches.
+//!
+//! ```text
+//!  api ─submit()─▶ [proposal queue, bounded] ─▶ pipeline: stamp zxid ─▶ storage.append
+//!                                                  (group commit, fsync) ─▶ apply to tree
+//!                                                  ─▶ watch hub ─▶ reply to callers
+//!  api ─read()/wait_applied()─▶ tree (RwLock), applied-zxid channel
+//! ```
+//!
+//! On one server this is an ensemble of one (quorum = 1): the pipeline commits what it
+//! has fsynced. Zab slots in between "append" and "apply" without changing callers.
+//!
+//! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
+
+mod housekeeping;
+mod pipeline;
+mod recovery;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::config::Config;
+use crate::session::SessionTracker;
+use crate::storage::Storage;
+use crate::tree::{DataTree, TreeError, TxnResult};
+use crate::txn::{TxnOp, Zxid};
+use crate::watch::WatchHub;
+
+pub use recovery::StartError;
+
+/// Why a request could not be carried out (as opposed to a deterministic tree error).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// The server is stopping, or its storage failed: it serves no more writes.
+    #[error("server unavailable: {0}")]
+    Unavailable(String),
+    /// The wait for a zxid to be applied ran out of time.
+    #[error("timed out waiting for zxid {zxid:#x} (applied {applied:#x})")]
+    Timeout { zxid: Zxid, applied: Zxid },
+}
+
+/// The outcome of a committed write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The write's own zxid.
+    pub zxid: Zxid,
+    /// What applying it did (a deterministic error is still a committed txn).
+    pub result: Result<TxnResult, TreeError>,
+}
+
+/// A write waiting to be sequenced.
+struct Proposal {
+    session_id: u64,
+    request_id: u64,
+    op: TxnOp,
+    reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+}
+
+/// Handle to the running replica; cheap to clone.
+#[derive(Clone)]
+pub struct Replica {
+    shared: Arc<Shared>,
+}
+
+/// State shared by the handle and the runtime's tasks.
+struct Shared {
+    server_id: u64,
+    tick_ms: u64,
+    /// The applied tree. Writers: the pipeline only, one txn batch at a time.
+    tree: RwLock<DataTree>,
+    /// The newest applied zxid, for `wait_applied` and progress.
+    applied: watch::Sender<Zxid>,
+    /// The newest zxid known committed (durable on a quorum).
+    committed: AtomicU64,
+    /// The epoch new zxids are stamped with.
+    epoch: AtomicU32,
+    /// Writes waiting for the pipeline (bounded: callers wait when it is full).
+    proposals: mpsc::Sender<Proposal>,
+    /// Watch registrations and recent events.
+    hub: WatchHub,
+    storage: Arc<dyn Storage>,
+    /// Session deadlines (liveness), by logical time.
+    sessions: Mutex<SessionTracker>,
+    /// The logical clock's origin: `now_ms()` counts from here.
+    started: tokio::time::Instant,
+    /// Set once when the server must stop (storage failure, broken invariant).
+    fatal: watch::Sender<Option<String>>,
+}
+
+impl Replica {
+    /// Recovers state from `config.data_dir` and starts the pipeline and housekeeping
+    /// tasks. They run until `shutdown()` or a fatal error (see `fatal()`).
+    pub async fn start(config: &Config) -> Result<Replica, StartError> {
+        recovery::start(config).await
+    }
+
+    pub fn server_id(&self) -> u64 {
+        self.shared.server_id
+    }
+
+    /// Submits a write and waits until it is committed and applied here.
+    pub async fn submit(
+        &self,
+        session_id: u64,
+        request_id: u64,
+        op: TxnOp,
+    ) -> Result<Committed, ReplicaError> {
+        let (reply, rx) = oneshot::channel();
+        let proposal = Proposal {
+            session_id,
+            request_id,
+            op,
+            reply,
+        };
+        let stopped = || ReplicaError::Unavailable("the write pipeline has stopped".into());
+        self.shared
+            .proposals
+            .send(proposal)
+            .await
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+
+    /// Runs `f` on the applied tree (under a read lock: keep it short).
+    pub fn read<R>(&self, f: impl FnOnce(&DataTree) -> R) -> R {
+        let tree = self
+            .shared
+            .tree
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(&tree)
+    }
+
+    /// The newest applied zxid.
+    pub fn applied_zxid(&self) -> Zxid {
+        *self.shared.applied.borrow()
+    }
+
+    /// The newest committed zxid.
+    pub fn committed_zxid(&self) -> Zxid {
+        self.shared.committed.load(Ordering::Acquire)
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    /// A receiver of the applied zxid, for streams that report progress.
+    pub fn subscribe_applied(&self) -> watch::Receiver<Zxid> {
+        self.shared.applied.subscribe()
+    }
+
+    /// Waits until this server has applied `zxid`, for at most `timeout`.
+    pub async fn wait_applied(&self, zxid: Zxid, timeout: Duration) -> Result<Zxid, ReplicaError> {
+        let mut rx = self.shared.applied.subscribe();
+        let waited = tokio::time::timeout(timeout, rx.wait_for(|applied| *applied >= zxid)).await;
+        match waited {
+            Ok(Ok(applied)) => Ok(*applied),
+            Ok(Err(_)) => Err(ReplicaError::Unavailable("the replica has stopped".into())),
+            Err(_) => Err(ReplicaError::Timeout {
+                zxid,
+                applied: self.applied_zxid(),
+            }),
+        }
+    }
+
+    /// The read index: the leader's commit point, confirmed by a quorum. On an
+    /// ensemble of one every committed txn is known here.
+    pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
+        if self.shared.fatal.borrow().is_some() {
+            return Err(ReplicaError::Unavailable("the server is stopping".into()));
+        }
+        Ok(self.committed_zxid())
+    }
+
+    /// Waits for the read index and returns the applied zxid (>= it).
+    pub async fn linearize(&self, timeout: Duration) -> Result<Zxid, ReplicaError> {
+        let index = self.read_index().await?;
+        self.wait_applied(index, timeout).await
+    }
+
+    /// The watch hub (registrations and recent events).
+    pub fn hub(&self) -> &WatchHub {
+        &self.shared.hub
+    }
+
+    /// The storage, for watch resumes that reach back past the in-memory history.
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        self.shared.storage.clone()
+    }
+
+    /// Logical milliseconds since the replica started (pausable in tests).
+    pub fn now_ms(&self) -> u64 {
+        self.shared.now_ms()
+    }
+
+    /// A keep-alive for `session_id`: returns (ttl_ms, remaining_ms), or None if the
+    /// session does not exist.
+    pub fn keep_alive(&self, session_id: u64) -> Option<(u64, u64)> {
+        let now = self.now_ms();
+        let mut sessions = self.shared.lock_sessions();
+        let ttl = sessions.touch(session_id, now)?;
+        Some((ttl, ttl))
+    }
+
+    /// Milliseconds before `session_id` expires without a keep-alive.
+    pub fn session_remaining_ms(&self, session_id: u64) -> Option<u64> {
+        let now = self.now_ms();
+        self.shared.lock_sessions().remaining_ms(session_id, now)
+    }
+
+    /// Resolves when the server must stop; yields the reason.
+    pub async fn fatal(&self) -> String {
+        let mut rx = self.shared.fatal.subscribe();
+        let reason = match rx.wait_for(|f| f.is_some()).await {
+            Ok(reason) => reason.clone().unwrap_or_default(),
+            Err(_) => "the replica was dropped".into(),
+        };
+        reason
+    }
+
+    /// Stops the runtime: queued writes are refused, tasks end.
+    pub fn shutdown(&self) {
+        self.shared.set_fatal("the server is shutting down".into());
+    }
+
+    /// The configured tick.
+    pub fn tick_ms(&self) -> u64 {
+        self.shared.tick_ms
+    }
+}
+
+impl Shared {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that the server must stop; the first reason wins.
+    fn set_fatal(&self, reason: String) {
+        tracing::error!(%reason, "fatal: the server stops serving");
+        self.fatal.send_if_modified(|f| {
+            if f.is_none() {
+                *f = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
