@@ -7,6 +7,8 @@
 //!        └── reads ──▶ tree/ (pure)   session/ (deadlines)   watch/ (fan-out, resume)
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod api;
 pub mod config;
 pub mod replica;
