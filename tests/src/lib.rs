@@ -1,1 +1,240 @@
+//! Test harness: start real `concord` server processes on 127.0.0.1, talk to them,
+//! kill them (-9 or SIGTERM), restart them on the same data folder and port.
+//!
+//! The binaries come from the same target folder as the test executable; build them
+//! first with `cargo build --bins` (the project's test script does).
 
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use concord_proto::v1 as pb;
+use tonic::transport::Channel;
+
+/// How long a server may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Path of a binary built in this workspace (`concord`, `concordctl`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test-exe> -> target/<profile>/<name>
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// Flags for a server under test.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    pub tick_ms: u64,
+    pub snapshot_every_txns: u64,
+    /// Extra flags passed as they are.
+    pub extra: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            tick_ms: 50,
+            snapshot_every_txns: 100_000,
+            extra: Vec::new(),
+        }
+    }
+}
+
+/// A running server process; killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    options: ServerOptions,
+    /// Where the server's stderr (its log) goes, kept across restarts.
+    pub log_path: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts a server on a fresh data folder and a free port.
+    pub fn start(options: ServerOptions) -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let data_dir = tmp.path().join("data");
+        let log_path = tmp.path().join("server.log");
+        let (child, addr) = spawn(&data_dir, "127.0.0.1:0", &options, &log_path);
+        Server {
+            child: Some(child),
+            addr,
+            data_dir,
+            options,
+            log_path,
+            _tmp: tmp,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A gRPC channel to the server.
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.endpoint())
+            .unwrap()
+            .connect_timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    pub async fn tree(&self) -> pb::tree_client::TreeClient<Channel> {
+        pb::tree_client::TreeClient::new(self.channel().await)
+    }
+
+    pub async fn session(&self) -> pb::session_client::SessionClient<Channel> {
+        pb::session_client::SessionClient::new(self.channel().await)
+    }
+
+    pub async fn watch(&self) -> pb::watch_client::WatchClient<Channel> {
+        pb::watch_client::WatchClient::new(self.channel().await)
+    }
+
+    pub async fn cluster(&self) -> pb::cluster_client::ClusterClient<Channel> {
+        pb::cluster_client::ClusterClient::new(self.channel().await)
+    }
+
+    /// kill -9: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; returns whether it exited 0.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// Starts the server again on the same data folder and port.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server before restarting it");
+        let (child, addr) = spawn(
+            &self.data_dir,
+            &self.addr.to_string(),
+            &self.options,
+            &self.log_path,
+        );
+        assert_eq!(addr, self.addr);
+        self.child = Some(child);
+    }
+
+    /// The server's log so far (all runs).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The redb file of this server.
+    pub fn redb_path(&self) -> PathBuf {
+        self.data_dir.join("concord.redb")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child, SocketAddr) {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = Command::new(bin("concord"))
+        .arg("--listen")
+        .arg(listen)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--tick-ms")
+        .arg(o.tick_ms.to_string())
+        .arg("--snapshot-every-txns")
+        .arg(o.snapshot_every_txns.to_string())
+        .args(&o.extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(addr) = line.strip_prefix("listening ") {
+                let _ = tx.send(addr.trim().to_owned());
+            }
+        }
+    });
+    match rx.recv_timeout(START_TIMEOUT) {
+        Ok(addr) => (child, addr.parse().unwrap()),
+        Err(_) => {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!("the server did not start listening in {START_TIMEOUT:?}; its log:\n{log}");
+        }
+    }
+}
+
+/// Polls `check` until it returns Some, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The machine-readable code of a failed call.
+pub fn code_of(status: &tonic::Status) -> String {
+    status
+        .metadata()
+        .get("concord-error-code")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned()
+}
