@@ -1,0 +1,159 @@
+//! Sessions against a real server: ephemerals live exactly as long as their session.
+
+use std::time::Duration;
+
+use concord_proto::v1 as pb;
+use concord_tests::{code_of, eventually, Server, ServerOptions};
+use tokio_stream::StreamExt;
+
+async fn open(server: &Server, ttl_ms: i64) -> u64 {
+    let r = server
+        .session()
+        .await
+        .open(pb::OpenSessionRequest { ttl_ms })
+        .await
+        .unwrap()
+        .into_inner();
+    r.session_id
+}
+
+async fn create_ephemeral(server: &Server, path: &str, session_id: u64) {
+    server
+        .tree()
+        .await
+        .create(pb::CreateRequest {
+            path: path.into(),
+            mode: pb::CreateMode::Ephemeral.into(),
+            session_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+async fn exists(server: &Server, path: &str) -> bool {
+    server
+        .tree()
+        .await
+        .exists(pb::ExistsRequest {
+            path: path.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .exists
+}
+
+#[tokio::test]
+async fn t20_ttl_is_clamped_to_tick_range() {
+    // tick 50 ms: TTLs are clamped to [100, 1000] ms.
+    let server = Server::start(ServerOptions::default());
+    let mut s = server.session().await;
+    let low = s.open(pb::OpenSessionRequest { ttl_ms: 1 }).await.unwrap();
+    assert_eq!(low.into_inner().ttl_ms, 100);
+    let high = s.open(pb::OpenSessionRequest { ttl_ms: 99_999 }).await.unwrap();
+    assert_eq!(high.into_inner().ttl_ms, 1000);
+    let err = s.open(pb::OpenSessionRequest { ttl_ms: -5 }).await.unwrap_err();
+    assert_eq!(code_of(&err), "BAD_ARGUMENTS");
+}
+
+#[tokio::test]
+async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
+    let server = Server::start(ServerOptions::default());
+    let sid = open(&server, 300).await;
+    create_ephemeral(&server, "/alive", sid).await;
+
+    // Ping every 60 ms for 1.5 s (five TTLs): the node must stay.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = server
+        .session()
+        .await
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    for _ in 0..25 {
+        tx.send(pb::KeepAliveRequest { session_id: sid }).await.unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(5), replies.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(!reply.expired);
+        assert_eq!(reply.ttl_ms, 300);
+        assert!(exists(&server, "/alive").await, "expired while pinged");
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    // Stop pinging: the session expires and takes its node.
+    drop(tx);
+    eventually("the ephemeral is deleted", Duration::from_secs(5), || async {
+        (!exists(&server, "/alive").await).then_some(())
+    })
+    .await;
+    let err = server
+        .session()
+        .await
+        .get(pb::GetSessionRequest { session_id: sid })
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&err), "SESSION_EXPIRED");
+}
+
+#[tokio::test]
+async fn t20_close_deletes_ephemerals_at_once() {
+    let server = Server::start(ServerOptions::default());
+    let sid = open(&server, 1000).await;
+    create_ephemeral(&server, "/a", sid).await;
+    create_ephemeral(&server, "/b", sid).await;
+    let info = server
+        .session()
+        .await
+        .get(pb::GetSessionRequest { session_id: sid })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    assert_eq!(info.ephemerals, ["/a", "/b"]);
+    server
+        .session()
+        .await
+        .close(pb::CloseSessionRequest { session_id: sid })
+        .await
+        .unwrap();
+    assert!(!exists(&server, "/a").await && !exists(&server, "/b").await);
+    let err = server
+        .session()
+        .await
+        .close(pb::CloseSessionRequest { session_id: sid })
+        .await
+        .unwrap_err();
+    assert_eq!(code_of(&err), "SESSION_EXPIRED");
+}
+
+#[tokio::test]
+async fn t20_sessions_survive_restart_with_a_fresh_ttl() {
+    let mut server = Server::start(ServerOptions::default());
+    let sid = open(&server, 1000).await;
+    create_ephemeral(&server, "/kept", sid).await;
+    server.kill9();
+    server.restart();
+    // Right after the restart the session is alive, with a full TTL ahead of it.
+    let info = server
+        .session()
+        .await
+        .get(pb::GetSessionRequest { session_id: sid })
+        .await
+        .unwrap()
+        .into_inner()
+        .session
+        .unwrap();
+    assert!(info.remaining_ms > 500, "remaining {}", info.remaining_ms);
+    assert!(exists(&server, "/kept").await);
+    // Without keep-alives it then expires.
+    eventually("the ephemeral is deleted", Duration::from_secs(5), || async {
+        (!exists(&server, "/kept").await).then_some(())
+    })
+    .await;
+}
