@@ -18,7 +18,14 @@
 pub mod path;
 
 mod apply;
+mod digest;
+mod ops;
+mod read;
+mod sessions;
 mod snapshot;
+mod stored;
+#[cfg(test)]
+mod tests;
 
 pub use snapshot::SnapshotError;
 
@@ -89,13 +96,23 @@ pub enum OpResult {
 /// Outcome of a txn that applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnResult {
-    Created { path: String, stat: Stat },
-    Set { stat: Stat },
+    Created {
+        path: String,
+        stat: Stat,
+    },
+    Set {
+        stat: Stat,
+    },
     Deleted,
     Multi(Vec<OpResult>),
-    SessionOpened { session_id: u64, ttl_ms: i64 },
+    SessionOpened {
+        session_id: u64,
+        ttl_ms: i64,
+    },
     /// The ephemeral paths the close deleted, sorted.
-    SessionClosed { ephemerals: Vec<String> },
+    SessionClosed {
+        ephemerals: Vec<String>,
+    },
     /// A housekeeping delete happened.
     Reaped,
 }
@@ -179,4 +196,8 @@ pub struct DataTree {
     pub(crate) sessions: imbl::OrdMap<u64, SessionEntry>,
     /// The zxid of the last txn applied (0 for an empty tree).
     pub(crate) last_zxid: Zxid,
+    /// Paths of every Container and TTL node: the only nodes `reapable` must look at,
+    /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
+    /// Derived from `nodes`; not in snapshots.
+    pub(crate) reap_candidates: imbl::OrdSet<String>,
 }
