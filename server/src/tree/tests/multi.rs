@@ -167,13 +167,13 @@ fn ttl_node_is_reapable_after_ttl_without_change() {
     };
     assert_eq!(seq, "/s-0000000001");
     assert_eq!(d.tree.reapable(10_099), Vec::<String>::new());
-    assert_eq!(d.tree.reapable(10_100), [seq.clone()]);
+    assert_eq!(d.tree.reapable(10_100), [seq.as_str()]);
     assert_eq!(d.tree.reapable(10_500), ["/s-0000000001", "/t"]);
     // A set resets the clock; a child blocks reaping.
     d.time_ms = 10_400;
     d.ok(set("/t", "x", -1));
     d.mk("/t/kid", Persistent);
-    assert_eq!(d.tree.reapable(20_000), [seq.clone()]);
+    assert_eq!(d.tree.reapable(20_000), [seq.as_str()]);
     d.ok(delete("/t/kid", -1));
     d.time_ms = 10_899;
     assert_eq!(
