@@ -4,7 +4,8 @@
 //! `DataTree::apply(txn) -> Applied { result, events }` is a pure, deterministic
 //! function of (tree, txn): no IO, no clock, no randomness. Every server applying the
 //! same txns reaches the same tree (`digest()` proves it). It never panics on any
-//! txn: a txn that cannot apply yields a `TreeError` and changes nothing.
+//! txn: a txn that cannot apply yields a `TreeError` and changes nothing but
+//! `last_zxid` (a failed txn still consumed its zxid; see apply.rs).
 //!
 //! The replicated session table lives here too, because ephemeral nodes and retry
 //! de-duplication depend on it at apply time. Deadlines (liveness) do not: they are
