@@ -29,7 +29,12 @@ struct Args {
     #[arg(long, default_value = "http://127.0.0.1:7181")]
     endpoint: String,
     /// Workloads to run, in order.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "write,read,create")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "write,read,create"
+    )]
     workloads: Vec<Workload>,
     /// Concurrent clients, one run per value.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
@@ -75,7 +80,11 @@ async fn connect(endpoint: &str) -> Result<Channel, BoxError> {
 }
 
 async fn run(args: &Args, workload: Workload, clients: usize) -> Result<(), BoxError> {
-    let prefix = format!("/bench-{}-{clients}-{}", workload_name(workload), std::process::id());
+    let prefix = format!(
+        "/bench-{}-{clients}-{}",
+        workload_name(workload),
+        std::process::id()
+    );
     let setup = connect(&args.endpoint).await?;
     let mut tree = pb::tree_client::TreeClient::new(setup.clone());
     let value: bytes::Bytes = vec![b'x'; args.value_bytes].into();

@@ -26,7 +26,10 @@ async fn t10_create_get_set_delete_with_stats() {
     let zxid = created.header.unwrap().zxid;
     let stat = created.stat.unwrap();
     assert_eq!((stat.czxid, stat.mzxid, stat.pzxid), (zxid, zxid, zxid));
-    assert_eq!((stat.version, stat.data_length, stat.num_children), (0, 2, 0));
+    assert_eq!(
+        (stat.version, stat.data_length, stat.num_children),
+        (0, 2, 0)
+    );
 
     let set = tree
         .set(pb::SetRequest {
@@ -106,14 +109,29 @@ async fn t10_error_cases_change_nothing() {
 
     let cases: Vec<(pb::CreateRequest, &str)> = vec![
         (create("/p", "", pb::CreateMode::Persistent), "NODE_EXISTS"),
-        (create("/missing/x", "", pb::CreateMode::Persistent), "NO_NODE"),
-        (create("relative", "", pb::CreateMode::Persistent), "BAD_PATH"),
+        (
+            create("/missing/x", "", pb::CreateMode::Persistent),
+            "NO_NODE",
+        ),
+        (
+            create("relative", "", pb::CreateMode::Persistent),
+            "BAD_PATH",
+        ),
         (create("/p/", "", pb::CreateMode::Persistent), "BAD_PATH"),
         (create("/p//c", "", pb::CreateMode::Persistent), "BAD_PATH"),
         (create("/p/./c", "", pb::CreateMode::Persistent), "BAD_PATH"),
-        (create("/p/../c", "", pb::CreateMode::Persistent), "BAD_PATH"),
-        (create("/p/\u{1}", "", pb::CreateMode::Persistent), "BAD_PATH"),
-        (create("/p/e", "", pb::CreateMode::Ephemeral), "BAD_ARGUMENTS"),
+        (
+            create("/p/../c", "", pb::CreateMode::Persistent),
+            "BAD_PATH",
+        ),
+        (
+            create("/p/\u{1}", "", pb::CreateMode::Persistent),
+            "BAD_PATH",
+        ),
+        (
+            create("/p/e", "", pb::CreateMode::Ephemeral),
+            "BAD_ARGUMENTS",
+        ),
     ];
     for (req, want) in cases {
         let path = req.path.clone();
@@ -125,7 +143,10 @@ async fn t10_error_cases_change_nothing() {
         data: vec![0u8; (1 << 20) + 1].into(),
         ..Default::default()
     };
-    assert_eq!(code_of(&tree.create(big).await.unwrap_err()), "DATA_TOO_LARGE");
+    assert_eq!(
+        code_of(&tree.create(big).await.unwrap_err()),
+        "DATA_TOO_LARGE"
+    );
     let err = tree
         .delete(pb::DeleteRequest {
             path: "/p".into(),
@@ -196,7 +217,11 @@ async fn t10_sequential_and_ephemeral_nodes() {
     }
     assert_eq!(
         names,
-        ["/q/job-0000000000", "/q/job-0000000001", "/q/job-0000000002"]
+        [
+            "/q/job-0000000000",
+            "/q/job-0000000001",
+            "/q/job-0000000002"
+        ]
     );
     let sid = sessions
         .open(pb::OpenSessionRequest { ttl_ms: 1000 })
@@ -294,9 +319,13 @@ async fn t10_children_sorted_and_paginated() {
         .await
         .unwrap();
     for name in ["d", "a", "c", "b", "e"] {
-        tree.create(create(&format!("/c/{name}"), name, pb::CreateMode::Persistent))
-            .await
-            .unwrap();
+        tree.create(create(
+            &format!("/c/{name}"),
+            name,
+            pb::CreateMode::Persistent,
+        ))
+        .await
+        .unwrap();
     }
     let mut seen = Vec::new();
     let mut token = String::new();

@@ -52,9 +52,15 @@ async fn t20_ttl_is_clamped_to_tick_range() {
     let mut s = server.session().await;
     let low = s.open(pb::OpenSessionRequest { ttl_ms: 1 }).await.unwrap();
     assert_eq!(low.into_inner().ttl_ms, 100);
-    let high = s.open(pb::OpenSessionRequest { ttl_ms: 99_999 }).await.unwrap();
+    let high = s
+        .open(pb::OpenSessionRequest { ttl_ms: 99_999 })
+        .await
+        .unwrap();
     assert_eq!(high.into_inner().ttl_ms, 1000);
-    let err = s.open(pb::OpenSessionRequest { ttl_ms: -5 }).await.unwrap_err();
+    let err = s
+        .open(pb::OpenSessionRequest { ttl_ms: -5 })
+        .await
+        .unwrap_err();
     assert_eq!(code_of(&err), "BAD_ARGUMENTS");
 }
 
@@ -74,7 +80,9 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
         .unwrap()
         .into_inner();
     for _ in 0..25 {
-        tx.send(pb::KeepAliveRequest { session_id: sid }).await.unwrap();
+        tx.send(pb::KeepAliveRequest { session_id: sid })
+            .await
+            .unwrap();
         let reply = tokio::time::timeout(Duration::from_secs(5), replies.next())
             .await
             .unwrap()
@@ -87,9 +95,11 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
     }
     // Stop pinging: the session expires and takes its node.
     drop(tx);
-    eventually("the ephemeral is deleted", Duration::from_secs(5), || async {
-        (!exists(&server, "/alive").await).then_some(())
-    })
+    eventually(
+        "the ephemeral is deleted",
+        Duration::from_secs(5),
+        || async { (!exists(&server, "/alive").await).then_some(()) },
+    )
     .await;
     let err = server
         .session()
@@ -152,8 +162,10 @@ async fn t20_sessions_survive_restart_with_a_fresh_ttl() {
     assert!(info.remaining_ms > 500, "remaining {}", info.remaining_ms);
     assert!(exists(&server, "/kept").await);
     // Without keep-alives it then expires.
-    eventually("the ephemeral is deleted", Duration::from_secs(5), || async {
-        (!exists(&server, "/kept").await).then_some(())
-    })
+    eventually(
+        "the ephemeral is deleted",
+        Duration::from_secs(5),
+        || async { (!exists(&server, "/kept").await).then_some(()) },
+    )
     .await;
 }
