@@ -72,13 +72,25 @@ impl Error {
         if let Some((code, rest)) = code_from_message(message) {
             return Error::new(code, rest.to_string(), status.code(), Origin::Server, call);
         }
-        let origin = if was_not_sent(status) {
-            Origin::NotSent
-        } else {
-            Origin::Transport
-        };
+        if was_not_sent(status) {
+            // Whatever gRPC code carried it, no server was reached.
+            let code = ErrorCode::Unavailable;
+            return Error::new(
+                code,
+                message.to_string(),
+                status.code(),
+                Origin::NotSent,
+                call,
+            );
+        }
         let code = code_from_grpc(status.code());
-        Error::new(code, message.to_string(), status.code(), origin, call)
+        Error::new(
+            code,
+            message.to_string(),
+            status.code(),
+            Origin::Transport,
+            call,
+        )
     }
 
     /// An error raised by the SDK itself before anything was sent.

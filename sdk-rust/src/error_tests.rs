@@ -105,6 +105,7 @@ fn not_ready_channel_means_not_sent() {
     let status = Status::unknown("Service was not ready: transport error");
     let err = Error::from_status(&status, CallKind::Write);
     assert_eq!(err.origin(), Origin::NotSent);
+    assert_eq!(err.code(), ErrorCode::Unavailable);
     assert!(err.is_retry_safe());
     assert!(!err.is_indeterminate());
 }
