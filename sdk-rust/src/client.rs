@@ -58,6 +58,15 @@ pub struct NodeData {
     pub zxid: u64,
 }
 
+/// The answer to an exists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exists {
+    /// The node's stat; `None` when it does not exist.
+    pub stat: Option<Stat>,
+    /// The zxid the answer reflects.
+    pub zxid: u64,
+}
+
 /// The answer to a set (or any write that returns a stat).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Updated {
@@ -171,12 +180,8 @@ impl Client {
         })
     }
 
-    /// The node's stat if it exists, else `None`; with the zxid the answer reflects.
-    pub async fn exists(
-        &self,
-        path: &str,
-        read: ReadOptions,
-    ) -> Result<(Option<Stat>, u64), Error> {
+    /// Whether the node exists (with its stat). Never fails with NO_NODE.
+    pub async fn exists(&self, path: &str, read: ReadOptions) -> Result<Exists, Error> {
         let req = options::exists_request(path, read);
         let resp = self
             .tree()
@@ -189,7 +194,10 @@ impl Client {
         } else {
             None
         };
-        Ok((stat, zxid(&resp.header)))
+        Ok(Exists {
+            stat,
+            zxid: zxid(&resp.header),
+        })
     }
 
     /// Replaces a node's data if its version is `version` (-1: any).

@@ -32,7 +32,8 @@ pub mod watch;
 pub use concord_proto::v1 as proto;
 
 pub use client::{
-    Children, Client, Created, MultiResult, NodeData, SessionGrant, Updated, DEFAULT_ENDPOINT,
+    Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
+    DEFAULT_ENDPOINT,
 };
 pub use error::{CallKind, Error, Origin};
 pub use options::{

@@ -34,7 +34,9 @@ pub enum SessionState {
     /// The last ping was answered: the session was alive then.
     Alive,
     /// The keep-alive stream broke; the task is opening a new one. The session lives
-    /// on if a ping gets through within its TTL.
+    /// on if a ping gets through within its TTL. The SDK reports `Expired` only when a
+    /// server says so: a session `Reconnecting` for longer than its TTL has most likely
+    /// expired already, and its ephemerals with it.
     Reconnecting,
     /// The server said the session no longer exists. Its ephemerals are gone.
     Expired,
@@ -71,7 +73,7 @@ impl Client {
     /// keeping it alive in a background task.
     pub async fn open_session(&self, ttl_ms: i64) -> Result<Session, Error> {
         let grant = self.open_session_raw(ttl_ms).await?;
-        Ok(Session::keep_alive(
+        Ok(Session::attach(
             self.clone(),
             grant.session_id,
             grant.ttl_ms,
@@ -81,8 +83,9 @@ impl Client {
 
 impl Session {
     /// Starts keeping alive a session opened elsewhere (for example by another process,
-    /// or by [`Client::open_session_raw`]).
-    pub fn keep_alive(client: Client, id: u64, ttl_ms: i64) -> Session {
+    /// or by [`Client::open_session_raw`]). The state starts as `Alive` and turns
+    /// `Expired` on the first ping if the server no longer knows the session.
+    pub fn attach(client: Client, id: u64, ttl_ms: i64) -> Session {
         let (state_tx, state) = watch::channel(SessionState::Alive);
         let task = tokio::spawn(keep_alive_loop(
             client.clone(),

@@ -88,6 +88,9 @@ async fn open(client: &Client, request: WatchRequest) -> Result<Streaming<WatchR
 impl Watch {
     /// The next message; `None` once the watch has ended (after a `once` event, or when
     /// a non-resuming stream ends). An error is yielded once, then `None`.
+    ///
+    /// Cancel-safe: dropping the future (in a `select!`) loses no message; a reconnect
+    /// in progress starts over on the next call.
     pub async fn next(&mut self) -> Option<Result<WatchMessage, Error>> {
         loop {
             if self.done {

@@ -35,12 +35,16 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Delete(args) => client.delete(&args.path, args.version).await.map(|_| ()),
         Command::Ls(args) => ls(&client, args).await,
-        Command::Stat(args) => match client.exists(&args.path, ReadOptions::default()).await? {
-            (Some(stat), _) => {
+        Command::Stat(args) => match client
+            .exists(&args.path, ReadOptions::default())
+            .await?
+            .stat
+        {
+            Some(stat) => {
                 print_lines(output::stat_lines(&stat));
                 Ok(())
             }
-            (None, _) => Err(Error::client(
+            None => Err(Error::client(
                 ErrorCode::NoNode,
                 format!("{} does not exist", args.path),
             )),
