@@ -126,3 +126,42 @@ async fn t43_watch_prints_events_across_a_broken_stream() {
         vec![Some(0), Some(0)]
     );
 }
+
+#[tokio::test]
+async fn t44_ephemeral_create_holds_its_session_until_ctrl_c() {
+    use tokio::io::AsyncBufReadExt;
+
+    let (endpoint, state) = fake::start().await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_concordctl"))
+        .args(["--endpoint", &endpoint, "create", "-e", "/eph", "x"])
+        .args(["--session-ttl", "300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn concordctl");
+    let stdout = child.stdout.take().expect("stdout pipe");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let first = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("path printed in time")
+        .expect("read stdout");
+    assert_eq!(first.as_deref(), Some("/eph"));
+    // The session is kept alive while the command runs...
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while state.lock().expect("lock").pings < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "no keep-alives");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(state.lock().expect("lock").closed.is_empty());
+    // ...and closed on ctrl-c.
+    let pid = child.id().expect("running").to_string();
+    let kill = Command::new("kill").args(["-INT", &pid]).status().await;
+    assert!(kill.expect("run kill").success());
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("exited in time")
+        .expect("wait");
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(state.lock().expect("lock").closed, vec![0x42]);
+}
