@@ -1,1 +1,45 @@
+//! `concord`: the Rust SDK for Concord, a coordination service with ZooKeeper's data
+//! model (a tree of small nodes, sessions, ephemerals, watches) over gRPC.
+//!
+//! ```text
+//!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
+//!    ├── open_session → Session  (background keep-alive task, state watch)
+//!    └── watch        → Watch    (stream of messages, optional resume)
+//!  Error ─ code (proto ErrorCode), is_retry_safe(), is_indeterminate()
+//! ```
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), concord::Error> {
+//! use concord::{Client, CreateOptions, ReadOptions};
+//! let client = Client::connect("http://127.0.0.1:7181").await?;
+//! let created = client.create("/app", "hello", CreateOptions::default()).await?;
+//! let node = client.get("/app", ReadOptions::at_least(created.zxid)).await?;
+//! assert_eq!(node.data, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! The SDK sends each call once; it retries only where it owns a stream (keep-alives,
+//! resumed watches). Generated proto types are re-exported as [`proto`].
 
+pub mod client;
+pub mod error;
+pub mod op;
+pub mod options;
+pub mod session;
+pub mod watch;
+
+/// The generated `concord.v1` messages and clients.
+pub use concord_proto::v1 as proto;
+
+pub use client::{
+    Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
+    DEFAULT_ENDPOINT,
+};
+pub use error::{CallKind, Error, Origin};
+pub use options::{
+    ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
+    ANY_VERSION,
+};
+pub use proto::{CreateMode, ErrorCode, EventKind, Stat};
+pub use session::{Session, SessionState};
+pub use watch::{Watch, WatchMessage};

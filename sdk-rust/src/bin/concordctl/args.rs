@@ -1,0 +1,178 @@
+//! Command-line arguments of `concordctl` (clap derive). Parsing only: no IO.
+
+use clap::{Args, Parser, Subcommand};
+use concord::{CreateMode, DEFAULT_ENDPOINT};
+
+/// Concord's command-line client.
+#[derive(Debug, Parser)]
+#[command(name = "concordctl", version, about)]
+pub struct Cli {
+    /// Server to talk to (`http://host:port` or `host:port`).
+    #[arg(long, global = true, env = "CONCORD_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
+    pub endpoint: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a node and print its path. With -e the node lives as long as this
+    /// command: it keeps its session alive until ctrl-c, then closes it.
+    Create(CreateArgs),
+    /// Print a node's data (and with --stat its stat).
+    Get(GetArgs),
+    /// Replace a node's data.
+    Set(SetArgs),
+    /// Delete a node.
+    Delete(DeleteArgs),
+    /// List a node's children.
+    Ls(LsArgs),
+    /// Print a node's stat.
+    Stat(PathArg),
+    /// Print one line per event (`zxid KIND path [data]`) until ctrl-c or --count;
+    /// resumes after a dropped connection without losing or repeating events.
+    Watch(WatchArgs),
+    /// Open, inspect and close sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// Describe the server.
+    Status,
+}
+
+#[derive(Debug, Args)]
+pub struct PathArg {
+    /// Node path, for example /app/config.
+    pub path: String,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Node path (for -s, the name prefix).
+    pub path: String,
+    /// Initial data; "-" reads it from stdin.
+    pub data: Option<String>,
+    /// Ephemeral: owned by a session this command keeps alive until ctrl-c.
+    #[arg(short = 'e', long)]
+    pub ephemeral: bool,
+    /// Sequential: append a 10-digit counter to the name.
+    #[arg(short = 's', long)]
+    pub sequential: bool,
+    /// Container: deleted by the server once its last child is gone.
+    #[arg(long, conflicts_with_all = ["ephemeral", "sequential", "ttl"])]
+    pub container: bool,
+    /// Deleted after MS milliseconds without changes and without children.
+    #[arg(long, value_name = "MS", conflicts_with = "ephemeral")]
+    pub ttl: Option<i64>,
+    /// TTL of the session that owns an ephemeral node (0: the server's default).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub session_ttl: i64,
+}
+
+impl CreateArgs {
+    /// The create mode these flags ask for.
+    pub fn mode(&self) -> CreateMode {
+        match (
+            self.ephemeral,
+            self.sequential,
+            self.container,
+            self.ttl.is_some(),
+        ) {
+            (_, _, true, _) => CreateMode::Container,
+            (true, true, _, _) => CreateMode::EphemeralSequential,
+            (true, false, _, _) => CreateMode::Ephemeral,
+            (false, true, _, true) => CreateMode::PersistentSequentialWithTtl,
+            (false, false, _, true) => CreateMode::PersistentWithTtl,
+            (false, true, _, false) => CreateMode::PersistentSequential,
+            (false, false, _, false) => CreateMode::Persistent,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    pub path: String,
+    /// Also print the stat.
+    #[arg(long)]
+    pub stat: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub path: String,
+    /// New data; "-" reads it from stdin.
+    pub data: String,
+    /// Expected version (-1: any).
+    #[arg(short = 'v', long, default_value_t = -1, allow_negative_numbers = true)]
+    pub version: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    pub path: String,
+    /// Expected version (-1: any).
+    #[arg(short = 'v', long, default_value_t = -1, allow_negative_numbers = true)]
+    pub version: i32,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    pub path: String,
+    /// List the whole subtree, one full path per line.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Show each child's stat.
+    #[arg(short = 'l', long = "long")]
+    pub with_stats: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    pub path: String,
+    /// Watch the whole subtree.
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Print each event's data.
+    #[arg(long)]
+    pub data: bool,
+    /// Replay events after this zxid first.
+    #[arg(long, value_name = "ZXID", value_parser = parse_u64)]
+    pub from: Option<u64>,
+    /// Exit after N events.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Open a session, print its id and keep it alive until ctrl-c (then close it).
+    Open {
+        /// Requested TTL (0: the server's default).
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        ttl: i64,
+    },
+    /// List live sessions: `id ttl_ms remaining_ms`.
+    Ls,
+    /// Describe a session and its ephemerals.
+    Get {
+        #[arg(value_parser = parse_u64)]
+        id: u64,
+    },
+    /// Close a session, deleting its ephemerals.
+    Close {
+        #[arg(value_parser = parse_u64)]
+        id: u64,
+    },
+}
+
+/// Parses a decimal or `0x`-prefixed hexadecimal u64 (zxids and session ids).
+pub fn parse_u64(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|e| format!("{text:?} is not a u64: {e}"))
+}
+
+#[cfg(test)]
+#[path = "args_tests.rs"]
+mod tests;

@@ -1,0 +1,131 @@
+//! How `concordctl` prints things: pure formatting functions, no IO.
+
+use concord::proto::{SessionInfo, StatusResponse, WatchEvent};
+use concord::{EventKind, Stat};
+
+/// One watch event: `zxid KIND path`, then the data (lossy UTF-8) when asked for.
+pub fn event_line(event: &WatchEvent, with_data: bool) -> String {
+    let kind = EventKind::try_from(event.kind)
+        .map(|k| k.as_str_name())
+        .unwrap_or("UNKNOWN");
+    let mut line = format!("{} {} {}", event.zxid, kind, event.path);
+    if with_data {
+        line.push(' ');
+        line.push_str(&String::from_utf8_lossy(&event.data));
+    }
+    line
+}
+
+/// A stat as `name = value` lines, in ZooKeeper's order.
+pub fn stat_lines(stat: &Stat) -> Vec<String> {
+    vec![
+        format!("czxid = {:#x}", stat.czxid),
+        format!("mzxid = {:#x}", stat.mzxid),
+        format!("pzxid = {:#x}", stat.pzxid),
+        format!("ctime_ms = {}", stat.ctime_ms),
+        format!("mtime_ms = {}", stat.mtime_ms),
+        format!("version = {}", stat.version),
+        format!("cversion = {}", stat.cversion),
+        format!("aversion = {}", stat.aversion),
+        format!("ephemeral_owner = {}", stat.ephemeral_owner),
+        format!("data_length = {}", stat.data_length),
+        format!("num_children = {}", stat.num_children),
+    ]
+}
+
+/// One child in `ls -l`: the name, then the stat fields that matter most.
+pub fn long_child_line(name: &str, stat: &Stat) -> String {
+    format!(
+        "{name}\tversion={} data_length={} num_children={} ephemeral_owner={} mzxid={:#x}",
+        stat.version, stat.data_length, stat.num_children, stat.ephemeral_owner, stat.mzxid
+    )
+}
+
+/// The path of `name` under `parent`.
+pub fn join(parent: &str, name: &str) -> String {
+    if parent.ends_with('/') {
+        format!("{parent}{name}")
+    } else {
+        format!("{parent}/{name}")
+    }
+}
+
+/// `session ls`: `id ttl_ms remaining_ms`.
+pub fn session_line(info: &SessionInfo) -> String {
+    format!("{} {} {}", info.session_id, info.ttl_ms, info.remaining_ms)
+}
+
+/// `session get`: one `name = value` line per field, then one line per ephemeral.
+pub fn session_lines(info: &SessionInfo) -> Vec<String> {
+    let mut lines = vec![
+        format!("session_id = {}", info.session_id),
+        format!("ttl_ms = {}", info.ttl_ms),
+        format!("remaining_ms = {}", info.remaining_ms),
+    ];
+    lines.extend(
+        info.ephemerals
+            .iter()
+            .map(|path| format!("ephemeral = {path}")),
+    );
+    lines
+}
+
+/// `status`: one `name = value` line per field.
+pub fn status_lines(status: &StatusResponse) -> Vec<String> {
+    let role = concord::proto::Role::try_from(status.role)
+        .map(|r| r.as_str_name())
+        .unwrap_or("UNKNOWN");
+    vec![
+        format!("server_id = {}", status.server_id),
+        format!("role = {role}"),
+        format!("zxid = {:#x}", status.zxid),
+        format!("commit_zxid = {:#x}", status.commit_zxid),
+        format!("epoch = {}", status.epoch),
+        format!("node_count = {}", status.node_count),
+        format!("session_count = {}", status.session_count),
+        format!("watch_count = {}", status.watch_count),
+        format!("ensemble_size = {}", status.ensemble_size),
+        format!("version = {}", status.version),
+        format!(
+            "oldest_resumable_zxid = {:#x}",
+            status.oldest_resumable_zxid
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_line_has_zxid_kind_path_and_data() {
+        let event = WatchEvent {
+            zxid: 12,
+            kind: EventKind::DataChanged as i32,
+            path: "/a".into(),
+            data: b"v2".to_vec(),
+            ..WatchEvent::default()
+        };
+        assert_eq!(event_line(&event, false), "12 DATA_CHANGED /a");
+        assert_eq!(event_line(&event, true), "12 DATA_CHANGED /a v2");
+    }
+
+    #[test]
+    fn join_handles_the_root() {
+        assert_eq!(join("/", "a"), "/a");
+        assert_eq!(join("/a", "b"), "/a/b");
+    }
+
+    #[test]
+    fn stat_lines_name_every_field() {
+        let stat = Stat {
+            version: 3,
+            num_children: 2,
+            ..Stat::default()
+        };
+        let lines = stat_lines(&stat);
+        assert_eq!(lines.len(), 11);
+        assert!(lines.contains(&"version = 3".to_string()));
+        assert!(lines.contains(&"num_children = 2".to_string()));
+    }
+}

@@ -1,0 +1,462 @@
+//! [`Client`]: one tonic channel to a Concord server, and the unary calls on it.
+//!
+//! ```text
+//!   Client ──(clone: same Channel)──► TreeClient / SessionClient / WatchClient / ClusterClient
+//!     │ options.rs builds each request; error.rs turns each Status into an Error
+//!     └─ open_session → session.rs (keep-alive task) ; watch → watch.rs (stream, resume)
+//! ```
+//!
+//! Calls are sent once: this module never retries (the caller decides, with
+//! [`Error::is_retry_safe`] and [`Error::is_indeterminate`]).
+
+use std::time::Duration;
+
+use concord_proto::v1::{
+    cluster_client::ClusterClient, session_client::SessionClient, tree_client::TreeClient, Child,
+    CloseSessionRequest, ErrorCode, GetSessionRequest, ListSessionsRequest, Op, OpResult,
+    OpenSessionRequest, ResponseHeader, SessionInfo, Stat, StatusRequest, StatusResponse,
+    SyncRequest,
+};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::error::{CallKind, Error};
+use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
+
+/// The endpoint used when none is given.
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
+
+/// Bound on the pages `children_all` follows, so a faulty server cannot loop it forever.
+const CHILDREN_PAGES_MAX: usize = 1_000_000;
+
+/// A connection to one Concord server. Cheap to clone: clones share one channel,
+/// which reconnects by itself after a broken connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// The shared HTTP/2 channel every call and stream goes through.
+    channel: Channel,
+}
+
+/// The answer to a create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Created {
+    /// The created path (with its sequential suffix, if any).
+    pub path: String,
+    /// The new node's stat.
+    pub stat: Stat,
+    /// The zxid of the create.
+    pub zxid: u64,
+}
+
+/// A node's data and stat, as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeData {
+    /// The node's data.
+    pub data: Vec<u8>,
+    /// The node's stat.
+    pub stat: Stat,
+    /// The zxid the read reflects.
+    pub zxid: u64,
+}
+
+/// The answer to an exists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exists {
+    /// The node's stat; `None` when it does not exist.
+    pub stat: Option<Stat>,
+    /// The zxid the answer reflects.
+    pub zxid: u64,
+}
+
+/// The answer to a set (or any write that returns a stat).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Updated {
+    /// The node's stat after the write.
+    pub stat: Stat,
+    /// The zxid of the write.
+    pub zxid: u64,
+}
+
+/// One page (or, from `children_all`, every page) of a node's children.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Children {
+    /// Children sorted by name; `stat` set when asked for.
+    pub children: Vec<Child>,
+    /// The parent's stat (from the last page read).
+    pub stat: Stat,
+    /// The zxid the (last) page reflects.
+    pub zxid: u64,
+    /// Token of the next page; empty on the last page.
+    pub next_page_token: String,
+}
+
+/// The answer to a multi.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiResult {
+    /// One result per op, in order.
+    pub results: Vec<OpResult>,
+    /// The zxid of the multi's txn.
+    pub zxid: u64,
+}
+
+/// An opened session as the server granted it (see [`Client::open_session`] for the
+/// kept-alive handle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionGrant {
+    /// The session id (never 0).
+    pub session_id: u64,
+    /// The granted TTL in milliseconds.
+    pub ttl_ms: i64,
+    /// The zxid of the open.
+    pub zxid: u64,
+}
+
+impl Client {
+    /// Connects to `endpoint` (`http://host:port`; a bare `host:port` gets `http://`).
+    /// Fails with UNAVAILABLE when no server answers.
+    pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
+        let endpoint = endpoint_of(endpoint.into())?;
+        let channel = endpoint.connect().await.map_err(|e| {
+            Error::from_status(&tonic::Status::from_error(Box::new(e)), CallKind::Read)
+        })?;
+        Ok(Client { channel })
+    }
+
+    /// As [`Client::connect`], but connects on the first call instead of now.
+    pub fn connect_lazy(endpoint: impl Into<String>) -> Result<Client, Error> {
+        let endpoint = endpoint_of(endpoint.into())?;
+        Ok(Client {
+            channel: endpoint.connect_lazy(),
+        })
+    }
+
+    /// A client over an existing channel (custom TLS, interceptors, tests).
+    pub fn from_channel(channel: Channel) -> Client {
+        Client { channel }
+    }
+
+    /// The underlying channel, for the generated clients of services not wrapped here.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    pub(crate) fn tree(&self) -> TreeClient<Channel> {
+        TreeClient::new(self.channel.clone())
+    }
+
+    pub(crate) fn sessions(&self) -> SessionClient<Channel> {
+        SessionClient::new(self.channel.clone())
+    }
+
+    /// Creates a node. Errors: NODE_EXISTS, NO_NODE (parent), NO_CHILDREN_FOR_EPHEMERALS,
+    /// SESSION_EXPIRED, BAD_PATH, DATA_TOO_LARGE.
+    pub async fn create(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        options: CreateOptions,
+    ) -> Result<Created, Error> {
+        let req = options::create_request(path, data.into(), &options);
+        let resp = self
+            .tree()
+            .create(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        Ok(Created {
+            path: resp.path,
+            stat: resp.stat.unwrap_or_default(),
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Reads a node's data and stat. Errors: NO_NODE, BAD_PATH.
+    pub async fn get(&self, path: &str, read: ReadOptions) -> Result<NodeData, Error> {
+        let req = options::get_request(path, read);
+        let resp = self.tree().get(req).await.map_err(read_err)?.into_inner();
+        Ok(NodeData {
+            data: resp.data,
+            stat: resp.stat.unwrap_or_default(),
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Whether the node exists (with its stat). Never fails with NO_NODE.
+    pub async fn exists(&self, path: &str, read: ReadOptions) -> Result<Exists, Error> {
+        let req = options::exists_request(path, read);
+        let resp = self
+            .tree()
+            .exists(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        let stat = if resp.exists {
+            Some(resp.stat.unwrap_or_default())
+        } else {
+            None
+        };
+        Ok(Exists {
+            stat,
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Replaces a node's data if its version is `version` (-1: any).
+    /// Errors: NO_NODE, BAD_VERSION, DATA_TOO_LARGE.
+    pub async fn set(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        version: i32,
+    ) -> Result<Updated, Error> {
+        self.set_with(path, data, version, &WriteOptions::default())
+            .await
+    }
+
+    /// As [`Client::set`], with a session, retry id or fence.
+    pub async fn set_with(
+        &self,
+        path: &str,
+        data: impl Into<Vec<u8>>,
+        version: i32,
+        write: &WriteOptions,
+    ) -> Result<Updated, Error> {
+        let req = options::set_request(path, data.into(), version, write);
+        let resp = self.tree().set(req).await.map_err(write_err)?.into_inner();
+        Ok(Updated {
+            stat: resp.stat.unwrap_or_default(),
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Deletes a node if its version is `version` (-1: any); returns the delete's zxid.
+    /// Errors: NO_NODE, BAD_VERSION, NOT_EMPTY, BAD_PATH.
+    pub async fn delete(&self, path: &str, version: i32) -> Result<u64, Error> {
+        self.delete_with(path, version, &WriteOptions::default())
+            .await
+    }
+
+    /// As [`Client::delete`], with a session, retry id or fence.
+    pub async fn delete_with(
+        &self,
+        path: &str,
+        version: i32,
+        write: &WriteOptions,
+    ) -> Result<u64, Error> {
+        let req = options::delete_request(path, version, write);
+        let resp = self
+            .tree()
+            .delete(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        Ok(zxid(&resp.header))
+    }
+
+    /// One page of a node's children (all of them when `page_size` is 0).
+    pub async fn children(&self, path: &str, options: &ChildrenOptions) -> Result<Children, Error> {
+        let req = options::children_request(path, options);
+        let resp = self
+            .tree()
+            .children(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        Ok(Children {
+            children: resp.children,
+            stat: resp.stat.unwrap_or_default(),
+            zxid: zxid(&resp.header),
+            next_page_token: resp.next_page_token,
+        })
+    }
+
+    /// Every child, following page tokens from `options.page_token`. Each page is read
+    /// at its own zxid; `stat` and `zxid` come from the last page.
+    pub async fn children_all(
+        &self,
+        path: &str,
+        options: &ChildrenOptions,
+    ) -> Result<Children, Error> {
+        let mut options = options.clone();
+        let mut all = self.children(path, &options).await?;
+        let mut pages = 1;
+        while !all.next_page_token.is_empty() {
+            if pages >= CHILDREN_PAGES_MAX || all.next_page_token == options.page_token {
+                return Err(Error::client(
+                    ErrorCode::Internal,
+                    "the server's page tokens do not advance",
+                ));
+            }
+            options.page_token = std::mem::take(&mut all.next_page_token);
+            let page = self.children(path, &options).await?;
+            all.children.extend(page.children);
+            all.stat = page.stat;
+            all.zxid = page.zxid;
+            all.next_page_token = page.next_page_token;
+            pages += 1;
+        }
+        Ok(all)
+    }
+
+    /// Applies `ops` atomically (build them with [`crate::op`]); the error names the
+    /// first failing op.
+    pub async fn multi(&self, ops: Vec<Op>, write: &WriteOptions) -> Result<MultiResult, Error> {
+        let req = options::multi_request(ops, write);
+        let resp = self
+            .tree()
+            .multi(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        Ok(MultiResult {
+            results: resp.results,
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Waits until this server has applied everything the leader had committed when
+    /// the call arrived; returns that zxid.
+    pub async fn sync(&self, path: &str) -> Result<u64, Error> {
+        let req = SyncRequest {
+            path: path.to_string(),
+        };
+        let resp = self.tree().sync(req).await.map_err(read_err)?.into_inner();
+        Ok(zxid(&resp.header))
+    }
+
+    /// Opens a session without keeping it alive (see [`Client::open_session`] for that).
+    /// `ttl_ms` 0 asks for the server's default.
+    pub async fn open_session_raw(&self, ttl_ms: i64) -> Result<SessionGrant, Error> {
+        let req = OpenSessionRequest { ttl_ms };
+        let resp = self
+            .sessions()
+            .open(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        Ok(SessionGrant {
+            session_id: resp.session_id,
+            ttl_ms: resp.ttl_ms,
+            zxid: zxid(&resp.header),
+        })
+    }
+
+    /// Closes a session now, deleting its ephemerals; returns the close's zxid.
+    /// Errors: SESSION_EXPIRED.
+    pub async fn close_session(&self, session_id: u64) -> Result<u64, Error> {
+        let req = CloseSessionRequest { session_id };
+        let resp = self
+            .sessions()
+            .close(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        Ok(zxid(&resp.header))
+    }
+
+    /// Describes one session, its ephemerals included. Errors: SESSION_EXPIRED.
+    pub async fn session_info(&self, session_id: u64) -> Result<SessionInfo, Error> {
+        let req = GetSessionRequest { session_id };
+        let resp = self
+            .sessions()
+            .get(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        resp.session
+            .ok_or_else(|| Error::client(ErrorCode::Internal, "the server sent no session"))
+    }
+
+    /// Every live session, sorted by id (without their ephemerals).
+    pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        let resp = self
+            .sessions()
+            .list(ListSessionsRequest {})
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        Ok(resp.sessions)
+    }
+
+    /// Describes the server this client talks to.
+    pub async fn status(&self) -> Result<StatusResponse, Error> {
+        let mut cluster = ClusterClient::new(self.channel.clone());
+        let resp = cluster.status(StatusRequest {}).await.map_err(read_err)?;
+        Ok(resp.into_inner())
+    }
+}
+
+/// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
+/// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
+fn endpoint_of(endpoint: String) -> Result<Endpoint, Error> {
+    let uri = if endpoint.contains("://") {
+        endpoint
+    } else {
+        format!("http://{endpoint}")
+    };
+    let parsed = Endpoint::from_shared(uri.clone()).map_err(|e| {
+        Error::client(
+            ErrorCode::BadArguments,
+            format!("bad endpoint {uri:?}: {e}"),
+        )
+    })?;
+    Ok(parsed
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true))
+}
+
+/// The zxid a response reflects (0 if the server sent no header).
+pub(crate) fn zxid(header: &Option<ResponseHeader>) -> u64 {
+    header.as_ref().map_or(0, |h| h.zxid)
+}
+
+pub(crate) fn read_err(status: tonic::Status) -> Error {
+    Error::from_status(&status, CallKind::Read)
+}
+
+pub(crate) fn write_err(status: tonic::Status) -> Error {
+    Error::from_status(&status, CallKind::Write)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_host_port_gets_http() {
+        let endpoint = endpoint_of("127.0.0.1:7181".into()).expect("valid");
+        assert_eq!(endpoint.uri().to_string(), "http://127.0.0.1:7181/");
+        let endpoint = endpoint_of(DEFAULT_ENDPOINT.into()).expect("valid");
+        assert_eq!(endpoint.uri().port_u16(), Some(7181));
+    }
+
+    #[test]
+    fn bad_endpoint_is_bad_arguments() {
+        let err = endpoint_of("http://bad host:1".into()).expect_err("invalid");
+        assert_eq!(err.code(), ErrorCode::BadArguments);
+    }
+
+    #[tokio::test]
+    async fn connect_to_nothing_is_unavailable_and_retry_safe() {
+        // Port 1 on loopback: nothing listens there.
+        let err = Client::connect("http://127.0.0.1:1")
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(err.code(), ErrorCode::Unavailable);
+        assert!(err.is_retry_safe(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn lazy_write_to_nothing_is_not_sent_so_not_indeterminate() {
+        let client = Client::connect_lazy("127.0.0.1:1").expect("valid endpoint");
+        let err = client
+            .create("/a", "x", CreateOptions::default())
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(err.code(), ErrorCode::Unavailable, "{err:?}");
+        assert!(!err.is_indeterminate(), "{err:?}");
+        assert!(err.is_retry_safe(), "{err:?}");
+    }
+}

@@ -1,0 +1,91 @@
+//! Builders for the operations of a [`Client::multi`](crate::Client::multi) call.
+//!
+//! `proto::Op` is a generated message with a `oneof`; these functions spell each kind
+//! in one call. They only build values.
+
+use concord_proto::v1::{op, CheckOp, CreateMode, CreateOp, DeleteOp, Op, SetOp};
+
+/// Create `path` with `data` in `mode` (ephemerals belong to the multi's session).
+pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>, mode: CreateMode) -> Op {
+    create_with_ttl(path, data, mode, 0)
+}
+
+/// Create `path` in a TTL `mode` that is deleted after `ttl_ms` idle milliseconds.
+pub fn create_with_ttl(
+    path: impl Into<String>,
+    data: impl Into<Vec<u8>>,
+    mode: CreateMode,
+    ttl_ms: i64,
+) -> Op {
+    wrap(op::Op::Create(CreateOp {
+        path: path.into(),
+        data: data.into(),
+        mode: mode as i32,
+        ttl_ms,
+    }))
+}
+
+/// Replace the data of `path` if its version is `version` (-1: any).
+pub fn set(path: impl Into<String>, data: impl Into<Vec<u8>>, version: i32) -> Op {
+    wrap(op::Op::Set(SetOp {
+        path: path.into(),
+        data: data.into(),
+        version,
+    }))
+}
+
+/// Delete `path` if its version is `version` (-1: any).
+pub fn delete(path: impl Into<String>, version: i32) -> Op {
+    wrap(op::Op::Delete(DeleteOp {
+        path: path.into(),
+        version,
+    }))
+}
+
+/// Succeed only if `path` exists with version `version` (-1: any).
+pub fn check(path: impl Into<String>, version: i32) -> Op {
+    wrap(op::Op::Check(CheckOp {
+        path: path.into(),
+        version,
+    }))
+}
+
+fn wrap(op: op::Op) -> Op {
+    Op { op: Some(op) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builders_fill_the_oneof() {
+        let op = create("/a", "x", CreateMode::EphemeralSequential);
+        match op.op {
+            Some(op::Op::Create(c)) => {
+                assert_eq!(c.path, "/a");
+                assert_eq!(c.data, b"x");
+                assert_eq!(c.mode, CreateMode::EphemeralSequential as i32);
+                assert_eq!(c.ttl_ms, 0);
+            }
+            other => panic!("not a create: {other:?}"),
+        }
+        match set("/b", vec![1u8], 3).op {
+            Some(op::Op::Set(s)) => assert_eq!((s.path.as_str(), s.version), ("/b", 3)),
+            other => panic!("not a set: {other:?}"),
+        }
+        match delete("/c", -1).op {
+            Some(op::Op::Delete(d)) => assert_eq!((d.path.as_str(), d.version), ("/c", -1)),
+            other => panic!("not a delete: {other:?}"),
+        }
+        match check("/d", 7).op {
+            Some(op::Op::Check(c)) => assert_eq!((c.path.as_str(), c.version), ("/d", 7)),
+            other => panic!("not a check: {other:?}"),
+        }
+        let ttl = create_with_ttl("/t", "", CreateMode::PersistentWithTtl, 500);
+        match ttl.op {
+            Some(op::Op::Create(c)) => assert_eq!(c.ttl_ms, 500),
+            other => panic!("not a create: {other:?}"),
+        }
+    }
+}

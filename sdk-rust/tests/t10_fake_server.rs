@@ -1,0 +1,256 @@
+//! The SDK against an in-process fake server: error parsing over the wire, paging,
+//! session keep-alives (reconnect, expiry, close) and watch resumption.
+
+mod fake;
+
+use std::time::Duration;
+
+use concord::proto::{watch_response::Msg, EventKind, WatchEvent};
+use concord::{
+    ChildrenOptions, Client, CreateOptions, ErrorCode, ReadOptions, RetryPolicy, SessionState,
+    WatchOptions,
+};
+use fake::{concord_status, Shared};
+
+/// Waits until `cond` holds on the fake's state, failing after five seconds.
+async fn wait_until(state: &Shared, what: &str, cond: impl Fn(&fake::State) -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if cond(&state.lock().expect("lock")) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn event(zxid: u64, path: &str) -> WatchEvent {
+    WatchEvent {
+        zxid,
+        kind: EventKind::Created as i32,
+        path: path.to_string(),
+        ..WatchEvent::default()
+    }
+}
+
+#[tokio::test]
+async fn t10_create_get_and_errors_over_the_wire() {
+    let (endpoint, _state) = fake::start().await;
+    let client = Client::connect(endpoint).await.expect("connect");
+    let created = client
+        .create("/a", "one", CreateOptions::default())
+        .await
+        .expect("create");
+    assert_eq!((created.path.as_str(), created.zxid), ("/a", 1));
+    let node = client
+        .get("/a", ReadOptions::at_least(created.zxid))
+        .await
+        .expect("get");
+    assert_eq!(node.data, b"one");
+
+    let err = client
+        .create("/a", "two", CreateOptions::default())
+        .await
+        .expect_err("exists");
+    assert_eq!(err.code(), ErrorCode::NodeExists);
+    assert_eq!(err.to_string(), "NODE_EXISTS: /a already exists");
+    assert!(!err.is_retry_safe() && !err.is_indeterminate());
+
+    let err = client
+        .get("/nope", ReadOptions::default())
+        .await
+        .expect_err("missing");
+    assert_eq!(err.code(), ErrorCode::NoNode);
+    assert_eq!(err.message(), "/nope does not exist");
+}
+
+#[tokio::test]
+async fn t11_children_all_follows_pages() {
+    let (endpoint, _state) = fake::start().await;
+    let client = Client::connect(endpoint).await.expect("connect");
+    let options = ChildrenOptions {
+        page_size: 2,
+        ..ChildrenOptions::default()
+    };
+    let first = client.children("/", &options).await.expect("page");
+    assert_eq!(first.children.len(), 2);
+    assert_eq!(first.next_page_token, "2");
+    let all = client.children_all("/", &options).await.expect("all pages");
+    let names: Vec<&str> = all.children.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+    assert!(all.next_page_token.is_empty());
+    assert_eq!(all.zxid, 104, "zxid of the last page");
+}
+
+#[tokio::test]
+async fn t20_session_pings_and_reconnects_its_stream() {
+    let (endpoint, state) = fake::start().await;
+    state.lock().expect("lock").break_first_keep_alive = true;
+    let client = Client::connect(endpoint).await.expect("connect");
+    let session = client.open_session(300).await.expect("open");
+    assert_eq!((session.id(), session.ttl_ms()), (0x42, 300));
+    wait_until(&state, "pings on a second stream", |s| {
+        s.keep_alive_streams >= 2 && s.pings >= 4
+    })
+    .await;
+    assert_eq!(session.state(), SessionState::Alive);
+    session.close().await.expect("close");
+    assert_eq!(state.lock().expect("lock").closed, vec![0x42]);
+}
+
+#[tokio::test]
+async fn t21_session_learns_it_expired() {
+    let (endpoint, state) = fake::start().await;
+    let client = Client::connect(endpoint).await.expect("connect");
+    let session = client.open_session(150).await.expect("open");
+    wait_until(&state, "a ping", |s| s.pings >= 1).await;
+    state.lock().expect("lock").expire_sessions = true;
+    let ended = tokio::time::timeout(Duration::from_secs(5), session.ended())
+        .await
+        .expect("expiry seen in time");
+    assert_eq!(ended, SessionState::Expired);
+    assert_eq!(session.state(), SessionState::Expired);
+}
+
+#[tokio::test]
+async fn t22_dropping_a_session_stops_pinging_without_closing() {
+    let (endpoint, state) = fake::start().await;
+    let client = Client::connect(endpoint).await.expect("connect");
+    let session = client.open_session(60).await.expect("open");
+    wait_until(&state, "pings", |s| s.pings >= 2).await;
+    drop(session);
+    // Let any ping already in flight land, then check that no more come.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pings = state.lock().expect("lock").pings;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let state = state.lock().expect("lock");
+    assert_eq!(state.pings, pings, "pings after drop");
+    assert!(state.closed.is_empty());
+}
+
+fn resuming(path: &str) -> WatchOptions {
+    WatchOptions {
+        start_zxid: Some(0),
+        resume: Some(RetryPolicy {
+            attempts_max: 5,
+            elapsed_max_ms: 5_000,
+            delay_initial_ms: 5,
+            delay_max_ms: 50,
+        }),
+        ..WatchOptions::path(path)
+    }
+}
+
+async fn next_events(watch: &mut concord::Watch, n: usize) -> Vec<(u64, String)> {
+    let mut seen = Vec::new();
+    while seen.len() < n {
+        let event = tokio::time::timeout(Duration::from_secs(5), watch.next_event())
+            .await
+            .expect("event in time")
+            .expect("stream open")
+            .expect("no error");
+        seen.push((event.zxid, event.path));
+    }
+    seen
+}
+
+#[tokio::test]
+async fn t30_watch_resumes_mid_txn_without_loss_or_duplicates() {
+    let (endpoint, state) = fake::start().await;
+    {
+        let mut s = state.lock().expect("lock");
+        // zxid 2 is one txn with three events (a multi).
+        s.log = vec![
+            event(1, "/a"),
+            event(2, "/m1"),
+            event(2, "/m2"),
+            event(2, "/m3"),
+            event(3, "/b"),
+        ];
+        // The first stream breaks after two of zxid 2's three events...
+        let reset = tonic::Status::unavailable("connection reset");
+        s.watch_breaks.insert(0, (3, reset));
+        // ...and the second before it replays anything.
+        let slow = concord_status(ErrorCode::SlowConsumer, tonic::Code::ResourceExhausted, "2");
+        s.watch_breaks.insert(1, (0, slow));
+    }
+    let client = Client::connect(endpoint).await.expect("connect");
+    let mut watch = client.watch(resuming("/")).await.expect("watch");
+    let seen = next_events(&mut watch, 5).await;
+    let want: Vec<(u64, String)> = [(1, "/a"), (2, "/m1"), (2, "/m2"), (2, "/m3"), (3, "/b")]
+        .iter()
+        .map(|(z, p)| (*z, p.to_string()))
+        .collect();
+    assert_eq!(seen, want);
+    assert_eq!(watch.resumes(), 2);
+    assert_eq!(watch.last_zxid(), Some(3));
+    let starts = state.lock().expect("lock").watch_starts.clone();
+    assert_eq!(starts, vec![Some(0), Some(1), Some(1)]);
+}
+
+#[tokio::test]
+async fn t31_watch_resumes_after_a_complete_txn_from_its_zxid() {
+    let (endpoint, state) = fake::start().await;
+    {
+        let mut s = state.lock().expect("lock");
+        s.log = vec![event(1, "/a"), event(2, "/b"), event(3, "/c")];
+        s.watch_breaks
+            .insert(0, (2, tonic::Status::unavailable("gone")));
+    }
+    let client = Client::connect(endpoint).await.expect("connect");
+    let mut watch = client.watch(resuming("/")).await.expect("watch");
+    let seen = next_events(&mut watch, 3).await;
+    let zxids: Vec<u64> = seen.iter().map(|(z, _)| *z).collect();
+    assert_eq!(zxids, [1, 2, 3]);
+    // Zxid 2 had one event and may have had more: resume from 1 and skip it.
+    assert_eq!(
+        state.lock().expect("lock").watch_starts,
+        vec![Some(0), Some(1)]
+    );
+}
+
+#[tokio::test]
+async fn t32_non_retryable_watch_error_ends_the_watch() {
+    let (endpoint, state) = fake::start().await;
+    {
+        let mut s = state.lock().expect("lock");
+        s.log = vec![event(1, "/a"), event(2, "/b")];
+        let compacted =
+            concord_status(ErrorCode::ZxidCompacted, tonic::Code::OutOfRange, "too old");
+        s.watch_breaks.insert(0, (1, compacted));
+    }
+    let client = Client::connect(endpoint).await.expect("connect");
+    let mut watch = client.watch(resuming("/")).await.expect("watch");
+    assert!(matches!(watch.next().await, Some(Ok(Msg::Started(_)))));
+    assert!(matches!(watch.next().await, Some(Ok(Msg::Event(_)))));
+    let err = watch.next().await.expect("an item").expect_err("the error");
+    assert_eq!(err.code(), ErrorCode::ZxidCompacted);
+    assert!(watch.next().await.is_none());
+    assert_eq!(watch.resumes(), 0);
+}
+
+#[tokio::test]
+async fn t33_plain_watch_ends_on_the_first_error() {
+    let (endpoint, state) = fake::start().await;
+    {
+        let mut s = state.lock().expect("lock");
+        s.log = vec![event(1, "/a"), event(2, "/b")];
+        s.watch_breaks
+            .insert(0, (1, tonic::Status::unavailable("gone")));
+    }
+    let client = Client::connect(endpoint).await.expect("connect");
+    let options = WatchOptions {
+        start_zxid: Some(0),
+        ..WatchOptions::path("/")
+    };
+    let mut watch = client.watch(options).await.expect("watch");
+    let first = watch.next_event().await.expect("item").expect("event");
+    assert_eq!(first.zxid, 1);
+    let err = watch.next_event().await.expect("item").expect_err("error");
+    assert_eq!(err.code(), ErrorCode::Unavailable);
+    assert!(watch.next_event().await.is_none());
+    assert_eq!(state.lock().expect("lock").watch_starts.len(), 1);
+}
