@@ -174,7 +174,7 @@ impl Client {
         let req = options::get_request(path, read);
         let resp = self.tree().get(req).await.map_err(read_err)?.into_inner();
         Ok(NodeData {
-            data: resp.data,
+            data: resp.data.to_vec(),
             stat: resp.stat.unwrap_or_default(),
             zxid: zxid(&resp.header),
         })

@@ -19,7 +19,7 @@ pub fn create_with_ttl(
 ) -> Op {
     wrap(op::Op::Create(CreateOp {
         path: path.into(),
-        data: data.into(),
+        data: Vec::<u8>::from(data.into()).into(),
         mode: mode as i32,
         ttl_ms,
     }))
@@ -29,7 +29,7 @@ pub fn create_with_ttl(
 pub fn set(path: impl Into<String>, data: impl Into<Vec<u8>>, version: i32) -> Op {
     wrap(op::Op::Set(SetOp {
         path: path.into(),
-        data: data.into(),
+        data: Vec::<u8>::from(data.into()).into(),
         version,
     }))
 }
@@ -64,7 +64,7 @@ mod tests {
         match op.op {
             Some(op::Op::Create(c)) => {
                 assert_eq!(c.path, "/a");
-                assert_eq!(c.data, b"x");
+                assert_eq!(&c.data[..], b"x");
                 assert_eq!(c.mode, CreateMode::EphemeralSequential as i32);
                 assert_eq!(c.ttl_ms, 0);
             }

@@ -202,7 +202,7 @@ impl RetryPolicy {
 pub(crate) fn create_request(path: &str, data: Vec<u8>, options: &CreateOptions) -> CreateRequest {
     CreateRequest {
         path: path.to_string(),
-        data,
+        data: data.into(),
         mode: options.mode as i32,
         session_id: options.session_id,
         ttl_ms: options.ttl_ms,
@@ -235,7 +235,7 @@ pub(crate) fn set_request(
 ) -> SetRequest {
     SetRequest {
         path: path.to_string(),
-        data,
+        data: data.into(),
         version,
         session_id: write.session_id,
         request_id: write.request_id,

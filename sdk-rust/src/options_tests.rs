@@ -17,7 +17,7 @@ fn create_options_fill_every_field() {
     };
     let req = create_request("/a/b-", b"data".to_vec(), &options);
     assert_eq!(req.path, "/a/b-");
-    assert_eq!(req.data, b"data");
+    assert_eq!(&req.data[..], b"data");
     assert_eq!(req.mode, CreateMode::PersistentSequentialWithTtl as i32);
     assert_eq!(req.session_id, 5);
     assert_eq!(req.ttl_ms, 1234);

@@ -112,7 +112,7 @@ impl Tree for Fake {
         }
         state.zxid += 1;
         let zxid = state.zxid;
-        state.nodes.insert(req.path.clone(), req.data.clone());
+        state.nodes.insert(req.path.clone(), req.data.to_vec());
         let stat = Stat {
             czxid: zxid,
             mzxid: zxid,
@@ -140,7 +140,7 @@ impl Tree for Fake {
         };
         Ok(Response::new(GetResponse {
             header: header(state.zxid),
-            data: data.clone(),
+            data: data.clone().into(),
             stat: Some(Stat {
                 data_length: data.len() as u32,
                 ..Stat::default()

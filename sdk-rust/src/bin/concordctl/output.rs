@@ -103,7 +103,7 @@ mod tests {
             zxid: 12,
             kind: EventKind::DataChanged as i32,
             path: "/a".into(),
-            data: b"v2".to_vec(),
+            data: b"v2".to_vec().into(),
             ..WatchEvent::default()
         };
         assert_eq!(event_line(&event, false), "12 DATA_CHANGED /a");
