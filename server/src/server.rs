@@ -13,6 +13,9 @@ use tokio_stream::wrappers::TcpListenerStream;
 use crate::config::{Config, ConfigError};
 use crate::replica::{Replica, StartError};
 
+/// How long a stopping server lets requests in flight finish.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -50,27 +53,44 @@ pub async fn run(
         .add_service(health_service);
     let addr = listener.local_addr().ok();
     tracing::info!(?addr, server_id = config.server_id, "serving");
-    let fatal = {
-        let replica = replica.clone();
-        async move { replica.fatal().await }
-    };
-    let (fatal_tx, mut fatal_rx) = tokio::sync::oneshot::channel();
-    let stop = async move {
-        tokio::select! {
-            () = shutdown => {}
-            reason = fatal => { let _ = fatal_tx.send(reason); }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = stop_rx.await;
+        });
+    tokio::pin!(server);
+    let mut fatal = None;
+    let served = tokio::select! {
+        served = &mut server => served,
+        () = shutdown => drain(server, stop_tx).await,
+        reason = replica.fatal() => {
+            fatal = Some(reason);
+            drain(server, stop_tx).await
         }
     };
-    let served = tonic::transport::Server::builder()
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stop)
-        .await;
     replica.shutdown();
     served?;
-    match fatal_rx.try_recv() {
-        Ok(reason) => Err(RunError::Fatal(reason)),
-        Err(_) => {
+    match fatal {
+        Some(reason) => Err(RunError::Fatal(reason)),
+        None => {
             tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Stops accepting, lets requests in flight finish for at most `DRAIN_TIMEOUT`, then
+/// drops whatever is left (long-lived streams end with the connection).
+async fn drain<F>(server: std::pin::Pin<&mut F>, stop: tokio::sync::oneshot::Sender<()>) -> Result<(), tonic::transport::Error>
+where
+    F: Future<Output = Result<(), tonic::transport::Error>>,
+{
+    let _ = stop.send(());
+    match tokio::time::timeout(DRAIN_TIMEOUT, server).await {
+        Ok(served) => served,
+        Err(_) => {
+            tracing::info!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
             Ok(())
         }
     }

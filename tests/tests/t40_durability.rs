@@ -108,9 +108,13 @@ async fn t40_restart_from_snapshot_and_log_with_a_torn_tail() {
     let torn = concord_server::storage::tear_last_log_entry(&server.redb_path()).unwrap();
     assert_eq!(torn, last);
     server.restart();
-    let log = server.log();
-    assert!(log.contains("cut a torn or corrupt log tail"), "{log}");
     let mut tree = server.tree().await;
+    // The cut is reported in the log.
+    concord_tests::eventually("the tail cut is logged", Duration::from_secs(10), || {
+        let cut = server.log().contains("cut a torn or corrupt log tail");
+        async move { cut.then_some(()) }
+    })
+    .await;
     for n in 0..99 {
         let r = tree
             .get(pb::GetRequest {

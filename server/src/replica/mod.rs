@@ -226,7 +226,7 @@ impl Replica {
 
     /// Stops the runtime: queued writes are refused, tasks end.
     pub fn shutdown(&self) {
-        self.shared.set_fatal("the server is shutting down".into());
+        self.shared.stop("the server is shutting down".into());
     }
 
     /// The configured tick.
@@ -244,9 +244,14 @@ impl Shared {
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records that the server must stop; the first reason wins.
+    /// Records that the server must stop because something broke.
     fn set_fatal(&self, reason: String) {
         tracing::error!(%reason, "fatal: the server stops serving");
+        self.stop(reason);
+    }
+
+    /// Records that the server stops; the first reason wins.
+    fn stop(&self, reason: String) {
         self.fatal.send_if_modified(|f| {
             if f.is_none() {
                 *f = Some(reason);
