@@ -4,3 +4,4 @@
 pub mod storage;
 pub mod tree;
 pub mod txn;
+pub mod watch;
