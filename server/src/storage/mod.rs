@@ -5,6 +5,21 @@
 //!
 //! What it must not do: know Zab's rules or the tree's semantics; it stores opaque
 //! snapshots and txns it can check (crc) but does not interpret.
+//!
+//! ```text
+//!   zab/runtime ──append(batch)──▶ Storage ──one fsync per batch──▶ log
+//!               ──save_snapshot──▶         ──chunked commits──────▶ snapshots
+//!   start-up   ◀──load_snapshot + read_after(snapshot zxid)──
+//! ```
+
+pub mod memory;
+pub mod redb;
+
+#[cfg(test)]
+mod conformance;
+
+pub use memory::MemStorage;
+pub use redb::{tear_last_log_entry, OpenReport, RedbStorage, TailCut};
 
 use crate::txn::{Txn, Zxid};
 
@@ -47,4 +62,20 @@ pub trait Storage: Send + Sync + 'static {
     /// A durable named u64 (accepted_epoch, current_epoch, ...).
     fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError>;
     fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError>;
+}
+
+/// Checks the append contract shared by every backend: zxids strictly increase within
+/// the batch and the first exceeds `last`. Err(Misuse) names the offending zxid.
+pub(crate) fn check_append_order(last: Zxid, txns: &[Txn]) -> Result<(), StorageError> {
+    let mut prev = last;
+    for txn in txns {
+        if txn.zxid <= prev {
+            return Err(StorageError::Misuse(format!(
+                "append out of order: zxid {:#x} after {:#x}",
+                txn.zxid, prev
+            )));
+        }
+        prev = txn.zxid;
+    }
+    Ok(())
 }

@@ -1,7 +1,48 @@
-//! Applying txns. Stub: the tree helper fills this in.
+//! Applying txns: the zxid rule, retry de-duplication, and dispatch to the ops.
+//!
+//! ```text
+//!   apply(txn) ─▶ zxid > last_zxid? ─no─▶ Err(BadArguments), nothing changes
+//!                  │yes
+//!                  ▼
+//!              retry of a remembered (session, request)? ─yes─▶ stored outcome
+//!                  │no
+//!                  ▼
+//!              ops.rs / sessions.rs ─▶ result + events ─▶ remember outcome
+//! ```
+//!
+//! A txn that fails deterministically (NoNode, BadVersion, ...) still consumes its
+//! zxid: `last_zxid` becomes the txn's zxid, exactly as on every other server, so the
+//! log and the tree agree on how far they are. Nothing else changes and no event is
+//! produced (the failure is remembered for retries, when the txn carries a request id).
+//!
+//! What it must not do: IO, clocks, randomness, panics.
+
+use std::sync::Arc;
 
 use super::*;
-use crate::txn::Txn;
+use crate::txn::{Txn, TxnOp};
+
+/// What every op of one txn needs to know about the txn.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ctx {
+    pub(crate) zxid: Zxid,
+    pub(crate) time_ms: i64,
+    pub(crate) session_id: u64,
+}
+
+impl Ctx {
+    /// An event of this txn.
+    pub(crate) fn event(&self, kind: EventKind, path: &str, stat: Stat) -> Event {
+        Event {
+            zxid: self.zxid,
+            kind,
+            path: Arc::from(path),
+            data: Bytes::new(),
+            prev_data: Bytes::new(),
+            stat,
+        }
+    }
+}
 
 impl Default for DataTree {
     fn default() -> Self {
@@ -10,63 +51,133 @@ impl Default for DataTree {
 }
 
 impl DataTree {
-    /// A tree holding only the root "/".
+    /// A tree holding only the root "/" (all-zero stat, persistent, no data).
     pub fn new() -> Self {
-        todo!("tree helper")
+        let mut nodes = imbl::HashMap::new();
+        nodes.insert("/".to_string(), Node::root());
+        DataTree {
+            nodes,
+            sessions: imbl::OrdMap::new(),
+            last_zxid: 0,
+            reap_candidates: imbl::OrdSet::new(),
+        }
     }
 
     /// Applies one committed txn (zxid must be above `last_zxid()`).
+    ///
+    /// A txn whose zxid is not above `last_zxid()` yields `BadArguments` and changes
+    /// nothing at all. Any other failure consumes the zxid (see the module doc).
     pub fn apply(&mut self, txn: &Txn) -> Applied {
-        let _ = txn;
-        todo!("tree helper")
+        if txn.zxid <= self.last_zxid {
+            let msg = format!(
+                "zxid {:#x} is not above the last applied {:#x}",
+                txn.zxid, self.last_zxid
+            );
+            return failed(TreeError::BadArguments(msg));
+        }
+        self.last_zxid = txn.zxid;
+        if let Some(result) = self.remembered(txn) {
+            return Applied {
+                result,
+                events: Vec::new(),
+            };
+        }
+        let ctx = Ctx {
+            zxid: txn.zxid,
+            time_ms: txn.time_ms,
+            session_id: txn.session_id,
+        };
+        let mut events = Vec::new();
+        let result = self.apply_op(&txn.op, &ctx, &mut events);
+        if result.is_err() {
+            events.clear();
+        }
+        self.remember(txn, &result);
+        Applied { result, events }
     }
 
+    /// Runs the op of a txn whose zxid is accepted.
+    fn apply_op(
+        &mut self,
+        op: &TxnOp,
+        ctx: &Ctx,
+        events: &mut Vec<Event>,
+    ) -> Result<TxnResult, TreeError> {
+        match op {
+            TxnOp::Create(op) => {
+                let (path, stat) = self.create(op, ctx, events)?;
+                Ok(TxnResult::Created { path, stat })
+            }
+            TxnOp::Set(op) => {
+                let stat = self.set(op, ctx, events)?;
+                Ok(TxnResult::Set { stat })
+            }
+            TxnOp::Delete(op) => {
+                self.delete(op, ctx, events)?;
+                Ok(TxnResult::Deleted)
+            }
+            TxnOp::Multi(ops) => Ok(TxnResult::Multi(self.multi(ops, ctx, events)?)),
+            TxnOp::OpenSession { ttl_ms } => self.open_session(*ttl_ms, ctx),
+            TxnOp::CloseSession { session_id, .. } => self.close_session(*session_id, ctx, events),
+            TxnOp::Reap { path } => {
+                self.reap(path, ctx, events)?;
+                Ok(TxnResult::Reaped)
+            }
+        }
+    }
+
+    /// The stored outcome, if `txn` retries a request its session remembers.
+    fn remembered(&self, txn: &Txn) -> Option<Result<TxnResult, TreeError>> {
+        if txn.session_id == 0 || txn.request_id == 0 {
+            return None;
+        }
+        let session = self.sessions.get(&txn.session_id)?;
+        session
+            .recent
+            .iter()
+            .rev()
+            .find(|(request_id, _)| *request_id == txn.request_id)
+            .map(|(_, result)| result.clone())
+    }
+
+    /// Remembers the outcome of a txn carrying a request id, if its session (still)
+    /// exists, keeping at most `RECENT_REQUESTS_MAX` per session.
+    fn remember(&mut self, txn: &Txn, result: &Result<TxnResult, TreeError>) {
+        if txn.session_id == 0 || txn.request_id == 0 {
+            return;
+        }
+        let Some(session) = self.sessions.get_mut(&txn.session_id) else {
+            return;
+        };
+        session.recent.push_back((txn.request_id, result.clone()));
+        while session.recent.len() > RECENT_REQUESTS_MAX {
+            session.recent.pop_front();
+        }
+    }
+
+    /// The zxid of the last txn applied, failed or not (0 for a new tree).
     pub fn last_zxid(&self) -> Zxid {
         self.last_zxid
     }
+}
 
-    pub fn get(&self, path: &str) -> Option<NodeView> {
-        let _ = path;
-        todo!("tree helper")
+/// The outcome of a txn that did not apply.
+fn failed(error: TreeError) -> Applied {
+    Applied {
+        result: Err(error),
+        events: Vec::new(),
     }
+}
 
-    /// Up to `limit` (0: all) children of `path` with names > `after`, sorted, with stats.
-    /// None if `path` does not exist.
-    pub fn children(&self, path: &str, after: &str, limit: usize) -> Option<Vec<(String, Stat)>> {
-        let _ = (path, after, limit);
-        todo!("tree helper")
-    }
-
-    pub fn node_count(&self) -> usize {
-        self.nodes.len()
-    }
-
-    pub fn session(&self, session_id: u64) -> Option<&SessionEntry> {
-        self.sessions.get(&session_id)
-    }
-
-    /// Live sessions in id order.
-    pub fn sessions(&self) -> impl Iterator<Item = (u64, &SessionEntry)> {
-        self.sessions.iter().map(|(id, s)| (*id, s))
-    }
-
-    /// `path` and, if `recursive`, every node below it, parents before children,
-    /// siblings sorted. Empty if `path` does not exist.
-    pub fn walk(&self, path: &str, recursive: bool) -> Vec<(String, NodeView)> {
-        let _ = (path, recursive);
-        todo!("tree helper")
-    }
-
-    /// Paths the leader should reap at `now_ms`: empty containers that have had a
-    /// child, and empty TTL nodes unmodified for their TTL. Sorted.
-    pub fn reapable(&self, now_ms: i64) -> Vec<String> {
-        let _ = now_ms;
-        todo!("tree helper")
-    }
-
-    /// A deterministic digest of the whole replicated state (nodes, sessions,
-    /// last_zxid): equal trees have equal digests on every server.
-    pub fn digest(&self) -> u64 {
-        todo!("tree helper")
+impl Node {
+    /// The root node: persistent, empty, all-zero stat.
+    pub(crate) fn root() -> Node {
+        Node {
+            data: Bytes::new(),
+            stat: Stat::default(),
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+            children: imbl::OrdSet::new(),
+        }
     }
 }

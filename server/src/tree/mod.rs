@@ -4,7 +4,8 @@
 //! `DataTree::apply(txn) -> Applied { result, events }` is a pure, deterministic
 //! function of (tree, txn): no IO, no clock, no randomness. Every server applying the
 //! same txns reaches the same tree (`digest()` proves it). It never panics on any
-//! txn: a txn that cannot apply yields a `TreeError` and changes nothing.
+//! txn: a txn that cannot apply yields a `TreeError` and changes nothing but
+//! `last_zxid` (a failed txn still consumed its zxid; see apply.rs).
 //!
 //! The replicated session table lives here too, because ephemeral nodes and retry
 //! de-duplication depend on it at apply time. Deadlines (liveness) do not: they are
@@ -18,7 +19,14 @@
 pub mod path;
 
 mod apply;
+mod digest;
+mod ops;
+mod read;
+mod sessions;
 mod snapshot;
+mod stored;
+#[cfg(test)]
+mod tests;
 
 pub use snapshot::SnapshotError;
 
@@ -89,13 +97,23 @@ pub enum OpResult {
 /// Outcome of a txn that applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TxnResult {
-    Created { path: String, stat: Stat },
-    Set { stat: Stat },
+    Created {
+        path: String,
+        stat: Stat,
+    },
+    Set {
+        stat: Stat,
+    },
     Deleted,
     Multi(Vec<OpResult>),
-    SessionOpened { session_id: u64, ttl_ms: i64 },
+    SessionOpened {
+        session_id: u64,
+        ttl_ms: i64,
+    },
     /// The ephemeral paths the close deleted, sorted.
-    SessionClosed { ephemerals: Vec<String> },
+    SessionClosed {
+        ephemerals: Vec<String>,
+    },
     /// A housekeeping delete happened.
     Reaped,
 }
@@ -179,4 +197,8 @@ pub struct DataTree {
     pub(crate) sessions: imbl::OrdMap<u64, SessionEntry>,
     /// The zxid of the last txn applied (0 for an empty tree).
     pub(crate) last_zxid: Zxid,
+    /// Paths of every Container and TTL node: the only nodes `reapable` must look at,
+    /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
+    /// Derived from `nodes`; not in snapshots.
+    pub(crate) reap_candidates: imbl::OrdSet<String>,
 }

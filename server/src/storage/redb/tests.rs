@@ -1,0 +1,253 @@
+//! Tests of the redb backend: the conformance suite, plus what only a file can show
+//! (reopen, torn tails, corrupt snapshots, interrupted snapshot saves).
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use ::redb::{Database, ReadableDatabase, ReadableTable};
+use tempfile::TempDir;
+
+use super::snapshot::CHUNK_BYTES;
+use super::{write_durably, RedbStorage, LOG, SNAP_CHUNKS};
+use crate::storage::conformance::{conformance_tests, pattern, txn, txns};
+use crate::storage::{tear_last_log_entry, Storage, StorageError, TailCut};
+
+fn make_store() -> (RedbStorage, TempDir) {
+    let dir = TempDir::new().unwrap();
+    let (store, report) = RedbStorage::open(&dir.path().join("concord.redb")).unwrap();
+    assert_eq!(report, Default::default());
+    (store, dir)
+}
+
+conformance_tests!(make_store);
+
+fn db_path(dir: &TempDir) -> PathBuf {
+    dir.path().join("concord.redb")
+}
+
+fn reopen(path: &Path) -> (RedbStorage, super::OpenReport) {
+    RedbStorage::open(path).unwrap()
+}
+
+fn zxids(s: &RedbStorage) -> Vec<u64> {
+    s.read_after(0, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|t| t.zxid)
+        .collect()
+}
+
+#[test]
+fn a_batch_is_one_commit() {
+    let (s, _dir) = make_store();
+    let before = s.commits_total();
+    s.append(&txns(1..=64)).unwrap();
+    assert_eq!(s.commits_total() - before, 1);
+    assert!(s.append(&txns([3])).is_err());
+    assert_eq!(
+        s.commits_total() - before,
+        1,
+        "a rejected batch commits nothing"
+    );
+}
+
+#[test]
+fn reopen_keeps_everything() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    let big = pattern(CHUNK_BYTES * 5 + 3, 9);
+    {
+        let (s, _) = reopen(&path);
+        s.append(&txns(1..=40)).unwrap();
+        s.save_snapshot(10, b"ten").unwrap();
+        s.save_snapshot(30, &big).unwrap();
+        s.purge(1).unwrap();
+        s.set_u64("accepted_epoch", 4).unwrap();
+    }
+    let (s, report) = reopen(&path);
+    assert_eq!(report, Default::default());
+    assert_eq!(zxids(&s), (31..=40).collect::<Vec<_>>());
+    assert_eq!(s.read_after(39, 5).unwrap(), vec![txn(40)]);
+    assert_eq!(s.snapshots().unwrap(), vec![30]);
+    assert_eq!(s.load_snapshot(30).unwrap(), big);
+    assert_eq!(s.log_start().unwrap(), 30);
+    assert_eq!(s.last_zxid().unwrap(), 40);
+    assert_eq!(s.get_u64("accepted_epoch").unwrap(), Some(4));
+    assert!(matches!(
+        s.append(&txns([40])),
+        Err(StorageError::Misuse(_))
+    ));
+    s.append(&txns([41])).unwrap();
+}
+
+#[test]
+fn torn_tail_is_cut_on_open_and_reported() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    reopen(&path).0.append(&txns(1..=8)).unwrap();
+    assert_eq!(tear_last_log_entry(&path).unwrap(), 8);
+    let (s, report) = reopen(&path);
+    let cut = report.tail_cut.expect("the torn entry is reported");
+    assert_eq!(cut.first_bad_zxid, 8);
+    assert_eq!(cut.entries_removed, 1);
+    assert_eq!(zxids(&s), (1..=7).collect::<Vec<_>>());
+    assert_eq!(s.last_zxid().unwrap(), 7);
+    s.append(&txns([8])).unwrap();
+    drop(s);
+    assert_eq!(reopen(&path).1.tail_cut, None, "the cut was durable");
+}
+
+/// Overwrites the raw log value at `zxid`.
+fn put_raw_log(path: &Path, zxid: u64, value: &[u8]) {
+    let db = Database::create(path).unwrap();
+    write_durably(&db, "test", |wtx| {
+        wtx.open_table(LOG).unwrap().insert(zxid, value).unwrap();
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_bad_entry_cuts_everything_after_it() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    reopen(&path).0.append(&txns(1..=10)).unwrap();
+    let mut flipped = super::frame_txn(&txn(6));
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x40;
+    put_raw_log(&path, 6, &flipped);
+    let (s, report) = reopen(&path);
+    let cut = report.tail_cut.unwrap();
+    assert_eq!((cut.first_bad_zxid, cut.entries_removed), (6, 5));
+    assert!(cut.reason.contains("crc"), "{}", cut.reason);
+    assert_eq!(zxids(&s), vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn an_entry_under_the_wrong_key_is_cut() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    reopen(&path).0.append(&txns(1..=3)).unwrap();
+    put_raw_log(&path, 3, &super::frame_txn(&txn(99)));
+    let (s, report) = reopen(&path);
+    let TailCut {
+        first_bad_zxid,
+        entries_removed,
+        ..
+    } = report.tail_cut.unwrap();
+    assert_eq!((first_bad_zxid, entries_removed), (3, 1));
+    assert_eq!(zxids(&s), vec![1, 2]);
+}
+
+#[test]
+fn corrupt_entry_below_a_snapshot_is_an_error_on_read() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    {
+        let (s, _) = reopen(&path);
+        s.append(&txns(1..=4)).unwrap();
+        s.save_snapshot(4, b"four").unwrap();
+    }
+    put_raw_log(&path, 2, b"junk");
+    let (s, report) = reopen(&path);
+    assert_eq!(
+        report.tail_cut, None,
+        "only the log after the snapshot is validated"
+    );
+    assert!(matches!(s.read_after(0, 10), Err(StorageError::Corrupt(_))));
+    assert_eq!(s.read_after(2, 10).unwrap(), txns([3, 4]));
+}
+
+#[test]
+fn corrupt_snapshot_is_detected() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    let data = pattern(CHUNK_BYTES + 100, 3);
+    reopen(&path).0.save_snapshot(5, &data).unwrap();
+    let db = Database::create(&path).unwrap();
+    write_durably(&db, "test", |wtx| {
+        let mut chunks = wtx.open_table(SNAP_CHUNKS).unwrap();
+        let mut chunk = chunks.get((5, 1)).unwrap().unwrap().value().to_vec();
+        chunk[10] ^= 1;
+        chunks.insert((5, 1), chunk.as_slice()).unwrap();
+        Ok(())
+    })
+    .unwrap();
+    drop(db);
+    let (s, _) = reopen(&path);
+    assert_eq!(s.snapshots().unwrap(), vec![5]);
+    let err = s.load_snapshot(5).unwrap_err();
+    assert!(
+        matches!(err, StorageError::Corrupt(ref m) if m.contains("crc")),
+        "{err}"
+    );
+}
+
+#[test]
+fn incomplete_snapshot_is_removed_on_open() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    {
+        let (s, _) = reopen(&path);
+        s.append(&txns(1..=3)).unwrap();
+        s.save_snapshot(2, b"complete").unwrap();
+    }
+    let db = Database::create(&path).unwrap();
+    write_durably(&db, "test", |wtx| {
+        let mut chunks = wtx.open_table(SNAP_CHUNKS).unwrap();
+        chunks.insert((3, 0), b"half of".as_slice()).unwrap();
+        chunks.insert((3, 1), b"a snapshot".as_slice()).unwrap();
+        Ok(())
+    })
+    .unwrap();
+    drop(db);
+    let (s, report) = reopen(&path);
+    assert_eq!(report.incomplete_snapshots_removed, vec![3]);
+    assert_eq!(s.snapshots().unwrap(), vec![2]);
+    assert_eq!(s.load_snapshot(2).unwrap(), b"complete");
+    drop(s);
+    let db = Database::create(&path).unwrap();
+    let rtx = db.begin_read().unwrap();
+    let chunks = rtx.open_table(SNAP_CHUNKS).unwrap();
+    let left: Vec<(u64, u32)> = chunks
+        .range::<(u64, u32)>(..)
+        .unwrap()
+        .map(|e| e.unwrap().0.value())
+        .collect();
+    assert_eq!(
+        left,
+        vec![(2, 0)],
+        "only the complete snapshot's chunk is left"
+    );
+}
+
+#[test]
+fn tearing_an_empty_log_is_misuse() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    drop(reopen(&path));
+    assert!(matches!(
+        tear_last_log_entry(&path),
+        Err(StorageError::Misuse(_))
+    ));
+}
+
+/// A micro-measurement, not a test: prints what a commit costs here. Run with
+/// `cargo test -p concord-server storage::redb::tests::measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_append_batches() {
+    let (s, _dir) = make_store();
+    let mut next = 1u64;
+    for batch in [1u64, 64, 1000] {
+        let rounds = 50u64;
+        let started = Instant::now();
+        for _ in 0..rounds {
+            s.append(&txns(next..next + batch)).unwrap();
+            next += batch;
+        }
+        let per_commit = started.elapsed() / rounds as u32;
+        println!("batch {batch:>4}: {per_commit:?} per commit");
+    }
+}

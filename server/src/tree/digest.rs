@@ -1,0 +1,143 @@
+//! A deterministic digest of the replicated state, to prove two servers agree.
+//!
+//! ```text
+//!   digest = H(last_zxid, node count, Σ H(node), sessions in id order)
+//! ```
+//!
+//! Nodes live in a hash map whose iteration order differs from process to process, so
+//! each node is hashed on its own (path, data, stat, mode, ttl) and the node hashes are
+//! added (wrapping): the sum does not depend on order, costs O(n) with no sort and no
+//! allocation. Children sets are implied by the paths. Sessions are in an ordered map
+//! and are hashed in id order, with their ephemerals and remembered outcomes.
+//!
+//! The hash is written here (not std's `DefaultHasher`, whose algorithm may change
+//! between Rust releases; not `Hash` impls, whose byte feeding is unspecified): every
+//! field goes in as little-endian 64-bit words, so every build on every platform
+//! computes the same value. It detects divergence; it is not cryptographic.
+//!
+//! What it must not do: depend on hash-map order, pointer values or the platform.
+
+use super::*;
+
+/// Multiplier of the word mixer (odd, from the golden ratio).
+const MIX_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Initial state (FNV-1a's 64-bit offset basis).
+const SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// A small fixed hasher over 64-bit words with a strong final mix.
+pub(crate) struct DigestHasher {
+    state: u64,
+}
+
+impl DigestHasher {
+    pub(crate) fn new() -> Self {
+        DigestHasher { state: SEED }
+    }
+
+    pub(crate) fn u64(&mut self, word: u64) {
+        self.state = (self.state.rotate_left(23) ^ word).wrapping_mul(MIX_MUL);
+    }
+
+    pub(crate) fn i64(&mut self, value: i64) {
+        self.u64(u64::from_le_bytes(value.to_le_bytes()));
+    }
+
+    /// Length-prefixed bytes, so ("ab", "c") and ("a", "bc") differ.
+    pub(crate) fn bytes(&mut self, bytes: &[u8]) {
+        self.u64(bytes.len() as u64);
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            let mut buf = [0u8; 8];
+            buf.copy_from_slice(word);
+            self.u64(u64::from_le_bytes(buf));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.u64(u64::from_le_bytes(buf));
+        }
+    }
+
+    /// The state after a full avalanche (MurmurHash3's fmix64).
+    pub(crate) fn finish(&self) -> u64 {
+        let mut h = self.state;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
+impl DataTree {
+    /// A deterministic digest of the whole replicated state (nodes, sessions,
+    /// last_zxid): equal trees have equal digests on every server. O(n).
+    pub fn digest(&self) -> u64 {
+        let nodes_sum = self.nodes.iter().fold(0u64, |sum, (path, node)| {
+            sum.wrapping_add(node_hash(path, node))
+        });
+        let mut h = DigestHasher::new();
+        h.u64(self.last_zxid);
+        h.u64(self.nodes.len() as u64);
+        h.u64(nodes_sum);
+        h.u64(self.sessions.len() as u64);
+        let mut buf = Vec::new();
+        for (id, session) in self.sessions.iter() {
+            h.u64(*id);
+            h.i64(session.ttl_ms);
+            h.u64(session.ephemerals.len() as u64);
+            for path in session.ephemerals.iter() {
+                h.bytes(path.as_bytes());
+            }
+            h.u64(session.recent.len() as u64);
+            for (request_id, result) in session.recent.iter() {
+                h.u64(*request_id);
+                buf.clear();
+                // Encoding plain data into a Vec cannot fail; if it did, the empty
+                // buffer still hashes the same on every server.
+                buf = postcard::to_extend(result, buf).unwrap_or_default();
+                h.bytes(&buf);
+            }
+        }
+        h.finish()
+    }
+}
+
+/// The hash of one node, independent of every other node.
+fn node_hash(path: &str, node: &Node) -> u64 {
+    let mut h = DigestHasher::new();
+    h.bytes(path.as_bytes());
+    h.bytes(&node.data);
+    stat_words(&mut h, &node.stat);
+    h.u64(mode_code(node.mode));
+    h.i64(node.ttl_ms);
+    h.finish()
+}
+
+fn stat_words(h: &mut DigestHasher, stat: &Stat) {
+    h.u64(stat.czxid);
+    h.u64(stat.mzxid);
+    h.u64(stat.pzxid);
+    h.i64(stat.ctime_ms);
+    h.i64(stat.mtime_ms);
+    h.i64(i64::from(stat.version));
+    h.i64(stat.cversion);
+    h.i64(i64::from(stat.aversion));
+    h.u64(stat.ephemeral_owner);
+    h.u64(u64::from(stat.data_length));
+    h.u64(u64::from(stat.num_children));
+}
+
+/// A fixed number per mode (not the enum's memory layout).
+fn mode_code(mode: CreateMode) -> u64 {
+    match mode {
+        CreateMode::Persistent => 1,
+        CreateMode::Ephemeral => 2,
+        CreateMode::PersistentSequential => 3,
+        CreateMode::EphemeralSequential => 4,
+        CreateMode::Container => 5,
+        CreateMode::PersistentWithTtl => 6,
+        CreateMode::PersistentSequentialWithTtl => 7,
+    }
+}

@@ -1,0 +1,107 @@
+//! Reads of the tree: one node, a page of children, a subtree walk, reap candidates.
+//!
+//! Reads never change the tree and never validate paths: an invalid path simply does
+//! not exist. Each costs what it returns (plus O(log n) lookups), never a tree scan.
+//!
+//! What it must not do: mutate, allocate beyond what it returns.
+
+use std::ops::Bound;
+
+use super::ops::qualifies_for_reap;
+use super::path;
+use super::*;
+
+impl DataTree {
+    /// The node at `path`, if any.
+    pub fn get(&self, path: &str) -> Option<NodeView> {
+        self.nodes.get(path).map(Node::view)
+    }
+
+    /// Up to `limit` (0: all) children of `path` with names > `after`, sorted, with stats.
+    /// None if `path` does not exist.
+    pub fn children(&self, path: &str, after: &str, limit: usize) -> Option<Vec<(String, Stat)>> {
+        let node = self.nodes.get(path)?;
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let mut child_path = path::join(path, "");
+        let prefix_len = child_path.len();
+        let range = (Bound::Excluded(after), Bound::Unbounded);
+        let mut out = Vec::with_capacity(node.children.len().min(limit));
+        for name in node.children.range::<_, str>(range).take(limit) {
+            child_path.truncate(prefix_len);
+            child_path.push_str(name);
+            if let Some(child) = self.nodes.get(&child_path) {
+                out.push((name.clone(), child.stat));
+            }
+        }
+        Some(out)
+    }
+
+    /// How many nodes the tree holds, the root included.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// A live session, if `session_id` is one.
+    pub fn session(&self, session_id: u64) -> Option<&SessionEntry> {
+        self.sessions.get(&session_id)
+    }
+
+    /// Live sessions in id order.
+    pub fn sessions(&self) -> impl Iterator<Item = (u64, &SessionEntry)> {
+        self.sessions.iter().map(|(id, s)| (*id, s))
+    }
+
+    /// `path` and, if `recursive`, every node below it, parents before children,
+    /// siblings sorted. Empty if `path` does not exist.
+    pub fn walk(&self, path: &str, recursive: bool) -> Vec<(String, NodeView)> {
+        let Some(node) = self.nodes.get(path) else {
+            return Vec::new();
+        };
+        let mut out = vec![(path.to_string(), node.view())];
+        if !recursive {
+            return out;
+        }
+        // Depth-first with an explicit stack (paths may be ~2000 levels deep).
+        let mut stack = vec![(path.to_string(), node.children.iter())];
+        while let Some((dir, names)) = stack.last_mut() {
+            let Some(name) = names.next() else {
+                stack.pop();
+                continue;
+            };
+            let child_path = path::join(dir, name);
+            if let Some(child) = self.nodes.get(&child_path) {
+                out.push((child_path.clone(), child.view()));
+                if !child.children.is_empty() {
+                    stack.push((child_path, child.children.iter()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Paths the leader should reap at `now_ms`: empty containers that have had a
+    /// child, and empty TTL nodes unmodified for their TTL. Sorted.
+    ///
+    /// Looks only at Container and TTL nodes (kept in an index), not the whole tree.
+    pub fn reapable(&self, now_ms: i64) -> Vec<String> {
+        self.reap_candidates
+            .iter()
+            .filter(|path| {
+                self.nodes
+                    .get(path.as_str())
+                    .is_some_and(|node| qualifies_for_reap(node, now_ms))
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+impl Node {
+    /// The node as a read sees it.
+    pub(crate) fn view(&self) -> NodeView {
+        NodeView {
+            data: self.data.clone(),
+            stat: self.stat,
+        }
+    }
+}
