@@ -50,7 +50,9 @@ impl Default for WatchConfig {
 pub struct WatchStats {
     /// Registered live watches.
     pub watches: usize,
+    /// The zxid of the last published txn.
     pub published_zxid: Zxid,
+    /// The smallest `after` that `register` accepts.
     pub oldest_resumable_zxid: Zxid,
     /// Txns held in the history ring.
     pub history_txns: usize,
@@ -142,7 +144,11 @@ impl WatchHub {
             return;
         }
         if zxid <= st.published_zxid {
-            tracing::error!(zxid, published = st.published_zxid, "watch publish out of order");
+            tracing::error!(
+                zxid,
+                published = st.published_zxid,
+                "watch publish out of order"
+            );
             return;
         }
         st.published_zxid = zxid;
@@ -210,6 +216,7 @@ impl WatchHub {
         self.shared.progress.subscribe()
     }
 
+    /// A consistent snapshot of the hub's counters.
     pub fn stats(&self) -> WatchStats {
         let st = lock(&self.shared.state);
         WatchStats {

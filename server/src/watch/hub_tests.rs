@@ -56,7 +56,10 @@ async fn next_batch(rx: &mut WatchReceiver) -> WatchBatch {
 
 /// (zxid, path) of each event of a batch.
 fn paths(b: &WatchBatch) -> Vec<(Zxid, String)> {
-    b.events.iter().map(|e| (b.zxid, e.path.to_string())).collect()
+    b.events
+        .iter()
+        .map(|e| (b.zxid, e.path.to_string()))
+        .collect()
 }
 
 #[test]
@@ -83,6 +86,15 @@ fn spec_matching_exact_recursive_and_root() {
     let ancestors: Vec<&str> = self_and_ancestors("/a/b/c").collect();
     assert_eq!(ancestors, ["/a/b/c", "/a/b", "/a", "/"]);
     assert_eq!(self_and_ancestors("/").collect::<Vec<_>>(), ["/"]);
+}
+
+#[test]
+fn hub_and_receiver_can_cross_tasks() {
+    fn is_send<T: Send + 'static>(_: &T) {}
+    let hub = hub(1, 1);
+    let mut rx = hub.register_now(spec("/", true)).unwrap();
+    is_send(&hub);
+    is_send(&async move { rx.next().await });
 }
 
 #[test]
@@ -123,7 +135,10 @@ async fn hub_routes_by_path_kind_and_strips_data() {
     while let Some(b) = next(&mut rec).await {
         got.extend(paths(&b.unwrap()));
     }
-    assert_eq!(got, [(2, "/a/b".into()), (3, "/a".into()), (4, "/a/b".into())]);
+    assert_eq!(
+        got,
+        [(2, "/a/b".into()), (3, "/a".into()), (4, "/a/b".into())]
+    );
     let mut n = 0;
     while let Some(b) = next(&mut root).await {
         n += b.unwrap().events.len();
@@ -179,7 +194,11 @@ async fn once_fires_once_then_ends() {
             ev(2, EventKind::Created, "/a/y"),
         ],
     );
-    assert_eq!(hub.watch_count(), 0, "a once watch leaves the hub when it fires");
+    assert_eq!(
+        hub.watch_count(),
+        0,
+        "a once watch leaves the hub when it fires"
+    );
     hub.publish(3, &[ev(3, EventKind::Created, "/a/z")]);
     let b = next_batch(&mut rx).await;
     assert_eq!(paths(&b), [(2, "/a/x".to_string())]);
@@ -255,7 +274,10 @@ async fn register_races_publish_without_loss_or_repeat() {
             for z in 1..=TXNS {
                 if z % 10 == 1 {
                     let fresh = registered_rx.wait_for(|n| *n > seen);
-                    tokio::time::timeout(DEADLINE, fresh).await.unwrap().unwrap();
+                    tokio::time::timeout(DEADLINE, fresh)
+                        .await
+                        .unwrap()
+                        .unwrap();
                     seen = *registered_rx.borrow();
                 }
                 hub.publish(z, &[ev(z, EventKind::Created, &format!("/r/{z}"))]);
@@ -277,7 +299,7 @@ async fn register_races_publish_without_loss_or_repeat() {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let after = if rng % 3 == 0 {
+        let after = if rng.is_multiple_of(3) {
             published
         } else {
             rng % (published + 1)
@@ -390,14 +412,21 @@ async fn hub_drop_or_shutdown_ends_receivers() {
     let mut rx = hub.register_now(spec("/", true)).unwrap();
     hub.publish(1, &[ev(1, EventKind::Created, "/x")]);
     drop(hub);
-    assert_eq!(next_batch(&mut rx).await.zxid, 1, "queued batches still come");
+    assert_eq!(
+        next_batch(&mut rx).await.zxid,
+        1,
+        "queued batches still come"
+    );
     assert!(next(&mut rx).await.is_none());
 
     let hub2 = self::hub(4, 4);
     let mut rx = hub2.register_now(spec("/", true)).unwrap();
     let waiter = tokio::spawn(async move { rx.next().await });
     hub2.shutdown();
-    let got = tokio::time::timeout(DEADLINE, waiter).await.unwrap().unwrap();
+    let got = tokio::time::timeout(DEADLINE, waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(got.is_none());
     assert_eq!(
         hub2.register_now(spec("/", true)).err(),
@@ -444,7 +473,11 @@ async fn ten_thousand_watches_cost_only_their_matches() {
     assert_eq!(receivers[41].idle_progress(), Some(3), "others got nothing");
     assert_eq!(next_batch(&mut subtree).await.zxid, 1);
     assert_eq!(next_batch(&mut subtree).await.zxid, 2);
-    assert_eq!(sibling.idle_progress(), Some(3), "/w/4 does not cover /w/42");
+    assert_eq!(
+        sibling.idle_progress(),
+        Some(3),
+        "/w/4 does not cover /w/42"
+    );
     drop((receivers, subtree, sibling));
     assert_eq!(hub.watch_count(), 0);
 }

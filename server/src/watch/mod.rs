@@ -104,26 +104,10 @@ fn is_below(path: &str, root: &str) -> bool {
     path.len() > root.len() && path.starts_with(root) && path.as_bytes()[root.len()] == b'/'
 }
 
-/// Checks the shape the watch layer relies on: absolute, no empty segment, no trailing
-/// slash (except the root). The full ZooKeeper path rules are the api's to enforce.
+/// Checks the watched path against the tree's path rules (it need not exist). The
+/// matching relies on their shape: absolute, no empty segment, no trailing slash.
 pub(crate) fn check_path(path: &str) -> Result<(), WatchError> {
-    let bad = |why: &str| Err(WatchError::BadPath(format!("{path:?}: {why}")));
-    if !path.starts_with('/') {
-        return bad("must start with '/'");
-    }
-    if path == "/" {
-        return Ok(());
-    }
-    if path.ends_with('/') {
-        return bad("must not end with '/'");
-    }
-    if path.contains("//") {
-        return bad("empty segment");
-    }
-    if path.contains('\0') {
-        return bad("contains NUL");
-    }
-    Ok(())
+    crate::tree::path::validate(path).map_err(|why| WatchError::BadPath(format!("{path:?}: {why}")))
 }
 
 /// Every path a watch indexed at could cover `path` from: `path` itself, then each
