@@ -1,21 +1,170 @@
-//! TEMPORARY compile stub; replaced by the watch helper's module at merge.
-use crate::tree::Event;
+//! Watches: registrations, fan-out of the tree's events, and resume from history.
+//!
+//! The applier calls `WatchHub::publish(zxid, &events)` for every applied txn, in zxid
+//! order, even one with no events. The hub keeps a bounded ring of recent txns' events
+//! (the history) and hands each matching watch one `WatchBatch` per txn (a txn's events
+//! are never split). A watch registered with `after = z` first gets every matching
+//! event of the history with zxid > z, then continues live: nothing lost, nothing twice.
+//! Older resume points are served from the durable log (`replay`), and `open` glues the
+//! two together.
+//!
+//! ```text
+//!   applier ──publish(zxid, events)──▶ WatchHub ──┬─▶ history ring (resume)
+//!                                                 └─▶ index ─▶ per-watch queue ─▶ WatchReceiver
+//!   storage (snapshot + log) ──replay_from_storage──▶ Vec<WatchBatch> (older than the ring)
+//! ```
+//!
+//! Filtering (path, subtree, kinds) and stripping data (`with_data == false`) happen
+//! here; turning batches into protobuf messages is the api's job.
+//!
+//! What it must not do: know Zab, touch the network, or block the applier: every
+//! per-watch queue is bounded and a watch whose queue is full is cut off
+//! (`WatchError::SlowConsumer`), never waited for.
+
+mod history;
+mod hub;
+mod index;
+mod queue;
+mod replay;
+
+#[cfg(test)]
+mod hub_tests;
+#[cfg(test)]
+mod replay_tests;
+
+pub use hub::{WatchConfig, WatchHub, WatchStats};
+pub use queue::WatchReceiver;
+pub use replay::{open, replay_from_storage, REPLAY_BYTES_MAX, REPLAY_EVENTS_MAX};
+
+use crate::tree::{Event, EventKind};
 use crate::txn::Zxid;
-pub struct WatchConfig {
-    pub queue_txns_max: usize,
-    pub history_txns_max: usize,
+
+/// What a watch wants to see (mirrors `concord.v1.WatchRequest`, minus the stream
+/// options the api handles itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchSpec {
+    /// The watched node; it need not exist.
+    pub path: String,
+    /// Also every node below `path`.
+    pub recursive: bool,
+    /// The kinds wanted; empty means all.
+    pub kinds: Vec<EventKind>,
+    /// Fire once: deliver the first matching event, then end.
+    pub once: bool,
+    /// Keep `data` and `prev_data` in the events; without it they are emptied.
+    pub with_data: bool,
 }
-#[derive(Clone)]
-pub struct WatchHub;
-impl WatchHub {
-    pub fn new(_c: WatchConfig, _z: Zxid) -> Self {
-        WatchHub
+
+impl WatchSpec {
+    /// Whether `event` is one this watch wants: its path is `self.path` (or, when
+    /// recursive, below it) and its kind is wanted.
+    pub fn matches(&self, event: &Event) -> bool {
+        self.path_matches(&event.path) && self.kind_matches(event.kind)
     }
-    pub fn publish(&self, _z: Zxid, _e: &[Event]) {}
-    pub fn watch_count(&self) -> usize {
-        0
+
+    /// Whether an event on `path` concerns this watch. "/a" covers "/a/b" but not
+    /// "/ab"; "/" covers everything.
+    pub fn path_matches(&self, path: &str) -> bool {
+        path == self.path || (self.recursive && is_below(path, &self.path))
     }
-    pub fn oldest_resumable_zxid(&self) -> Zxid {
-        0
+
+    /// Whether events of `kind` are wanted.
+    pub fn kind_matches(&self, kind: EventKind) -> bool {
+        self.kinds.is_empty() || self.kinds.contains(&kind)
     }
+
+    /// The event as this watch delivers it: data dropped unless `with_data`.
+    pub(crate) fn shape(&self, event: &Event) -> Event {
+        let mut out = event.clone();
+        if !self.with_data {
+            out.data = bytes::Bytes::new();
+            out.prev_data = bytes::Bytes::new();
+        }
+        out
+    }
+
+    /// The batch this watch gets for one txn, or None if nothing in it matches.
+    /// With `once`, only the first matching event.
+    pub(crate) fn batch_for(&self, zxid: Zxid, events: &[Event]) -> Option<WatchBatch> {
+        let mut matching = events.iter().filter(|e| self.matches(e));
+        let events: Vec<Event> = if self.once {
+            matching.next().map(|e| self.shape(e)).into_iter().collect()
+        } else {
+            matching.map(|e| self.shape(e)).collect()
+        };
+        (!events.is_empty()).then_some(WatchBatch { zxid, events })
+    }
+}
+
+/// Whether `path` is strictly below `root` (both normalized absolute paths).
+fn is_below(path: &str, root: &str) -> bool {
+    if root == "/" {
+        return path.len() > 1 && path.starts_with('/');
+    }
+    path.len() > root.len() && path.starts_with(root) && path.as_bytes()[root.len()] == b'/'
+}
+
+/// Checks the watched path against the tree's path rules (it need not exist). The
+/// matching relies on their shape: absolute, no empty segment, no trailing slash.
+pub(crate) fn check_path(path: &str) -> Result<(), WatchError> {
+    crate::tree::path::validate(path).map_err(|why| WatchError::BadPath(format!("{path:?}: {why}")))
+}
+
+/// Every path a watch indexed at could cover `path` from: `path` itself, then each
+/// ancestor up to "/" ("/a/b" → "/a/b", "/a", "/").
+pub(crate) fn self_and_ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let mut next = Some(path);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = match cur.rfind('/') {
+            _ if cur == "/" || cur.is_empty() => None,
+            Some(0) => Some("/"),
+            Some(i) => Some(&cur[..i]),
+            None => None,
+        };
+        Some(cur)
+    })
+}
+
+/// All of one watch's matching events of one txn, in the order they happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchBatch {
+    /// The txn's zxid.
+    pub zxid: Zxid,
+    /// Filtered by the spec; without `with_data`, `data` and `prev_data` are empty.
+    pub events: Vec<Event>,
+}
+
+/// Why a watch could not start or had to stop.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    /// The history no longer reaches back to the requested zxid; resuming works only
+    /// from `oldest_zxid` on (or not at all, if that is above what the client has).
+    #[error("history compacted: cannot resume before zxid {oldest_zxid:#x}")]
+    Compacted { oldest_zxid: Zxid },
+    /// The requested zxid is ahead of what this server has published.
+    #[error("zxid is ahead of this server, which has applied up to {published_zxid:#x}")]
+    Future { published_zxid: Zxid },
+    /// The watch's queue filled up; everything up to `last_delivered_zxid` was
+    /// delivered, resume after it.
+    #[error("slow consumer: cut off after zxid {last_delivered_zxid:#x}")]
+    SlowConsumer { last_delivered_zxid: Zxid },
+    /// Replaying from storage would produce more than the replay limits allow.
+    #[error("replay would exceed {events_max} events or {bytes_max} bytes")]
+    ReplayTooLarge { events_max: usize, bytes_max: usize },
+    /// Reading snapshots or the log failed.
+    #[error("storage: {0}")]
+    Storage(String),
+    /// The watched path is malformed.
+    #[error("bad path {0}")]
+    BadPath(String),
+    /// The hub is shut down.
+    #[error("watch hub is shut down")]
+    Closed,
+}
+
+/// Locks a std mutex, recovering the data if a holder panicked (never on input; the
+/// state stays consistent because no critical section can panic midway).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
