@@ -82,7 +82,10 @@ pub async fn run(
 
 /// Stops accepting, lets requests in flight finish for at most `DRAIN_TIMEOUT`, then
 /// drops whatever is left (long-lived streams end with the connection).
-async fn drain<F>(server: std::pin::Pin<&mut F>, stop: tokio::sync::oneshot::Sender<()>) -> Result<(), tonic::transport::Error>
+async fn drain<F>(
+    server: std::pin::Pin<&mut F>,
+    stop: tokio::sync::oneshot::Sender<()>,
+) -> Result<(), tonic::transport::Error>
 where
     F: Future<Output = Result<(), tonic::transport::Error>>,
 {

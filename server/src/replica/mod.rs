@@ -227,6 +227,7 @@ impl Replica {
     /// Stops the runtime: queued writes are refused, tasks end.
     pub fn shutdown(&self) {
         self.shared.stop("the server is shutting down".into());
+        self.shared.hub.shutdown();
     }
 
     /// The configured tick.

@@ -139,6 +139,7 @@ fn launch(config: &Config, storage: Arc<dyn Storage>, tree: DataTree, epoch: u32
         WatchConfig {
             queue_txns_max: config.watch_queue_txns_max,
             history_txns_max: config.watch_history_txns_max,
+            ..WatchConfig::default()
         },
         last_zxid,
     );
