@@ -39,17 +39,25 @@ pub async fn run(
 ) -> Result<(), RunError> {
     config.validate()?;
     let replica = Replica::start(&config).await?;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(concord_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    // Both reflection versions: grpcurl releases before 1.9 speak only v1alpha.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(concord_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
         .map_err(|e| RunError::Setup(e.to_string()))?;
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
     let routes = crate::api::routes(&replica, &config)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(health_service);
     let addr = listener.local_addr().ok();
     tracing::info!(?addr, server_id = config.server_id, "serving");
