@@ -4,7 +4,7 @@
 # server. Example: bench/run.sh --workloads write --clients 1,16,64 --duration-s 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin concord -p concord-bench
+cargo build --release -p concord-server -p concord-bench
 scratch=$(mktemp -d)
 port=${CONCORD_BENCH_PORT:-7191}
 ./target/release/concord --listen 127.0.0.1:$port --data-dir "$scratch/data" > "$scratch/out" 2> "$scratch/server.log" &

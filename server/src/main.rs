@@ -9,6 +9,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use concord_server::Config;
 
+/// mimalloc: the write path allocates many small buffers per request, and glibc's
+/// malloc showed up as the top user-space cost in profiles of 64-writer runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flags override the config file, which overrides the defaults.
 #[derive(Parser, Debug)]
 #[command(name = "concord", version, about = "Concord coordination server")]
