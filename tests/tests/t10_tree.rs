@@ -353,3 +353,94 @@ async fn t10_children_sorted_and_paginated() {
     }
     assert_eq!(seen, ["a", "b", "c", "d", "e"]);
 }
+
+#[tokio::test]
+async fn t10_container_and_ttl_nodes_are_reaped() {
+    use std::time::Duration;
+    let server = Server::start(ServerOptions::default());
+    let mut tree = server.tree().await;
+    tree.create(create("/ct", "", pb::CreateMode::Container))
+        .await
+        .unwrap();
+    tree.create(create("/ct/a", "", pb::CreateMode::Persistent))
+        .await
+        .unwrap();
+    let mut ttl = create("/ttl", "", pb::CreateMode::PersistentWithTtl);
+    ttl.ttl_ms = 200;
+    tree.create(ttl).await.unwrap();
+    let mut no_ttl = create("/ttl2", "", pb::CreateMode::PersistentWithTtl);
+    no_ttl.ttl_ms = 0;
+    assert_eq!(
+        code_of(&tree.create(no_ttl).await.unwrap_err()),
+        "BAD_ARGUMENTS"
+    );
+
+    // A container with a child stays; once the child goes, the server reaps it.
+    let exists = |path: &'static str| {
+        let server = &server;
+        async move {
+            server
+                .tree()
+                .await
+                .exists(pb::ExistsRequest {
+                    path: path.into(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .exists
+        }
+    };
+    assert!(exists("/ct").await);
+    tree.delete(pb::DeleteRequest {
+        path: "/ct/a".into(),
+        version: -1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    concord_tests::eventually(
+        "the empty container is reaped",
+        Duration::from_secs(5),
+        || async { (!exists("/ct").await).then_some(()) },
+    )
+    .await;
+    concord_tests::eventually("the TTL node is reaped", Duration::from_secs(5), || async {
+        (!exists("/ttl").await).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn t10_a_retried_write_is_applied_once() {
+    let server = Server::start(ServerOptions::default());
+    let mut tree = server.tree().await;
+    let sid = server
+        .session()
+        .await
+        .open(pb::OpenSessionRequest { ttl_ms: 1000 })
+        .await
+        .unwrap()
+        .into_inner()
+        .session_id;
+    tree.create(create("/r", "", pb::CreateMode::Persistent))
+        .await
+        .unwrap();
+    let mut req = create("/r/job-", "", pb::CreateMode::PersistentSequential);
+    req.session_id = sid;
+    req.request_id = 7;
+    let first = tree.create(req.clone()).await.unwrap().into_inner();
+    let retry = tree.create(req).await.unwrap().into_inner();
+    assert_eq!(first.path, retry.path);
+    let children = tree
+        .children(pb::ChildrenRequest {
+            path: "/r".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .children;
+    assert_eq!(children.len(), 1, "the retry created a second node");
+}
