@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use ::redb::{Database, ReadableDatabase, ReadableTable};
 use tempfile::TempDir;
@@ -231,23 +230,4 @@ fn tearing_an_empty_log_is_misuse() {
         tear_last_log_entry(&path),
         Err(StorageError::Misuse(_))
     ));
-}
-
-/// A micro-measurement, not a test: prints what a commit costs here. Run with
-/// `cargo test -p concord-server storage::redb::tests::measure -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn measure_append_batches() {
-    let (s, _dir) = make_store();
-    let mut next = 1u64;
-    for batch in [1u64, 64, 1000] {
-        let rounds = 50u64;
-        let started = Instant::now();
-        for _ in 0..rounds {
-            s.append(&txns(next..next + batch)).unwrap();
-            next += batch;
-        }
-        let per_commit = started.elapsed() / rounds as u32;
-        println!("batch {batch:>4}: {per_commit:?} per commit");
-    }
 }
