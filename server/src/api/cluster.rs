@@ -5,6 +5,8 @@ use concord_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
 use super::convert::header;
+use super::error::error;
+use concord_proto::v1::ErrorCode;
 use crate::replica::Replica;
 
 pub struct ClusterService {
@@ -24,6 +26,14 @@ impl Cluster for ClusterService {
         _request: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let r = &self.replica;
+        // Watches resume from memory, or else from the newest snapshot at or before
+        // the start plus the log; the log (and a snapshot) reach back to log_start.
+        let storage = r.storage();
+        let log_start = tokio::task::spawn_blocking(move || storage.log_start())
+            .await
+            .map_err(|e| error(ErrorCode::Internal, e))?
+            .map_err(|e| error(ErrorCode::Internal, e))?;
+        let oldest_resumable_zxid = log_start.min(r.hub().oldest_resumable_zxid());
         let (zxid, node_count, session_count) = r.read(|t| {
             (
                 t.last_zxid(),
@@ -44,7 +54,7 @@ impl Cluster for ClusterService {
             watch_count: r.hub().watch_count() as u64,
             ensemble_size: 1,
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            oldest_resumable_zxid: r.hub().oldest_resumable_zxid(),
+            oldest_resumable_zxid,
         }))
     }
 }
