@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "concord/v1/cluster.proto",
     "concord/v1/lock.proto",
     "concord/v1/election.proto",
+    "google/rpc/error_info.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -12,3 +12,8 @@ pub mod v1 {
 
 /// Encoded `FileDescriptorSet` of every Concord proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("concord_descriptor");
+
+/// `google.rpc.ErrorInfo`, the error detail every Concord failure carries.
+pub mod google_rpc {
+    tonic::include_proto!("google.rpc");
+}
