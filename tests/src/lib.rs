@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use concord_proto::v1 as pb;
@@ -237,4 +237,157 @@ pub fn code_of(status: &tonic::Status) -> String {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned()
+}
+
+/// Writes `toml` to a temporary file, for `ServerOptions::extra`
+/// (`--config PATH`, keys of the server's `Config`). The file is removed when the
+/// returned path is dropped: keep it alive as long as the server (restarts read it
+/// again).
+pub fn config_file(toml: &str) -> tempfile::TempPath {
+    let file = tempfile::Builder::new()
+        .prefix("concord-")
+        .suffix(".toml")
+        .tempfile()
+        .unwrap();
+    std::fs::write(file.path(), toml).unwrap();
+    file.into_temp_path()
+}
+
+/// `ServerOptions::extra` flags that load the config file at `path`.
+pub fn config_flags(path: &Path) -> Vec<String> {
+    vec!["--config".into(), path.display().to_string()]
+}
+
+/// The workspace's root folder (the parent of this crate).
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// A child process (a CLI under test) whose stdout and stderr are collected as they
+/// come, so a test can wait for a line while it runs. Killed when dropped.
+pub struct Background {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Spawns `command` with stdin closed and stdout/stderr captured.
+    pub fn spawn(command: &mut Command) -> Background {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot spawn {command:?}: {e}"));
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), Arc::clone(&stdout)),
+            collect(child.stderr.take().unwrap(), Arc::clone(&stderr)),
+        ];
+        Background {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    /// Everything printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until `check(stdout so far)` holds; panics after `timeout` with both
+    /// outputs.
+    pub async fn wait_stdout(&self, what: &str, timeout: Duration, check: impl Fn(&str) -> bool) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !check(&self.stdout()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for {what}; stdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends a signal by name (`INT`, `TERM`, ...) with `kill`.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} {} failed", self.pid());
+    }
+
+    /// Waits (bounded) for the process to exit, then for its output to be read in
+    /// full; returns the exit status. Panics after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the process did not exit in {timeout:?}; stdout:\n{}\nstderr:\n{}",
+                self.stdout(),
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// kill -9 and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Appends everything `pipe` yields to `into`, on a thread, until it closes.
+fn collect(
+    mut pipe: impl std::io::Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => into
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+        }
+    })
 }
