@@ -156,13 +156,10 @@ async fn t60_everyday_commands() {
 }
 
 #[tokio::test]
-#[ignore = "concordctl bug: `ls -R` prints all of a node's children before descending \
-            into the first one (sdk-rust/src/bin/concordctl/commands.rs `ls`), so its \
-            output is neither depth-first, as its comment says, nor breadth-first"]
 async fn t60_ls_recursive_is_depth_first() {
     let server = Server::start(ServerOptions::default());
-    // Breadth-first would be /a /b /a/x /b/z /a/x/1; concordctl prints
-    // /a /b /a/x /a/x/1 /b/z.
+    // Pre-order: each node before its children, siblings by name (a regression test:
+    // concordctl once printed every child before descending).
     for path in ["/a", "/a/x", "/a/x/1", "/b", "/b/z"] {
         ctl_ok(&server, &["create", path]).await;
     }

@@ -6,8 +6,8 @@ use tonic::{Request, Response, Status};
 
 use super::convert::header;
 use super::error::error;
-use concord_proto::v1::ErrorCode;
 use crate::replica::Replica;
+use concord_proto::v1::ErrorCode;
 
 pub struct ClusterService {
     replica: Replica,

@@ -105,24 +105,30 @@ async fn ls(client: &Client, args: LsArgs) -> Result<(), Error> {
         with_stats: args.with_stats,
         ..ChildrenOptions::default()
     };
-    // Depth-first, children in name order: a stack of (path, printed name) pairs.
-    let mut stack = vec![args.path.clone()];
-    while let Some(parent) = stack.pop() {
-        let page = client.children_all(&parent, &options).await?;
-        let mut below = Vec::new();
-        for child in &page.children {
-            let path = output::join(&parent, &child.name);
-            let shown = if args.recursive { &path } else { &child.name };
-            match (&child.stat, args.with_stats) {
+    // Depth-first pre-order, children in name order. Each entry: the path, what to
+    // print for it (None for the listed node itself) and its stat.
+    let mut stack = vec![(args.path.clone(), None::<String>, None)];
+    while let Some((path, shown, stat)) = stack.pop() {
+        if let Some(shown) = &shown {
+            match (&stat, args.with_stats) {
                 (Some(stat), true) => println!("{}", output::long_child_line(shown, stat)),
                 _ => println!("{shown}"),
             }
-            let has_children = child.stat.as_ref().is_none_or(|s| s.num_children > 0);
-            if args.recursive && has_children {
-                below.push(path);
+            let has_children = stat.as_ref().is_none_or(|s| s.num_children > 0);
+            if !args.recursive || !has_children {
+                continue;
             }
         }
-        stack.extend(below.into_iter().rev());
+        let page = client.children_all(&path, &options).await?;
+        for child in page.children.into_iter().rev() {
+            let child_path = output::join(&path, &child.name);
+            let shown = if args.recursive {
+                child_path.clone()
+            } else {
+                child.name
+            };
+            stack.push((child_path, Some(shown), child.stat));
+        }
     }
     Ok(())
 }
