@@ -19,7 +19,7 @@ pub fn create_with_ttl(
 ) -> Op {
     wrap(op::Op::Create(CreateOp {
         path: path.into(),
-        data: Vec::<u8>::from(data.into()).into(),
+        data: bytes(data),
         mode: mode as i32,
         ttl_ms,
     }))
@@ -29,7 +29,7 @@ pub fn create_with_ttl(
 pub fn set(path: impl Into<String>, data: impl Into<Vec<u8>>, version: i32) -> Op {
     wrap(op::Op::Set(SetOp {
         path: path.into(),
-        data: Vec::<u8>::from(data.into()).into(),
+        data: bytes(data),
         version,
     }))
 }
@@ -52,6 +52,12 @@ pub fn check(path: impl Into<String>, version: i32) -> Op {
 
 fn wrap(op: op::Op) -> Op {
     Op { op: Some(op) }
+}
+
+/// Node data in the form the generated messages hold.
+fn bytes(data: impl Into<Vec<u8>>) -> tonic::codegen::Bytes {
+    let data: Vec<u8> = data.into();
+    data.into()
 }
 
 #[cfg(test)]

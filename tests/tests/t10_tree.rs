@@ -1,6 +1,8 @@
 //! The tree API against a real server: every node type, every error case, Stat
 //! fields, Multi atomicity, Children pagination, read options.
 
+#![allow(clippy::unwrap_used)]
+
 use concord_proto::v1 as pb;
 use concord_tests::{code_of, Server, ServerOptions};
 

@@ -1,5 +1,7 @@
 //! Sessions against a real server: ephemerals live exactly as long as their session.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use concord_proto::v1 as pb;

@@ -1,6 +1,8 @@
 //! Durability and recovery against real processes: kill -9 under load loses no
 //! acknowledged write; restart from snapshot + log; a torn final log entry is cut.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
