@@ -154,7 +154,9 @@ async fn resume_far_back(snapshot_every_txns: u64, resume_at: &[usize]) {
         })
         .await;
     }
-    let oldest = status(&server).await.oldest_resumable_zxid;
+    let status = status(&server).await;
+    let oldest = status.watch_history_oldest_zxid;
+    assert!(status.oldest_resumable_zxid <= from_min(&resume_at, &zxids));
     let from = resume_at.iter().map(|&i| zxids[i]).collect::<Vec<_>>();
     assert!(
         from.iter().all(|&z| z < oldest),
@@ -370,4 +372,9 @@ async fn t31_slow_consumer_is_cut_and_resumes_without_a_gap() {
     let rest = events_through(&mut resumed, w.last_zxid).await;
     let joined: Vec<Key> = keys(&delivered).into_iter().chain(keys(&rest)).collect();
     assert_eq!(joined, expected);
+}
+
+/// The oldest zxid a test resumes from.
+fn from_min(resume_at: &[usize], zxids: &[u64]) -> u64 {
+    resume_at.iter().map(|&i| zxids[i]).min().unwrap_or(0)
 }

@@ -33,7 +33,8 @@ impl Cluster for ClusterService {
             .await
             .map_err(|e| error(ErrorCode::Internal, e))?
             .map_err(|e| error(ErrorCode::Internal, e))?;
-        let oldest_resumable_zxid = log_start.min(r.hub().oldest_resumable_zxid());
+        let watch_history_oldest_zxid = r.hub().oldest_resumable_zxid();
+        let oldest_resumable_zxid = log_start.min(watch_history_oldest_zxid);
         let (zxid, node_count, session_count) = r.read(|t| {
             (
                 t.last_zxid(),
@@ -55,6 +56,7 @@ impl Cluster for ClusterService {
             ensemble_size: 1,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_resumable_zxid,
+            watch_history_oldest_zxid,
         }))
     }
 }
