@@ -5,7 +5,8 @@
 #   bench/peers.sh --short    developer run (~3 min: 2 s per point, 1-node only, 10,000 nodes)
 #   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
 #   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
-#        BENCH_HEADING sets the results heading in docs/benchmarks.md;
+#        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
+#        docs/benchmarks.md;
 #        KEEP_SCRATCH=1 keeps the scratch folder (data, logs, results.jsonl).
 #
 # Installs ZooKeeper and etcd from Debian's packages when missing, starts every server on
@@ -17,6 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+command_line="bench/peers.sh${*:+ $*}"
+for var in BENCH_BIN CONCORD_BIN; do  # prebuilt binaries are part of the exact command
+  [ -n "${!var:-}" ] && command_line="$var=${!var#"$PWD/"} $command_line"
+done
 mode=full three=1 systems=concord,zookeeper,etcd
 while [ $# -gt 0 ]; do
   case $1 in
@@ -32,8 +37,6 @@ if [ "$mode" = short ]; then
 else
   duration=10 warmup=3 fill_count=1000000
 fi
-command_line="bench/peers.sh${*:+ $*}"
-[ "$mode" = short ] && command_line="bench/peers.sh --short$([ $three = 1 ] && echo ' --three')"
 
 scratch=$(mktemp -d /tmp/concord-peers.XXXXXX)
 results=$scratch/results.jsonl
@@ -69,7 +72,9 @@ install_missing() {
   [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
   command -v etcd >/dev/null || need+=(etcd-server)
   command -v etcdctl >/dev/null || need+=(etcd-client)
-  command -v protoc >/dev/null || [ -n "${PROTOC:-}" ] || need+=(protobuf-compiler)
+  # protoc is needed only to build the etcd client.
+  [ -n "${BENCH_BIN:-}" ] || command -v protoc >/dev/null || [ -n "${PROTOC:-}" ] \
+    || need+=(protobuf-compiler)
   /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
   [ ${#need[@]} = 0 ] && return 0
   echo "installing ${need[*]}" >&2
@@ -225,7 +230,7 @@ done
 
 heading=${BENCH_HEADING:-"$mode run"}
 /usr/bin/python3 bench/report.py --results "$results" --out docs/benchmarks.md \
-  --charts docs/benchmarks --heading "$heading" --command "$command_line" \
+  --charts docs/benchmarks --heading "$heading" --command "$command_line" --note "${BENCH_NOTE:-}" \
   --mode "$mode" --duration-s $duration --warmup-s $warmup --fill-count $fill_count
 cp "$results" docs/benchmarks/results.jsonl
 echo "wrote docs/benchmarks.md" >&2

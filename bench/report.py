@@ -252,6 +252,7 @@ def main():
     p.add_argument("--charts", required=True)
     p.add_argument("--heading", required=True)
     p.add_argument("--command", required=True)
+    p.add_argument("--note", default="")
     p.add_argument("--mode", default="full")
     p.add_argument("--duration-s", default="?")
     p.add_argument("--warmup-s", default="?")
@@ -265,6 +266,8 @@ def main():
            f"Machine: {machine()}; {versions()}; Concord from this repository. "
            f"Measured window {a.duration_s} s after {a.warmup_s} s of warm-up per point; "
            f"memory with {a.fill_count} nodes.", ""]
+    if a.note:
+        out += [a.note, ""]
     for name, title in CLOSED_LOOP:
         sel = [r for r in rows if r["workload"] == name]
         if sel:

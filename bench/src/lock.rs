@@ -95,8 +95,7 @@ pub async fn lock_handoff<D: Driver>(cfg: &RunConfig, clients: usize) -> Result<
     record.latency_us = shared.handoff_us.lock().ok().map(|h| h.clone());
     let overlaps = shared.overlaps.load(Ordering::SeqCst);
     record.extra.push(("overlaps", overlaps as f64));
-    (record.client_cpu_pct, record.server_cpu_pct) = cpu
-        .await
-        .map_err(|e| BenchError::Workload(e.to_string()))?;
+    (record.client_cpu_pct, record.server_cpu_pct) =
+        cpu.await.map_err(|e| BenchError::Workload(e.to_string()))?;
     Ok(record)
 }

@@ -72,7 +72,9 @@ pub async fn probe<D: Driver>(
             }
         }
         if Instant::now() >= deadline {
-            return Err(BenchError::Workload(format!("{key} unreadable after {timeout:?}")));
+            return Err(BenchError::Workload(format!(
+                "{key} unreadable after {timeout:?}"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -135,7 +135,9 @@ p99.9 ms | max ms | client cpu % | server cpu % | errors | notes |\n\
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|";
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', " ")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', " ")
 }
 
 /// utime + stime of a process, in ticks (`self` for this process); None if unreadable.

@@ -168,9 +168,8 @@ pub async fn closed_loop<D: Driver>(cfg: &RunConfig, op: Op, clients: usize) -> 
         let _ = hist.add(&h);
     }
     record.latency_us = Some(hist);
-    (record.client_cpu_pct, record.server_cpu_pct) = cpu
-        .await
-        .map_err(|e| BenchError::Workload(e.to_string()))?;
+    (record.client_cpu_pct, record.server_cpu_pct) =
+        cpu.await.map_err(|e| BenchError::Workload(e.to_string()))?;
     Ok(record)
 }
 
@@ -245,8 +244,7 @@ pub async fn watch_fanout<D: Driver>(cfg: &RunConfig, watchers: usize) -> Result
         task.abort();
     }
     record.latency_us = Some(hist);
-    (record.client_cpu_pct, record.server_cpu_pct) = cpu
-        .await
-        .map_err(|e| BenchError::Workload(e.to_string()))?;
+    (record.client_cpu_pct, record.server_cpu_pct) =
+        cpu.await.map_err(|e| BenchError::Workload(e.to_string()))?;
     Ok(record)
 }

@@ -80,9 +80,7 @@ impl Driver for Etcd {
 
     async fn connect(endpoints: &str) -> Result<Self> {
         let endpoints: Vec<&str> = endpoints.split(',').collect();
-        let client = etcd::Client::connect(endpoints, None)
-            .await
-            .map_err(err)?;
+        let client = etcd::Client::connect(endpoints, None).await.map_err(err)?;
         Ok(Self {
             client,
             id: DRIVER_SEQ.fetch_add(1, Ordering::Relaxed),

@@ -60,8 +60,7 @@ pub trait Driver: Sized + Send + Sync + 'static {
     fn write(&mut self, key: &str, value: &[u8]) -> impl Future<Output = Result<()>> + Send;
 
     /// Reads `key`: the system's default (sequential) read, or its linearizable one.
-    fn read(&mut self, key: &str, linearizable: bool)
-        -> impl Future<Output = Result<()>> + Send;
+    fn read(&mut self, key: &str, linearizable: bool) -> impl Future<Output = Result<()>> + Send;
 
     /// Creates an ephemeral sequential node under `parent`, owned by this client's
     /// session (etcd: a put with this client's lease, under a unique key).
