@@ -1,44 +1,57 @@
-//! `concord-bench`: a load generator for Concord.
+//! `concord-bench`: one set of workloads, three systems. Concord is always built;
+//! ZooKeeper and etcd drivers come with the `zookeeper` and `etcd` features (both:
+//! `peers`). bench/peers.sh starts the servers and calls this once per system and
+//! cluster size; this binary never starts or stops servers.
 //!
-//! Workloads (each run at every concurrency asked for, with 100-byte values by default):
-//! - `write`: Set on distinct existing keys (one key per client);
-//! - `read`: Get of existing keys (`--linearizable` for the read-index path);
-//! - `create`: create-ephemeral-sequential under one parent.
-//!
-//! Each client is a task with its own gRPC connection, issuing one request at a time.
-//! Reports ops/s and latency p50/p99/p99.9/max as a Markdown table row.
+//! Workloads (see `workloads`, `lock`, `memory`): write, read, read-linearizable,
+//! create (ephemeral-sequential), watch (fan-out), lock (hand-off); `fill` and `probe`
+//! for memory and restart time. Results print as Markdown rows and append as JSON lines
+//! to `--out` for bench/report.py.
 
-use std::time::{Duration, Instant};
+mod drivers;
+mod lock;
+mod memory;
+mod report;
+mod workloads;
 
-use clap::{Parser, ValueEnum};
-use concord_proto::v1 as pb;
-use hdrhistogram::Histogram;
-use tonic::transport::Channel;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use drivers::{BenchError, Driver};
+use report::Record;
+use workloads::{Op, RunConfig};
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+enum System {
+    Concord,
+    Zookeeper,
+    Etcd,
+}
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 enum Workload {
     Write,
     Read,
+    ReadLinearizable,
     Create,
+    Watch,
+    Lock,
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "Load generator for Concord")]
+#[command(about = "Side-by-side load generator: Concord, ZooKeeper, etcd")]
 struct Args {
-    /// Server to load.
+    /// The system under test.
+    #[arg(long, value_enum, default_value = "concord")]
+    system: System,
+    /// Comma-separated endpoints (Concord and etcd: http://host:port; ZooKeeper: host:port).
     #[arg(long, default_value = "http://127.0.0.1:7181")]
-    endpoint: String,
-    /// Workloads to run, in order.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "write,read,create"
-    )]
-    workloads: Vec<Workload>,
-    /// Concurrent clients, one run per value.
-    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
-    clients: Vec<usize>,
+    endpoints: String,
+    /// Cluster size, for the report only.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
     /// Measured seconds per run.
     #[arg(long, default_value_t = 10)]
     duration_s: u64,
@@ -48,158 +61,158 @@ struct Args {
     /// Value size in bytes.
     #[arg(long, default_value_t = 100)]
     value_bytes: usize,
-    /// Reads go through the read index (linearizable).
+    /// Server pids (comma-separated) whose CPU and RSS are read from /proc.
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<String>,
+    /// Append JSON lines here (for bench/report.py).
     #[arg(long)]
-    linearizable: bool,
+    out: Option<PathBuf>,
+    /// Workloads to run, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "write,read,read-linearizable,create,watch,lock"
+    )]
+    workloads: Vec<Workload>,
+    /// Concurrent clients for the closed-loop workloads, one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    clients: Vec<usize>,
+    /// Watchers for the fan-out workload, one run per value.
+    #[arg(long, value_delimiter = ',', default_value = "1,100")]
+    watchers: Vec<usize>,
+    /// Contenders for the lock workload.
+    #[arg(long, default_value_t = 8)]
+    lock_clients: usize,
+    /// Without a subcommand: run the workloads.
+    #[command(subcommand)]
+    command: Option<Command>,
 }
 
-/// One client's measurements.
-struct ClientResult {
-    ops: u64,
-    errors: u64,
-    latency_us: Histogram<u64>,
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create N nodes and report the servers' RSS.
+    Fill {
+        /// Nodes to create.
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+    },
+    /// Wait until the last filled node is readable; report the time since --since-ms.
+    Probe {
+        /// The `count` given to `fill`.
+        #[arg(long, default_value_t = 1_000_000)]
+        count: u64,
+        /// Unix time in ms when the restart began.
+        #[arg(long)]
+        since_ms: u128,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout_s: u64,
+    },
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = Args::parse();
-    println!("| workload | clients | ops/s | p50 ms | p99 ms | p99.9 ms | max ms | errors |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for &workload in &args.workloads {
-        for &clients in &args.clients {
-            run(&args, workload, clients).await?;
+    match args.system {
+        System::Concord => run::<drivers::concord::Concord>(&args).await?,
+        #[cfg(feature = "zookeeper")]
+        System::Zookeeper => run::<drivers::zookeeper::ZooKeeper>(&args).await?,
+        #[cfg(feature = "etcd")]
+        System::Etcd => run::<drivers::etcd::Etcd>(&args).await?,
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(format!(
+                "{other:?} support is not compiled in: build with --features peers"
+            )
+            .into())
         }
     }
     Ok(())
 }
 
-async fn connect(endpoint: &str) -> Result<Channel, BoxError> {
-    Ok(Channel::from_shared(endpoint.to_owned())?.connect().await?)
+fn config(args: &Args) -> RunConfig {
+    let run_id = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() % 100_000_000)
+        .unwrap_or(0);
+    RunConfig {
+        endpoints: args.endpoints.clone(),
+        nodes: args.nodes,
+        duration: Duration::from_secs(args.duration_s),
+        warmup: Duration::from_secs(args.warmup_s),
+        value_bytes: args.value_bytes,
+        server_pids: args.server_pids.clone(),
+        run_id: format!("{}-{run_id}", std::process::id()),
+    }
 }
 
-async fn run(args: &Args, workload: Workload, clients: usize) -> Result<(), BoxError> {
-    let prefix = format!(
-        "/bench-{}-{clients}-{}",
-        workload_name(workload),
-        std::process::id()
-    );
-    let setup = connect(&args.endpoint).await?;
-    let mut tree = pb::tree_client::TreeClient::new(setup.clone());
-    let value: bytes::Bytes = vec![b'x'; args.value_bytes].into();
-    tree.create(pb::CreateRequest {
-        path: prefix.clone(),
-        ..Default::default()
-    })
-    .await?;
-    let session_id = if workload == Workload::Create {
-        let mut s = pb::session_client::SessionClient::new(setup.clone());
-        s.open(pb::OpenSessionRequest { ttl_ms: 0 })
-            .await?
-            .into_inner()
-            .session_id
-    } else {
-        0
-    };
-    for c in 0..clients {
-        tree.create(pb::CreateRequest {
-            path: format!("{prefix}/k{c}"),
-            data: value.clone(),
-            ..Default::default()
-        })
-        .await?;
-    }
-    let start = Instant::now() + Duration::from_secs(args.warmup_s);
-    let end = start + Duration::from_secs(args.duration_s);
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let channel = connect(&args.endpoint).await?;
-        let key = format!("{prefix}/k{c}");
-        let parent = prefix.clone();
-        let value = value.clone();
-        let linearizable = args.linearizable;
-        tasks.push(tokio::spawn(async move {
-            let mut tree = pb::tree_client::TreeClient::new(channel);
-            let mut r = ClientResult {
-                ops: 0,
-                errors: 0,
-                latency_us: Histogram::new(3).unwrap_or_else(|_| unreachable!()),
-            };
-            loop {
-                let t0 = Instant::now();
-                if t0 >= end {
-                    break;
-                }
-                let ok = match workload {
-                    Workload::Write => tree
-                        .set(pb::SetRequest {
-                            path: key.clone(),
-                            data: value.clone(),
-                            version: -1,
-                            ..Default::default()
-                        })
-                        .await
-                        .is_ok(),
-                    Workload::Read => tree
-                        .get(pb::GetRequest {
-                            path: key.clone(),
-                            linearizable,
-                            ..Default::default()
-                        })
-                        .await
-                        .is_ok(),
-                    Workload::Create => tree
-                        .create(pb::CreateRequest {
-                            path: format!("{parent}/e-"),
-                            data: value.clone(),
-                            mode: pb::CreateMode::EphemeralSequential.into(),
-                            session_id,
-                            ..Default::default()
-                        })
-                        .await
-                        .is_ok(),
-                };
-                if t0 < start {
-                    continue;
-                }
-                if ok {
-                    r.ops += 1;
-                    let us = u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    let _ = r.latency_us.record(us.max(1));
-                } else {
-                    r.errors += 1;
+async fn run<D: Driver>(args: &Args) -> Result<(), BenchError> {
+    let cfg = config(args);
+    let out = args.out.as_deref();
+    println!("{}", report::HEADER);
+    let emit = |r: Record| r.emit(out).map_err(|e| BenchError::Workload(e.to_string()));
+    match &args.command {
+        None => {
+            for &w in &args.workloads {
+                let runs = run_one::<D>(&cfg, w, &args.clients, &args.watchers, args.lock_clients);
+                for r in runs.await {
+                    emit(r)?;
                 }
             }
-            r
-        }));
+        }
+        Some(Command::Fill { count }) => emit(memory::fill::<D>(&cfg, *count).await?)?,
+        Some(Command::Probe {
+            count,
+            since_ms,
+            timeout_s,
+        }) => {
+            let (_, key) = memory::fill_paths(*count);
+            let timeout = Duration::from_secs(*timeout_s);
+            emit(memory::probe::<D>(&cfg, &key, *since_ms, timeout).await?)?;
+        }
     }
-    let mut ops = 0;
-    let mut errors = 0;
-    let mut hist = Histogram::<u64>::new(3)?;
-    for t in tasks {
-        let r = t.await?;
-        ops += r.ops;
-        errors += r.errors;
-        hist.add(&r.latency_us)?;
-    }
-    let ms = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
-    println!(
-        "| {} | {clients} | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} | {errors} |",
-        workload_name(workload),
-        ops as f64 / args.duration_s as f64,
-        ms(0.5),
-        ms(0.99),
-        ms(0.999),
-        hist.max() as f64 / 1000.0,
-    );
     Ok(())
 }
 
-fn workload_name(w: Workload) -> &'static str {
-    match w {
-        Workload::Write => "write",
-        Workload::Read => "read",
-        Workload::Create => "create",
+/// Runs one workload at every size asked for; a failed run becomes a record with a note
+/// so that one system's failure does not hide the others' numbers.
+async fn run_one<D: Driver>(
+    cfg: &RunConfig,
+    w: Workload,
+    clients: &[usize],
+    watchers: &[usize],
+    lock_clients: usize,
+) -> Vec<Record> {
+    let mut records = Vec::new();
+    let op = match w {
+        Workload::Write => Some(Op::Write),
+        Workload::Read => Some(Op::Read {
+            linearizable: false,
+        }),
+        Workload::ReadLinearizable => Some(Op::Read { linearizable: true }),
+        Workload::Create => Some(Op::CreateEphemeralSequential),
+        Workload::Watch | Workload::Lock => None,
+    };
+    let sizes = match w {
+        Workload::Watch => watchers.to_vec(),
+        Workload::Lock => vec![lock_clients],
+        _ => clients.to_vec(),
+    };
+    for n in sizes {
+        let outcome = match (op, w) {
+            (Some(op), _) => workloads::closed_loop::<D>(cfg, op, n).await,
+            (None, Workload::Watch) => workloads::watch_fanout::<D>(cfg, n).await,
+            (None, _) => lock::lock_handoff::<D>(cfg, n).await,
+        };
+        records.push(outcome.unwrap_or_else(|e| Record {
+            system: D::NAME.to_owned(),
+            nodes: cfg.nodes,
+            workload: format!("{w:?}").to_lowercase(),
+            clients: n,
+            note: format!("failed: {e}"),
+            ..Default::default()
+        }));
     }
+    records
 }

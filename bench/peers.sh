@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: Concord, ZooKeeper and etcd on this machine, in one run.
+#
+#   bench/peers.sh            full run (10 s per point, 1- and 3-node peers, 1,000,000 nodes)
+#   bench/peers.sh --short    developer run (~3 min: 2 s per point, 1-node only, 10,000 nodes)
+#   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
+#   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
+#        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
+#        docs/benchmarks.md;
+#        KEEP_SCRATCH=1 keeps the scratch folder (data, logs, results.jsonl).
+#
+# Installs ZooKeeper and etcd from Debian's packages when missing, starts every server on
+# 127.0.0.1 only, in a scratch folder, with default durability (fsync on), runs every
+# workload against each system, stops every process it started (also on failure or
+# Ctrl-C), then writes docs/benchmarks.md and the charts in docs/benchmarks/.
+# Concord runs as one server: 3-node Concord is added here when Zab lands.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+command_line="bench/peers.sh${*:+ $*}"
+for var in BENCH_BIN CONCORD_BIN; do  # prebuilt binaries are part of the exact command
+  [ -n "${!var:-}" ] && command_line="$var=${!var#"$PWD/"} $command_line"
+done
+mode=full three=1 systems=concord,zookeeper,etcd
+while [ $# -gt 0 ]; do
+  case $1 in
+    --short) mode=short; three=0 ;;
+    --three) three=1 ;;
+    --systems) systems=$2; shift ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ "$mode" = short ]; then
+  duration=2 warmup=1 fill_count=10000
+else
+  duration=10 warmup=3 fill_count=1000000
+fi
+
+scratch=$(mktemp -d /tmp/concord-peers.XXXXXX)
+results=$scratch/results.jsonl
+started=()   # every pid this script started, and only those
+
+stop_pids() {  # TERM, wait up to 10 s, then KILL; only pids we started
+  local p
+  for p in "$@"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 100); do
+    local alive=0
+    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && return 0
+    sleep 0.1
+  done
+  for p in "$@"; do kill -9 "$p" 2>/dev/null || true; done
+}
+cleanup() {
+  local rc=$?
+  [ ${#started[@]} -gt 0 ] && stop_pids "${started[@]}"
+  if [ "${KEEP_SCRATCH:-0}" = 1 ] || [ $rc != 0 ]; then
+    echo "scratch kept in $scratch" >&2
+  else
+    rm -rf "$scratch"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- tools ---------------------------------------------------------------------------
+install_missing() {
+  local need=()
+  [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+  command -v etcd >/dev/null || need+=(etcd-server)
+  command -v etcdctl >/dev/null || need+=(etcd-client)
+  # protoc is needed only to build the etcd client.
+  [ -n "${BENCH_BIN:-}" ] || command -v protoc >/dev/null || [ -n "${PROTOC:-}" ] \
+    || need+=(protobuf-compiler)
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
+  [ ${#need[@]} = 0 ] && return 0
+  echo "installing ${need[*]}" >&2
+  apt-get update
+  apt-cache policy "${need[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y "${need[@]}"
+}
+install_missing
+if [ -z "${CONCORD_BIN:-}" ]; then
+  cargo build --release -p concord-server
+  CONCORD_BIN=$root/target/release/concord
+fi
+if [ -z "${BENCH_BIN:-}" ]; then
+  cargo build --release -p concord-bench --features peers
+  BENCH_BIN=$root/target/release/concord-bench
+fi
+
+wait_for() {  # wait_for SECONDS CMD...: retry CMD until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -ge $deadline ] && { echo "timed out: $*" >&2; return 1; }
+    sleep 0.2
+  done
+}
+
+# ---- servers: each start_* sets $pids (space-separated) and $endpoints ---------------
+start_concord() {  # start_concord DIR
+  local dir=$1 port=17191
+  mkdir -p "$dir"
+  "$CONCORD_BIN" --listen 127.0.0.1:$port --data-dir "$dir/data" > "$dir/out" 2> "$dir/log" &
+  started+=($!); pids=$!
+  endpoints=http://127.0.0.1:$port
+  wait_for 60 grep -q listening "$dir/out"
+}
+
+zk_mode() {  # zk_mode PORT: prints the server's mode (standalone, leader, follower)
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; echo srvr >&3; cat <&3" 2>/dev/null \
+    | sed -n 's/^Mode: //p'
+}
+zk_serving() { [ -n "$(zk_mode "$1")" ]; }
+
+start_zookeeper() {  # start_zookeeper DIR N
+  local dir=$1 n=$2 i
+  pids="" endpoints=""
+  for i in $(seq "$n"); do
+    local d=$dir/zk$i port=$((22180 + i))
+    mkdir -p "$d/data"
+    {
+      echo "tickTime=2000"; echo "initLimit=10"; echo "syncLimit=5"
+      echo "dataDir=$d/data"; echo "clientPort=$port"; echo "clientPortAddress=127.0.0.1"
+      echo "admin.enableServer=false"; echo "4lw.commands.whitelist=srvr,ruok"
+      echo "maxClientCnxns=0"
+      if [ "$n" -gt 1 ]; then
+        local j
+        for j in $(seq "$n"); do echo "server.$j=127.0.0.1:$((22880 + j)):$((23880 + j))"; done
+      fi
+    } > "$d/zoo.cfg"
+    echo "$i" > "$d/data/myid"
+    java -Dzookeeper.log.dir="$d" -cp /etc/zookeeper/conf_example:/usr/share/java/zookeeper.jar \
+      org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg" > "$d/log" 2>&1 &
+    started+=($!); pids="$pids $!"
+    endpoints="$endpoints${endpoints:+,}127.0.0.1:$port"
+  done
+  for i in $(seq "$n"); do wait_for 90 zk_serving $((22180 + i)); done
+}
+
+start_etcd() {  # start_etcd DIR N
+  local dir=$1 n=$2 i cluster=""
+  pids="" endpoints=""
+  for i in $(seq "$n"); do cluster="$cluster${cluster:+,}e$i=http://127.0.0.1:$((24800 + i))"; done
+  for i in $(seq "$n"); do
+    local d=$dir/etcd$i port=$((24790 + i))
+    mkdir -p "$d"
+    etcd --name "e$i" --data-dir "$d/data" \
+      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+      --listen-peer-urls "http://127.0.0.1:$((24800 + i))" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$((24800 + i))" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token bench \
+      > "$d/log" 2>&1 &
+    started+=($!); pids="$pids $!"
+    endpoints="$endpoints${endpoints:+,}http://127.0.0.1:$port"
+  done
+  wait_for 60 etcdctl --endpoints "$endpoints" endpoint health
+}
+
+start_system() {  # start_system SYSTEM DIR N
+  case $1 in
+    concord) start_concord "$2" ;;
+    zookeeper) start_zookeeper "$2" "$3" ;;
+    etcd) start_etcd "$2" "$3" ;;
+  esac
+  pids=$(echo $pids)
+}
+
+bench() {  # bench SYSTEM N ARGS...: the load generator against the started servers
+  local system=$1 n=$2; shift 2
+  "$BENCH_BIN" --system "$system" --nodes "$n" --endpoints "$endpoints" \
+    --server-pids "${pids// /,}" --duration-s $duration --warmup-s $warmup --out "$results" "$@"
+}
+
+# ---- runs ----------------------------------------------------------------------------
+run_workloads() {  # run_workloads SYSTEM N
+  local system=$1 n=$2 dir=$scratch/$1-$2
+  echo "== $system, $n node(s): workloads" >&2
+  start_system "$system" "$dir" "$n"
+  bench "$system" "$n" || echo "bench failed for $system/$n (see rows above)" >&2
+  # shellcheck disable=SC2086
+  stop_pids $pids
+}
+
+run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
+  local system=$1 dir=$scratch/$1-memory
+  echo "== $system: memory and restart with $fill_count nodes" >&2
+  start_system "$system" "$dir" 1
+  bench "$system" 1 fill --count "$fill_count" || echo "fill failed for $system" >&2
+  # shellcheck disable=SC2086
+  stop_pids $pids
+  local since_ms
+  since_ms=$(date +%s%3N)
+  case $system in
+    concord)
+      "$CONCORD_BIN" --listen 127.0.0.1:17191 --data-dir "$dir/data" > "$dir/out2" 2> "$dir/log2" &
+      started+=($!); pids=$! ;;
+    zookeeper)
+      java -Dzookeeper.log.dir="$dir/zk1" -cp /etc/zookeeper/conf_example:/usr/share/java/zookeeper.jar \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zk1/zoo.cfg" > "$dir/zk1/log2" 2>&1 &
+      started+=($!); pids=$! ;;
+    etcd)
+      etcd --name e1 --data-dir "$dir/etcd1/data" \
+        --listen-client-urls http://127.0.0.1:24791 --advertise-client-urls http://127.0.0.1:24791 \
+        --listen-peer-urls http://127.0.0.1:24801 --initial-advertise-peer-urls http://127.0.0.1:24801 \
+        --initial-cluster e1=http://127.0.0.1:24801 > "$dir/etcd1/log2" 2>&1 &
+      started+=($!); pids=$! ;;
+  esac
+  bench "$system" 1 probe --count "$fill_count" --since-ms "$since_ms" --timeout-s 600 \
+    || echo "probe failed for $system" >&2
+  stop_pids $pids
+}
+
+IFS=, read -r -a wanted <<< "$systems"
+for system in "${wanted[@]}"; do
+  run_workloads "$system" 1
+done
+if [ $three = 1 ]; then
+  for system in "${wanted[@]}"; do
+    [ "$system" = concord ] && continue  # 3-node Concord comes with Zab
+    run_workloads "$system" 3
+  done
+fi
+for system in "${wanted[@]}"; do
+  run_memory "$system"
+done
+
+heading=${BENCH_HEADING:-"$mode run"}
+/usr/bin/python3 bench/report.py --results "$results" --out docs/benchmarks.md \
+  --charts docs/benchmarks --heading "$heading" --command "$command_line" --note "${BENCH_NOTE:-}" \
+  --mode "$mode" --duration-s $duration --warmup-s $warmup --fill-count $fill_count
+cp "$results" docs/benchmarks/results.jsonl
+echo "wrote docs/benchmarks.md" >&2

@@ -1,0 +1,208 @@
+//! The Concord driver: raw gRPC through `concord-proto`, one channel per client, so the
+//! numbers show the server and not an SDK's extra work.
+//!
+//! A session (opened on first need) is kept alive by a background task that pings every
+//! TTL/3 and is stopped when the driver is dropped. It must not retry failed calls.
+
+use std::time::Duration;
+
+use concord_proto::v1 as pb;
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+use super::{BenchError, Driver, EventStream, Result};
+
+/// Requested session TTL for ephemerals and locks.
+const SESSION_TTL_MS: i64 = 10_000;
+
+/// One Concord client.
+pub struct Concord {
+    /// The client's own HTTP/2 connection.
+    channel: Channel,
+    /// Tree service stub on `channel`.
+    tree: pb::tree_client::TreeClient<Channel>,
+    /// This client's session, once opened, and its keep-alive task.
+    session: Option<(u64, JoinHandle<()>)>,
+}
+
+impl Drop for Concord {
+    fn drop(&mut self) {
+        if let Some((_, keepalive)) = &self.session {
+            keepalive.abort();
+        }
+    }
+}
+
+fn err(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Backend {
+        system: "concord",
+        message: e.to_string(),
+    }
+}
+
+impl Concord {
+    async fn session_id(&mut self) -> Result<u64> {
+        if let Some((id, _)) = &self.session {
+            return Ok(*id);
+        }
+        let mut sessions = pb::session_client::SessionClient::new(self.channel.clone());
+        let opened = sessions
+            .open(pb::OpenSessionRequest {
+                ttl_ms: SESSION_TTL_MS,
+            })
+            .await
+            .map_err(err)?
+            .into_inner();
+        let id = opened.session_id;
+        let period = Duration::from_millis(u64::try_from(opened.ttl_ms / 3).unwrap_or(1000));
+        let pings = futures::stream::unfold(true, move |first| async move {
+            if !first {
+                tokio::time::sleep(period).await;
+            }
+            Some((pb::KeepAliveRequest { session_id: id }, false))
+        });
+        let keepalive = tokio::spawn(async move {
+            if let Ok(replies) = sessions.keep_alive(pings).await {
+                let mut replies = replies.into_inner();
+                while let Some(Ok(_)) = replies.next().await {}
+            }
+        });
+        self.session = Some((id, keepalive));
+        Ok(id)
+    }
+}
+
+impl Driver for Concord {
+    const NAME: &'static str = "concord";
+
+    async fn connect(endpoints: &str) -> Result<Self> {
+        let first = endpoints.split(',').next().unwrap_or(endpoints);
+        let channel = Channel::from_shared(first.to_owned())
+            .map_err(err)?
+            .connect()
+            .await
+            .map_err(err)?;
+        Ok(Self {
+            tree: pb::tree_client::TreeClient::new(channel.clone()),
+            channel,
+            session: None,
+        })
+    }
+
+    async fn ensure_parent(&mut self, path: &str) -> Result<()> {
+        let request = pb::CreateRequest {
+            path: path.to_owned(),
+            ..Default::default()
+        };
+        match self.tree.create(request).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == tonic::Code::AlreadyExists => Ok(()),
+            Err(s) => Err(err(s)),
+        }
+    }
+
+    async fn create(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        let request = pb::CreateRequest {
+            path: key.to_owned(),
+            data: value.to_vec().into(),
+            ..Default::default()
+        };
+        self.tree.create(request).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn write(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        let request = pb::SetRequest {
+            path: key.to_owned(),
+            data: value.to_vec().into(),
+            version: -1,
+            ..Default::default()
+        };
+        self.tree.set(request).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn read(&mut self, key: &str, linearizable: bool) -> Result<()> {
+        let request = pb::GetRequest {
+            path: key.to_owned(),
+            linearizable,
+            ..Default::default()
+        };
+        self.tree.get(request).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn create_ephemeral_sequential(&mut self, parent: &str, value: &[u8]) -> Result<()> {
+        let session_id = self.session_id().await?;
+        let request = pb::CreateRequest {
+            path: format!("{parent}/e-"),
+            data: value.to_vec().into(),
+            mode: pb::CreateMode::EphemeralSequential.into(),
+            session_id,
+            ..Default::default()
+        };
+        self.tree.create(request).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn watch(&mut self, key: &str) -> Result<EventStream> {
+        let mut watches = pb::watch_client::WatchClient::new(self.channel.clone());
+        let request = pb::WatchRequest {
+            path: key.to_owned(),
+            kinds: vec![pb::EventKind::DataChanged.into()],
+            ..Default::default()
+        };
+        let mut stream = watches.watch(request).await.map_err(err)?.into_inner();
+        // Registered once the server says `started`.
+        loop {
+            let reply = stream.message().await.map_err(err)?;
+            match reply.and_then(|r| r.msg) {
+                Some(pb::watch_response::Msg::Started(_)) => break,
+                Some(_) => continue,
+                None => return Err(err("watch stream ended before it started")),
+            }
+        }
+        let events = stream.filter_map(|reply| async move {
+            match reply {
+                Ok(r) => match r.msg {
+                    Some(pb::watch_response::Msg::Event(_)) => Some(Ok(())),
+                    _ => None,
+                },
+                Err(s) => Some(Err(err(s))),
+            }
+        });
+        Ok(events.boxed())
+    }
+
+    async fn with_lock<F>(&mut self, name: &str, critical: F) -> Result<()>
+    where
+        F: std::future::Future<Output = ()> + Send,
+    {
+        let session_id = self.session_id().await?;
+        let mut locks = pb::lock_client::LockClient::new(self.channel.clone());
+        let acquired = locks
+            .acquire(pb::AcquireRequest {
+                name: name.trim_start_matches('/').replace('/', "-"),
+                session_id,
+                owner_id: format!("bench-{session_id}"),
+                ..Default::default()
+            })
+            .await;
+        let key = match acquired {
+            Ok(r) => r.into_inner().key,
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                return Err(BenchError::NotYet(
+                    "Concord's Lock RPC is not built yet (locks issue)".into(),
+                ))
+            }
+            Err(s) => return Err(err(s)),
+        };
+        critical.await;
+        locks
+            .release(pb::ReleaseRequest { key })
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+}
