@@ -54,7 +54,19 @@ pub struct Txn {
     /// The client's retry id within the session (0: none). A second txn with the same
     /// (session_id, request_id) is answered with the first outcome and changes nothing.
     pub request_id: u64,
+    /// A fencing token the txn must still hold when applied (see `Fence`); with a
+    /// stale fence the txn fails with `TreeError::Fenced` and changes nothing.
+    pub fence: Option<Fence>,
     pub op: TxnOp,
+}
+
+/// A fencing token presented with a write: the key of a lock or election queue node
+/// and the token (its czxid) the client was given. It holds, at apply time, iff the
+/// node exists, was created by `token`, and is one of its queue's holders.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fence {
+    pub key: String,
+    pub token: Zxid,
 }
 
 /// How a node lives and is named (mirrors `concord.v1.CreateMode`).
@@ -165,6 +177,35 @@ pub enum TxnOp {
     Reap {
         path: String,
     },
+    /// A lock or election queue op: the only writes allowed under the reserved
+    /// prefix (`tree::queue::RESERVED_PREFIX`).
+    Queue(QueueOp),
+}
+
+/// Ops on the lock and election queues (see `tree/queue.rs` for their rules).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueueOp {
+    /// Joins the queue `queue` with an ephemeral-sequential node owned by the txn's
+    /// session, creating the queue (and the reserved folders) if missing. If the
+    /// session already has a node there with the same non-empty `owner_id`, that node
+    /// is adopted instead (a retried acquire). With `only_if_free`, fails with
+    /// `LockHeld` instead of queueing behind `permits` holders.
+    Join {
+        queue: String,
+        owner_id: String,
+        value: Bytes,
+        /// Concurrent holders allowed (1: a mutex); must match the queue's.
+        permits: u32,
+        only_if_free: bool,
+    },
+    /// Leaves a queue: deletes the node at `path` if its czxid is `token` (0: any).
+    Leave { path: String, token: Zxid },
+    /// Replaces the value of the node at `path` (czxid `token`), keeping its owner id.
+    Update {
+        path: String,
+        token: Zxid,
+        value: Bytes,
+    },
 }
 
 /// The first byte of every encoded txn.
@@ -221,6 +262,10 @@ mod tests {
             time_ms: 1_700_000_000_000,
             session_id: 9,
             request_id: 4,
+            fence: Some(Fence {
+                key: "/concord/locks/a/0000000001".into(),
+                token: 7,
+            }),
             op: TxnOp::Multi(vec![
                 MultiOp::Create(CreateOp {
                     path: "/a".into(),

@@ -68,6 +68,9 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
         TreeError::SessionExpired { .. } => ErrorCode::SessionExpired,
         TreeError::BadArguments(_) => ErrorCode::BadArguments,
         TreeError::NotReapable { .. } => ErrorCode::BadState,
+        TreeError::Fenced { .. } => ErrorCode::Fenced,
+        TreeError::Reserved { .. } => ErrorCode::PermissionDenied,
+        TreeError::LockHeld { .. } => ErrorCode::LockHeld,
         TreeError::MultiOp { source, .. } => tree_code(source),
     }
 }
