@@ -5,15 +5,18 @@ use concord_proto::v1::cluster_server::Cluster;
 use tonic::{Request, Response, Status};
 
 use super::convert::header;
+use crate::recipes::Recipes;
 use crate::replica::Replica;
 
 pub struct ClusterService {
     replica: Replica,
+    /// For the lock and election wake-up counter.
+    recipes: Recipes,
 }
 
 impl ClusterService {
-    pub fn new(replica: Replica) -> Self {
-        ClusterService { replica }
+    pub fn new(replica: Replica, recipes: Recipes) -> Self {
+        ClusterService { replica, recipes }
     }
 }
 
@@ -45,6 +48,7 @@ impl Cluster for ClusterService {
             ensemble_size: 1,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_resumable_zxid: r.hub().oldest_resumable_zxid(),
+            queue_wakeups: self.recipes.wakeups(),
         }))
     }
 }
