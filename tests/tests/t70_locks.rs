@@ -77,13 +77,17 @@ async fn client(server: &Server) -> Client {
 /// Waits until lock `name` has exactly `n` members.
 async fn wait_members(server: &Server, name: &str, n: usize) -> Vec<pb::LockEntry> {
     let mut l = lock_client(server).await;
-    eventually(&format!("{name} has {n} members"), Duration::from_secs(10), || {
-        let mut l = l.clone();
-        async move {
-            let m = members(&mut l, name).await;
-            (m.len() == n).then_some(m)
-        }
-    })
+    eventually(
+        &format!("{name} has {n} members"),
+        Duration::from_secs(10),
+        || {
+            let mut l = l.clone();
+            async move {
+                let m = members(&mut l, name).await;
+                (m.len() == n).then_some(m)
+            }
+        },
+    )
     .await;
     members(&mut l, name).await
 }
@@ -121,13 +125,20 @@ async fn t70_mutual_exclusion_with_fenced_counter() {
     }
     let node = c.get("/counter", ReadOptions::default()).await.unwrap();
     let total = (CLIENTS * CYCLES) as u64;
-    assert_eq!(String::from_utf8(node.data).unwrap(), total.to_string(), "lost update");
+    assert_eq!(
+        String::from_utf8(node.data).unwrap(),
+        total.to_string(),
+        "lost update"
+    );
     // Each value was written once, and tokens grow in the order the lock was held:
     // holders were served in the order they queued (FIFO).
     all.sort();
     let values: Vec<u64> = all.iter().map(|(v, _)| *v).collect();
     assert_eq!(values, (1..=total).collect::<Vec<_>>());
-    assert!(all.windows(2).all(|w| w[0].1 < w[1].1), "tokens not increasing");
+    assert!(
+        all.windows(2).all(|w| w[0].1 < w[1].1),
+        "tokens not increasing"
+    );
 }
 
 #[tokio::test]
@@ -186,7 +197,9 @@ async fn t70_one_release_wakes_one_waiter() {
         let mut l = lock_client(&server).await;
         let tx = tx.clone();
         tokio::spawn(async move {
-            let r = l.acquire(acquire_req("herd", sid, &format!("w{i:03}"), 0)).await;
+            let r = l
+                .acquire(acquire_req("herd", sid, &format!("w{i:03}"), 0))
+                .await;
             let _ = tx.send(r.map(|r| r.into_inner()));
         });
     }
@@ -197,7 +210,11 @@ async fn t70_one_release_wakes_one_waiter() {
         release(&mut l, &key, token).await;
         let next = rx.recv().await.unwrap().unwrap();
         assert_eq!(next.key, queued[n].key, "FIFO hand-off");
-        assert_eq!(wakeups(&server).await - before, n as u64, "one release, one wake-up");
+        assert_eq!(
+            wakeups(&server).await - before,
+            n as u64,
+            "one release, one wake-up"
+        );
         (key, token) = (next.key, next.token);
     }
     assert_eq!(members(&mut l, "herd").await.len(), WAITERS + 1 - HAND_OFFS);
@@ -257,9 +274,8 @@ async fn t70_timeout_and_cancel_leave_no_node() {
     assert_eq!(members(&mut l, "t").await.len(), 1, "timed-out waiter left");
     // A call the client gives up on (the gRPC call is cancelled).
     let mut l2 = l.clone();
-    let call = tokio::spawn(async move {
-        l2.acquire(acquire_req("t", session.id(), "x", 0)).await
-    });
+    let call =
+        tokio::spawn(async move { l2.acquire(acquire_req("t", session.id(), "x", 0)).await });
     wait_members(&server, "t", 2).await;
     call.abort();
     let _ = call.await;
@@ -274,7 +290,11 @@ async fn t70_retry_adopts_try_acquire_validate_and_reserved_prefix() {
     let b = c.open_session(1000).await.unwrap();
     let mut l = lock_client(&server).await;
     let first = acquire(&mut l, "r", a.id(), "me").await;
-    assert_eq!(acquire(&mut l, "r", a.id(), "me").await, first, "retry adopts");
+    assert_eq!(
+        acquire(&mut l, "r", a.id(), "me").await,
+        first,
+        "retry adopts"
+    );
     assert_eq!(members(&mut l, "r").await.len(), 1);
     let err = l
         .try_acquire(acquire_req("r", b.id(), "b", 0))
@@ -302,12 +322,12 @@ async fn t70_retry_adopts_try_acquire_validate_and_reserved_prefix() {
     assert!(valid(&mut l, first.0.clone(), first.1).await);
     assert!(!valid(&mut l, first.0.clone(), first.1 + 1).await);
     // Nobody forges a holder with plain writes; everybody may read.
+    let err = c.set(&first.0, "forged", -1).await.unwrap_err();
+    assert_eq!(err.code(), pb::ErrorCode::PermissionDenied);
     let err = c
-        .set(&first.0, "forged", -1)
+        .create("/concord/locks/r/9", "", Default::default())
         .await
         .unwrap_err();
-    assert_eq!(err.code(), pb::ErrorCode::PermissionDenied);
-    let err = c.create("/concord/locks/r/9", "", Default::default()).await.unwrap_err();
     assert_eq!(err.code(), pb::ErrorCode::PermissionDenied);
     assert!(c.get(&first.0, ReadOptions::default()).await.is_ok());
     release(&mut l, &first.0, first.1).await;
