@@ -3,7 +3,9 @@
 //! Workloads (each run at every concurrency asked for, with 100-byte values by default):
 //! - `write`: Set on distinct existing keys (one key per client);
 //! - `read`: Get of existing keys (`--linearizable` for the read-index path);
-//! - `create`: create-ephemeral-sequential under one parent.
+//! - `create`: create-ephemeral-sequential under one parent;
+//! - `lock`: every client acquires and releases one shared lock in a loop; ops/s is
+//!   the hand-off rate (run with `--clients 8` for the 8 contending clients).
 //!
 //! Each client is a task with its own gRPC connection, issuing one request at a time.
 //! Reports ops/s and latency p50/p99/p99.9/max as a Markdown table row.
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use concord_proto::v1 as pb;
+use futures::StreamExt;
 use hdrhistogram::Histogram;
 use tonic::transport::Channel;
 
@@ -20,6 +23,7 @@ enum Workload {
     Write,
     Read,
     Create,
+    Lock,
 }
 
 #[derive(Parser, Debug)]
@@ -93,15 +97,19 @@ async fn run(args: &Args, workload: Workload, clients: usize) -> Result<(), BoxE
         ..Default::default()
     })
     .await?;
-    let session_id = if workload == Workload::Create {
+    let session_id = if matches!(workload, Workload::Create | Workload::Lock) {
         let mut s = pb::session_client::SessionClient::new(setup.clone());
-        s.open(pb::OpenSessionRequest { ttl_ms: 0 })
+        let session_id = s
+            .open(pb::OpenSessionRequest { ttl_ms: 0 })
             .await?
             .into_inner()
-            .session_id
+            .session_id;
+        tokio::spawn(keep_alive(s, session_id));
+        session_id
     } else {
         0
     };
+    let lock_name = prefix.trim_start_matches('/').to_owned();
     for c in 0..clients {
         tree.create(pb::CreateRequest {
             path: format!("{prefix}/k{c}"),
@@ -119,7 +127,9 @@ async fn run(args: &Args, workload: Workload, clients: usize) -> Result<(), BoxE
         let parent = prefix.clone();
         let value = value.clone();
         let linearizable = args.linearizable;
+        let lock_name = lock_name.clone();
         tasks.push(tokio::spawn(async move {
+            let mut lock = pb::lock_client::LockClient::new(channel.clone());
             let mut tree = pb::tree_client::TreeClient::new(channel);
             let mut r = ClientResult {
                 ops: 0,
@@ -159,6 +169,7 @@ async fn run(args: &Args, workload: Workload, clients: usize) -> Result<(), BoxE
                         })
                         .await
                         .is_ok(),
+                    Workload::Lock => lock_cycle(&mut lock, &lock_name, session_id, c).await,
                 };
                 if t0 < start {
                     continue;
@@ -201,5 +212,45 @@ fn workload_name(w: Workload) -> &'static str {
         Workload::Write => "write",
         Workload::Read => "read",
         Workload::Create => "create",
+        Workload::Lock => "lock",
+    }
+}
+
+/// One acquire and release of the shared lock; true if both succeeded.
+async fn lock_cycle(
+    lock: &mut pb::lock_client::LockClient<Channel>,
+    name: &str,
+    session_id: u64,
+    client: usize,
+) -> bool {
+    let acquired = lock
+        .acquire(pb::AcquireRequest {
+            name: name.to_owned(),
+            session_id,
+            owner_id: format!("bench-{client}"),
+            ..Default::default()
+        })
+        .await;
+    let Ok(held) = acquired.map(|r| r.into_inner()) else {
+        return false;
+    };
+    lock.release(pb::ReleaseRequest {
+        key: held.key,
+        token: held.token,
+    })
+    .await
+    .is_ok()
+}
+
+/// Keeps the bench's session alive for the whole run (pings every second).
+async fn keep_alive(mut sessions: pb::session_client::SessionClient<Channel>, session_id: u64) {
+    let pings = futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Some((pb::KeepAliveRequest { session_id }, ()))
+    });
+    let first = futures::stream::once(async move { pb::KeepAliveRequest { session_id } });
+    if let Ok(replies) = sessions.keep_alive(first.chain(pings)).await {
+        let mut replies = replies.into_inner();
+        while let Ok(Some(_)) = replies.message().await {}
     }
 }
