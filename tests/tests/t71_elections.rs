@@ -1,6 +1,8 @@
 //! Elections against a real server: failover on session expiry, Observe, Resign,
 //! Proclaim fenced by the term, Participants.
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use concord::Client;

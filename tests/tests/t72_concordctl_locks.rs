@@ -1,5 +1,7 @@
 //! `concordctl lock` and `concordctl elect` against a real server.
 
+#![allow(clippy::unwrap_used)]
+
 use std::process::Stdio;
 use std::time::Duration;
 
