@@ -288,4 +288,37 @@ mod tests {
         ));
         assert!(Txn::decode(&bytes[..bytes.len() - 2]).is_err());
     }
+
+    #[test]
+    fn queue_ops_round_trip() {
+        let ops = [
+            QueueOp::Join {
+                queue: "/concord/locks/a".into(),
+                owner_id: "me".into(),
+                value: Bytes::from_static(b"v"),
+                permits: 3,
+                only_if_free: true,
+            },
+            QueueOp::Leave {
+                path: "/concord/locks/a/0000000000".into(),
+                token: 5,
+            },
+            QueueOp::Update {
+                path: "/concord/elections/e/0000000000".into(),
+                token: 6,
+                value: Bytes::new(),
+            },
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            let txn = Txn {
+                zxid: make_zxid(2, i as u64 + 1),
+                time_ms: 1,
+                session_id: 3,
+                request_id: 0,
+                fence: None,
+                op: TxnOp::Queue(op),
+            };
+            assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
+        }
+    }
 }
