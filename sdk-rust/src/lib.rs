@@ -4,7 +4,8 @@
 //! ```text
 //!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
 //!    ├── open_session → Session  (background keep-alive task, state watch)
-//!    └── watch        → Watch    (stream of messages, optional resume)
+//!    ├── watch        → Watch    (stream of messages, optional resume)
+//!    └── acquire/release/campaign/... → locks and elections (recipes.rs)
 //!  Error ─ code (proto ErrorCode), is_retry_safe(), is_indeterminate()
 //! ```
 //!
@@ -25,6 +26,7 @@ pub mod client;
 pub mod error;
 pub mod op;
 pub mod options;
+pub mod recipes;
 pub mod session;
 pub mod watch;
 
@@ -41,5 +43,6 @@ pub use options::{
     ANY_VERSION,
 };
 pub use proto::{CreateMode, ErrorCode, EventKind, Stat};
+pub use recipes::{Leader, LockHold, LockOptions};
 pub use session::{Session, SessionState};
 pub use watch::{Watch, WatchMessage};

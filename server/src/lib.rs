@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod recipes;
 pub mod replica;
 pub mod server;
 pub mod session;

@@ -54,7 +54,19 @@ pub struct Txn {
     /// The client's retry id within the session (0: none). A second txn with the same
     /// (session_id, request_id) is answered with the first outcome and changes nothing.
     pub request_id: u64,
+    /// A fencing token the txn must still hold when applied (see `Fence`); with a
+    /// stale fence the txn fails with `TreeError::Fenced` and changes nothing.
+    pub fence: Option<Fence>,
     pub op: TxnOp,
+}
+
+/// A fencing token presented with a write: the key of a lock or election queue node
+/// and the token (its czxid) the client was given. It holds, at apply time, iff the
+/// node exists, was created by `token`, and is one of its queue's holders.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fence {
+    pub key: String,
+    pub token: Zxid,
 }
 
 /// How a node lives and is named (mirrors `concord.v1.CreateMode`).
@@ -165,6 +177,35 @@ pub enum TxnOp {
     Reap {
         path: String,
     },
+    /// A lock or election queue op: the only writes allowed under the reserved
+    /// prefix (`tree::queue::RESERVED_PREFIX`).
+    Queue(QueueOp),
+}
+
+/// Ops on the lock and election queues (see `tree/queue.rs` for their rules).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueueOp {
+    /// Joins the queue `queue` with an ephemeral-sequential node owned by the txn's
+    /// session, creating the queue (and the reserved folders) if missing. If the
+    /// session already has a node there with the same non-empty `owner_id`, that node
+    /// is adopted instead (a retried acquire). With `only_if_free`, fails with
+    /// `LockHeld` instead of queueing behind `permits` holders.
+    Join {
+        queue: String,
+        owner_id: String,
+        value: Bytes,
+        /// Concurrent holders allowed (1: a mutex); must match the queue's.
+        permits: u32,
+        only_if_free: bool,
+    },
+    /// Leaves a queue: deletes the node at `path` if its czxid is `token` (0: any).
+    Leave { path: String, token: Zxid },
+    /// Replaces the value of the node at `path` (czxid `token`), keeping its owner id.
+    Update {
+        path: String,
+        token: Zxid,
+        value: Bytes,
+    },
 }
 
 /// The first byte of every encoded txn.
@@ -221,6 +262,10 @@ mod tests {
             time_ms: 1_700_000_000_000,
             session_id: 9,
             request_id: 4,
+            fence: Some(Fence {
+                key: "/concord/locks/a/0000000001".into(),
+                token: 7,
+            }),
             op: TxnOp::Multi(vec![
                 MultiOp::Create(CreateOp {
                     path: "/a".into(),
@@ -242,5 +287,38 @@ mod tests {
             Err(DecodeError::UnknownFormat(9))
         ));
         assert!(Txn::decode(&bytes[..bytes.len() - 2]).is_err());
+    }
+
+    #[test]
+    fn queue_ops_round_trip() {
+        let ops = [
+            QueueOp::Join {
+                queue: "/concord/locks/a".into(),
+                owner_id: "me".into(),
+                value: Bytes::from_static(b"v"),
+                permits: 3,
+                only_if_free: true,
+            },
+            QueueOp::Leave {
+                path: "/concord/locks/a/0000000000".into(),
+                token: 5,
+            },
+            QueueOp::Update {
+                path: "/concord/elections/e/0000000000".into(),
+                token: 6,
+                value: Bytes::new(),
+            },
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            let txn = Txn {
+                zxid: make_zxid(2, i as u64 + 1),
+                time_ms: 1,
+                session_id: 3,
+                request_id: 0,
+                fence: None,
+                op: TxnOp::Queue(op),
+            };
+            assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
+        }
     }
 }

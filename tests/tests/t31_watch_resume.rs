@@ -156,7 +156,7 @@ async fn resume_far_back(snapshot_every_txns: u64, resume_at: &[usize]) {
     }
     let status = status(&server).await;
     let oldest = status.watch_history_oldest_zxid;
-    assert!(status.oldest_resumable_zxid <= from_min(&resume_at, &zxids));
+    assert!(status.oldest_resumable_zxid <= from_min(resume_at, &zxids));
     let from = resume_at.iter().map(|&i| zxids[i]).collect::<Vec<_>>();
     assert!(
         from.iter().all(|&z| z < oldest),

@@ -189,8 +189,11 @@ impl Driver for Concord {
                 ..Default::default()
             })
             .await;
-        let key = match acquired {
-            Ok(r) => r.into_inner().key,
+        let (key, token) = match acquired {
+            Ok(r) => {
+                let r = r.into_inner();
+                (r.key, r.token)
+            }
             Err(s) if s.code() == tonic::Code::Unimplemented => {
                 return Err(BenchError::NotYet(
                     "Concord's Lock RPC is not built yet (locks issue)".into(),
@@ -200,7 +203,7 @@ impl Driver for Concord {
         };
         critical.await;
         locks
-            .release(pb::ReleaseRequest { key })
+            .release(pb::ReleaseRequest { key, token })
             .await
             .map_err(err)?;
         Ok(())

@@ -13,6 +13,8 @@ use clap::Parser;
 mod args;
 #[path = "concordctl/commands.rs"]
 mod commands;
+#[path = "concordctl/locks.rs"]
+mod locks;
 #[path = "concordctl/output.rs"]
 mod output;
 

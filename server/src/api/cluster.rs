@@ -6,16 +6,19 @@ use tonic::{Request, Response, Status};
 
 use super::convert::header;
 use super::error::error;
+use crate::recipes::Recipes;
 use crate::replica::Replica;
 use concord_proto::v1::ErrorCode;
 
 pub struct ClusterService {
     replica: Replica,
+    /// For the lock and election wake-up counter.
+    recipes: Recipes,
 }
 
 impl ClusterService {
-    pub fn new(replica: Replica) -> Self {
-        ClusterService { replica }
+    pub fn new(replica: Replica, recipes: Recipes) -> Self {
+        ClusterService { replica, recipes }
     }
 }
 
@@ -57,6 +60,7 @@ impl Cluster for ClusterService {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_resumable_zxid,
             watch_history_oldest_zxid,
+            queue_wakeups: self.recipes.wakeups(),
         }))
     }
 }

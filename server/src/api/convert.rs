@@ -7,7 +7,7 @@ use tonic::Status;
 
 use super::error::{bad_arguments, error};
 use crate::tree::{path, Stat};
-use crate::txn::{CreateMode, CreateOp, Zxid};
+use crate::txn::{CreateMode, CreateOp, Fence, Zxid};
 use concord_proto::v1::ErrorCode;
 
 /// Limits applied to client input.
@@ -116,15 +116,21 @@ pub fn create_op(
     })
 }
 
-/// Fenced writes are enforced by the Lock and Election services, not built yet.
-pub fn refuse_fence(fence: &Option<pb::Fence>) -> Result<(), Status> {
-    match fence {
-        None => Ok(()),
-        Some(_) => Err(error(
-            ErrorCode::Unimplemented,
-            "fenced writes arrive with the Lock and Election services",
-        )),
+/// A write's fence, checked for shape; the tree checks that it holds at apply time.
+pub fn fence(fence: Option<pb::Fence>) -> Result<Option<Fence>, Status> {
+    let Some(f) = fence else {
+        return Ok(None);
+    };
+    check_path(&f.key)?;
+    if f.token == 0 {
+        return Err(bad_arguments(
+            "a fence needs the token Lock.Acquire or Election.Campaign returned",
+        ));
     }
+    Ok(Some(Fence {
+        key: f.key,
+        token: f.token,
+    }))
 }
 
 #[cfg(test)]
@@ -166,10 +172,15 @@ mod tests {
         assert!(check_version(-1).is_ok());
         assert!(check_version(0).is_ok());
         assert_eq!(code(check_version(-2).unwrap_err()), "BAD_ARGUMENTS");
-        let fence = Some(pb::Fence {
-            key: "k".into(),
-            token: 1,
-        });
-        assert_eq!(code(refuse_fence(&fence).unwrap_err()), "UNIMPLEMENTED");
+        let f = |key: &str, token| {
+            fence(Some(pb::Fence {
+                key: key.into(),
+                token,
+            }))
+        };
+        assert_eq!(fence(None).unwrap(), None);
+        assert_eq!(code(f("k", 1).unwrap_err()), "BAD_PATH");
+        assert_eq!(code(f("/k", 0).unwrap_err()), "BAD_ARGUMENTS");
+        assert_eq!(f("/k", 7).unwrap().unwrap().token, 7);
     }
 }

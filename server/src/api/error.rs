@@ -8,6 +8,7 @@ use concord_proto::v1::ErrorCode;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::recipes::RecipeError;
 use crate::replica::ReplicaError;
 use crate::tree::TreeError;
 
@@ -68,6 +69,9 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
         TreeError::SessionExpired { .. } => ErrorCode::SessionExpired,
         TreeError::BadArguments(_) => ErrorCode::BadArguments,
         TreeError::NotReapable { .. } => ErrorCode::BadState,
+        TreeError::Fenced { .. } => ErrorCode::Fenced,
+        TreeError::Reserved { .. } => ErrorCode::PermissionDenied,
+        TreeError::LockHeld { .. } => ErrorCode::LockHeld,
         TreeError::MultiOp { source, .. } => tree_code(source),
     }
 }
@@ -75,6 +79,20 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
 impl From<TreeError> for Status {
     fn from(e: TreeError) -> Status {
         error(tree_code(&e), e)
+    }
+}
+
+impl From<RecipeError> for Status {
+    fn from(e: RecipeError) -> Status {
+        match e {
+            RecipeError::Tree(e) => e.into(),
+            RecipeError::Replica(e) => e.into(),
+            RecipeError::Watch(e) => super::watch::watch_status(e),
+            RecipeError::Timeout { .. } => error(ErrorCode::Timeout, e),
+            RecipeError::Lost { expired: true, .. } => error(ErrorCode::SessionExpired, e),
+            RecipeError::Lost { .. } => error(ErrorCode::NoNode, e),
+            RecipeError::Unexpected(_) => error(ErrorCode::Internal, e),
+        }
     }
 }
 

@@ -4,10 +4,11 @@
 
 mod cluster;
 mod convert;
+mod election;
 pub mod error;
+mod lock;
 mod session;
 mod tree;
-mod unbuilt;
 mod watch;
 
 use concord_proto::v1::cluster_server::ClusterServer;
@@ -19,6 +20,7 @@ use concord_proto::v1::watch_server::WatchServer;
 use tonic::service::Routes;
 
 use crate::config::Config;
+use crate::recipes::Recipes;
 use crate::replica::Replica;
 
 pub use convert::Limits;
@@ -44,11 +46,19 @@ pub fn routes(replica: &Replica, config: &Config) -> Routes {
     ));
     let watch =
         WatchServer::new(watch::WatchService::new(replica.clone())).max_encoding_message_size(max);
-    let cluster = ClusterServer::new(cluster::ClusterService::new(replica.clone()));
+    let recipes = Recipes::new(replica.clone());
+    let cluster = ClusterServer::new(cluster::ClusterService::new(
+        replica.clone(),
+        recipes.clone(),
+    ));
+    let lock = LockServer::new(lock::LockService::new(recipes.clone()));
+    let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
     Routes::new(tree)
         .add_service(session)
         .add_service(watch)
         .add_service(cluster)
-        .add_service(LockServer::new(unbuilt::LockService))
-        .add_service(ElectionServer::new(unbuilt::ElectionService))
+        .add_service(lock)
+        .add_service(election)
 }

@@ -46,9 +46,14 @@ impl TreeService {
         &self,
         session_id: u64,
         request_id: u64,
+        fence: Option<pb::Fence>,
         op: TxnOp,
     ) -> Result<(Zxid, TxnResult), Status> {
-        let Committed { zxid, result } = self.replica.submit(session_id, request_id, op).await?;
+        let fence = convert::fence(fence)?;
+        let Committed { zxid, result } = self
+            .replica
+            .submit_fenced(session_id, request_id, fence, op)
+            .await?;
         Ok((zxid, result?))
     }
 
@@ -69,10 +74,9 @@ impl Tree for TreeService {
         request: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::CreateResponse>, Status> {
         let r = request.into_inner();
-        convert::refuse_fence(&r.fence)?;
         let op = convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
         let (zxid, result) = self
-            .write(r.session_id, r.request_id, TxnOp::Create(op))
+            .write(r.session_id, r.request_id, r.fence, TxnOp::Create(op))
             .await?;
         let TxnResult::Created { path, stat: s } = result else {
             return Err(unexpected(&result));
@@ -123,7 +127,6 @@ impl Tree for TreeService {
         request: Request<pb::SetRequest>,
     ) -> Result<Response<pb::SetResponse>, Status> {
         let r = request.into_inner();
-        convert::refuse_fence(&r.fence)?;
         convert::check_path(&r.path)?;
         convert::check_data(&r.data, self.limits)?;
         convert::check_version(r.version)?;
@@ -132,7 +135,7 @@ impl Tree for TreeService {
             data: r.data,
             version: r.version,
         });
-        let (zxid, result) = self.write(r.session_id, r.request_id, op).await?;
+        let (zxid, result) = self.write(r.session_id, r.request_id, r.fence, op).await?;
         let TxnResult::Set { stat: s } = result else {
             return Err(unexpected(&result));
         };
@@ -147,7 +150,6 @@ impl Tree for TreeService {
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
         let r = request.into_inner();
-        convert::refuse_fence(&r.fence)?;
         convert::check_path(&r.path)?;
         convert::check_version(r.version)?;
         if r.path == "/" {
@@ -157,7 +159,7 @@ impl Tree for TreeService {
             path: r.path,
             version: r.version,
         });
-        let (zxid, result) = self.write(r.session_id, r.request_id, op).await?;
+        let (zxid, result) = self.write(r.session_id, r.request_id, r.fence, op).await?;
         if result != TxnResult::Deleted {
             return Err(unexpected(&result));
         }
@@ -220,7 +222,6 @@ impl Tree for TreeService {
         request: Request<pb::MultiRequest>,
     ) -> Result<Response<pb::MultiResponse>, Status> {
         let r = request.into_inner();
-        convert::refuse_fence(&r.fence)?;
         if r.ops.len() > MULTI_OPS_MAX {
             return Err(bad_arguments(format!(
                 "{} ops is more than the limit of {MULTI_OPS_MAX}",
@@ -240,7 +241,7 @@ impl Tree for TreeService {
             ops.push(op);
         }
         let (zxid, result) = self
-            .write(r.session_id, r.request_id, TxnOp::Multi(ops))
+            .write(r.session_id, r.request_id, r.fence, TxnOp::Multi(ops))
             .await?;
         let TxnResult::Multi(results) = result else {
             return Err(unexpected(&result));

@@ -248,7 +248,7 @@ fn kinds(raw: &[i32]) -> Result<Vec<EventKind>, Status> {
         .collect()
 }
 
-fn watch_status(e: WatchError) -> Status {
+pub(super) fn watch_status(e: WatchError) -> Status {
     match &e {
         WatchError::Compacted { oldest_zxid } => error(
             ErrorCode::ZxidCompacted,

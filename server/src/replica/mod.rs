@@ -28,7 +28,7 @@ use crate::config::Config;
 use crate::session::SessionTracker;
 use crate::storage::Storage;
 use crate::tree::{DataTree, TreeError, TxnResult};
-use crate::txn::{TxnOp, Zxid};
+use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
 
 pub use recovery::StartError;
@@ -57,6 +57,7 @@ pub struct Committed {
 struct Proposal {
     session_id: u64,
     request_id: u64,
+    fence: Option<Fence>,
     op: TxnOp,
     reply: oneshot::Sender<Result<Committed, ReplicaError>>,
 }
@@ -110,10 +111,23 @@ impl Replica {
         request_id: u64,
         op: TxnOp,
     ) -> Result<Committed, ReplicaError> {
+        self.submit_fenced(session_id, request_id, None, op).await
+    }
+
+    /// Submits a write that must still hold `fence` when it is applied (checked by the
+    /// tree, in zxid order), and waits until it is committed and applied here.
+    pub async fn submit_fenced(
+        &self,
+        session_id: u64,
+        request_id: u64,
+        fence: Option<Fence>,
+        op: TxnOp,
+    ) -> Result<Committed, ReplicaError> {
         let (reply, rx) = oneshot::channel();
         let proposal = Proposal {
             session_id,
             request_id,
+            fence,
             op,
             reply,
         };

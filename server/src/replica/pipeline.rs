@@ -96,6 +96,7 @@ fn stamp(shared: &Shared, seq: &mut Sequencer, batch: &[Proposal]) -> Result<Vec
             time_ms: seq.last_time_ms,
             session_id: p.session_id,
             request_id: p.request_id,
+            fence: p.fence.clone(),
             op: p.op.clone(),
         });
     }

@@ -19,6 +19,7 @@ pub(crate) fn txn(zxid: Zxid) -> Txn {
         time_ms: 1_700_000_000_000,
         session_id: 7,
         request_id: zxid,
+        fence: None,
         op: TxnOp::Set(SetOp {
             path: format!("/n{zxid}"),
             data: Bytes::from(zxid.to_le_bytes().to_vec()),

@@ -7,7 +7,10 @@
 //!              retry of a remembered (session, request)? ─yes─▶ stored outcome
 //!                  │no
 //!                  ▼
-//!              ops.rs / sessions.rs ─▶ result + events ─▶ remember outcome
+//!              fence holds? (queue.rs) ─no─▶ Err(Fenced)
+//!                  │yes
+//!                  ▼
+//!              ops.rs / sessions.rs / queue.rs ─▶ result + events ─▶ remember outcome
 //! ```
 //!
 //! A txn that fails deterministically (NoNode, BadVersion, ...) still consumes its
@@ -88,7 +91,12 @@ impl DataTree {
             session_id: txn.session_id,
         };
         let mut events = Vec::new();
-        let result = self.apply_op(&txn.op, &ctx, &mut events);
+        let result = match &txn.fence {
+            Some(fence) => self
+                .check_fence(fence)
+                .and_then(|()| self.apply_op(&txn.op, &ctx, &mut events)),
+            None => self.apply_op(&txn.op, &ctx, &mut events),
+        };
         if result.is_err() {
             events.clear();
         }
@@ -103,6 +111,7 @@ impl DataTree {
         ctx: &Ctx,
         events: &mut Vec<Event>,
     ) -> Result<TxnResult, TreeError> {
+        Self::check_not_reserved(op)?;
         match op {
             TxnOp::Create(op) => {
                 let (path, stat) = self.create(op, ctx, events)?;
@@ -123,6 +132,7 @@ impl DataTree {
                 self.reap(path, ctx, events)?;
                 Ok(TxnResult::Reaped)
             }
+            TxnOp::Queue(op) => self.apply_queue(op, ctx, events),
         }
     }
 

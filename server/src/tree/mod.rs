@@ -21,6 +21,7 @@ pub mod path;
 mod apply;
 mod digest;
 mod ops;
+pub mod queue;
 mod read;
 mod sessions;
 mod snapshot;
@@ -144,6 +145,15 @@ pub enum TreeError {
     /// A housekeeping delete found the node no longer qualifies.
     #[error("{path} no longer qualifies for reaping")]
     NotReapable { path: String },
+    /// The txn's fence no longer holds its lock or leadership; nothing was applied.
+    #[error("fence {key} token {token:#x} no longer holds its lock or leadership")]
+    Fenced { key: String, token: u64 },
+    /// A plain write touched the reserved prefix of the Lock and Election services.
+    #[error("{path} is reserved for the Lock and Election services")]
+    Reserved { path: String },
+    /// A join that asked to be a holder at once found every permit taken.
+    #[error("{queue} is held")]
+    LockHeld { queue: String },
     /// Op `index` of a Multi failed; nothing was applied.
     #[error("op {index}: {source}")]
     MultiOp {

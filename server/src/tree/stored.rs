@@ -57,6 +57,16 @@ pub(crate) enum LeafError {
     NotReapable {
         path: String,
     },
+    Fenced {
+        key: String,
+        token: u64,
+    },
+    Reserved {
+        path: String,
+    },
+    LockHeld {
+        queue: String,
+    },
 }
 
 impl From<&Result<TxnResult, TreeError>> for StoredOutcome {
@@ -125,6 +135,9 @@ impl LeafError {
             TreeError::SessionExpired { session_id } => LeafError::SessionExpired { session_id },
             TreeError::BadArguments(msg) => LeafError::BadArguments(msg),
             TreeError::NotReapable { path } => LeafError::NotReapable { path },
+            TreeError::Fenced { key, token } => LeafError::Fenced { key, token },
+            TreeError::Reserved { path } => LeafError::Reserved { path },
+            TreeError::LockHeld { queue } => LeafError::LockHeld { queue },
             // Unwrapped by the caller; kept total without recursing.
             TreeError::MultiOp { .. } => LeafError::BadArguments("nested multi error".into()),
         }
@@ -151,6 +164,9 @@ impl LeafError {
             LeafError::SessionExpired { session_id } => TreeError::SessionExpired { session_id },
             LeafError::BadArguments(msg) => TreeError::BadArguments(msg),
             LeafError::NotReapable { path } => TreeError::NotReapable { path },
+            LeafError::Fenced { key, token } => TreeError::Fenced { key, token },
+            LeafError::Reserved { path } => TreeError::Reserved { path },
+            LeafError::LockHeld { queue } => TreeError::LockHeld { queue },
         }
     }
 }

@@ -17,6 +17,7 @@ fn txn(zxid: Zxid, op: TxnOp) -> Txn {
         time_ms: 1_000 + zxid as i64,
         session_id: 0,
         request_id: 0,
+        fence: None,
         op,
     }
 }

@@ -37,6 +37,47 @@ pub enum Command {
     Session(SessionCommand),
     /// Describe the server.
     Status,
+    /// Run COMMAND while holding lock NAME. The command gets the fencing token in
+    /// CONCORD_LOCK_TOKEN and the holder key in CONCORD_LOCK_KEY (pass both as a fence
+    /// on its writes); the lock is released when it exits. If the session is lost
+    /// meanwhile, the command is killed. Exits with the command's status.
+    Lock(LockArgs),
+    /// Campaign in election NAME and print one line per leadership change
+    /// (`zxid term participant value`, or `zxid none`) until ctrl-c, which resigns.
+    Elect(ElectArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// Lock name (one path segment).
+    pub name: String,
+    /// Give up after MS milliseconds of waiting (0: wait forever).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub timeout: i64,
+    /// Semaphore permits (concurrent holders); all users of NAME must agree.
+    #[arg(long, default_value_t = 1)]
+    pub permits: u32,
+    /// TTL of the session that owns the lock (0: the server's default).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub session_ttl: i64,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// Election name (one path segment).
+    pub name: String,
+    /// This participant's id (default: concordctl-PID).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// The value to announce while leader.
+    #[arg(long, default_value = "")]
+    pub value: String,
+    /// TTL of the session that owns the candidacy (0: the server's default).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub session_ttl: i64,
 }
 
 #[derive(Debug, Args)]

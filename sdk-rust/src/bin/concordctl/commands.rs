@@ -55,6 +55,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             print_lines(output::status_lines(&client.status().await?));
             Ok(())
         }
+        Command::Lock(args) => super::locks::lock(&client, args).await,
+        Command::Elect(args) => super::locks::elect(&client, args).await,
     }
 }
 

@@ -143,6 +143,7 @@ fn run_seed(seed: u64, steps: usize) -> (Vec<Txn>, Vec<Applied>, DataTree) {
                 }
                 _ => 0,
             },
+            fence: None,
             op: random_op(&mut rng, &sessions),
         };
         let before = tree.clone();

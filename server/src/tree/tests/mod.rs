@@ -4,6 +4,7 @@ mod fuzz;
 mod multi;
 mod ops;
 mod paths;
+mod queues;
 mod sessions;
 mod snapshots;
 
@@ -40,6 +41,7 @@ impl Driver {
             time_ms: self.time_ms,
             session_id,
             request_id,
+            fence: None,
             op,
         }
     }

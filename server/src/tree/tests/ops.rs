@@ -252,6 +252,7 @@ fn stale_zxid_is_refused_and_changes_nothing() {
             time_ms: 0,
             session_id: 0,
             request_id: 0,
+            fence: None,
             op: create("/b", "", Persistent),
         };
         let applied = d.tree.apply(&txn);
