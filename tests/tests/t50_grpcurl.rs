@@ -174,12 +174,18 @@ async fn t50_streaming_watch_sees_a_create() {
 }
 
 /// The grpcurl command lines of README.md (a `\` continuation joined), in order.
+/// The grpcurl commands of README.md's first grpcurl section (up to the lock
+/// walkthrough, which `t50_readme_lock_walkthrough_works_as_written` runs), with
+/// backslash continuations joined.
 fn readme_grpcurl_commands() -> Vec<String> {
     let readme = std::fs::read_to_string(workspace_dir().join("README.md")).unwrap();
     let mut commands = Vec::new();
     let mut pending = String::new();
     for line in readme.lines() {
         let line = line.trim_end();
+        if line.starts_with(LOCK_SECTION) {
+            break;
+        }
         if pending.is_empty() && !line.starts_with("grpcurl ") {
             continue;
         }
@@ -192,6 +198,116 @@ fn readme_grpcurl_commands() -> Vec<String> {
         }
     }
     commands
+}
+
+/// The heading of README.md's lock walkthrough.
+const LOCK_SECTION: &str = "### A lock held from two grpcurl sessions";
+
+/// The commands of README.md's lock walkthrough, as the shell would read them: a
+/// command runs from a `grpcurl -plaintext` line to the next blank, comment or grpcurl
+/// line (quoted JSON may span lines). The `grpcurl ...` shorthand is left out.
+fn readme_lock_commands() -> Vec<String> {
+    let readme = std::fs::read_to_string(workspace_dir().join("README.md")).unwrap();
+    let section = readme.split(LOCK_SECTION).nth(1).unwrap();
+    let block = section
+        .split("```sh")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let mut commands: Vec<String> = Vec::new();
+    let mut open = false;
+    for line in block.lines() {
+        if line.starts_with("grpcurl -plaintext") {
+            commands.push(line.to_owned());
+            open = true;
+        } else if line.trim().is_empty() || line.starts_with('#') || line.starts_with("grpcurl") {
+            open = false;
+        } else if open {
+            let last = commands.last_mut().unwrap();
+            last.push('\n');
+            last.push_str(line);
+        }
+    }
+    commands
+}
+
+#[tokio::test]
+async fn t50_readme_lock_walkthrough_works_as_written() {
+    // A fresh server with the default tick: the session ids and tokens in the README
+    // are the ones such a server hands out.
+    let server = Server::start(ServerOptions {
+        tick_ms: 1000,
+        ..ServerOptions::default()
+    });
+    let grpcurl = grpcurl_path().display().to_string();
+    let addr = server.addr.to_string();
+    let commands = readme_lock_commands();
+    assert_eq!(commands.len(), 10, "{commands:#?}");
+    let mut bob: Option<Background> = None;
+    for text in &commands {
+        let line = text
+            .replacen("grpcurl", &grpcurl, 1)
+            .replace(README_ADDR, &addr);
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(format!("exec {line}"));
+        if text.contains(r#""owner_id":"bob""#) {
+            // Shell 2: bob waits in the server.
+            bob = Some(Background::spawn(&mut cmd));
+            continue;
+        }
+        let mut out = run(&mut cmd).await;
+        if text.contains("Lock/Waiters") {
+            // Bob's Acquire runs in "another shell": wait until he has queued.
+            let deadline = tokio::time::Instant::now() + WAIT;
+            while !out.stdout.contains("bob") && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                out = run(&mut cmd).await;
+            }
+        }
+        let expect = |want: &str| {
+            assert!(
+                out.stdout.contains(want) || out.stderr.contains(want),
+                "{text}: no {want:?} in\n{}\n{}",
+                out.stdout,
+                out.stderr
+            )
+        };
+        if text.contains("/concord/locks/demo\"") {
+            assert!(!out.ok, "a plain write into the reserved prefix succeeded");
+            expect("PERMISSION_DENIED");
+            continue;
+        }
+        assert!(out.ok, "{text}\n{}\n{}", out.stdout, out.stderr);
+        if text.contains("Session/Open") {
+            expect(r#""ttlMs": "20000""#);
+        } else if text.contains(r#""owner_id":"alice""#) {
+            expect(r#""key": "/concord/locks/demo/0000000000""#);
+            expect(r#""token": "1099511627779""#);
+        } else if text.contains("Lock/Waiters") {
+            expect("alice");
+            expect("bob");
+        } else if text.contains("Lock/Release") {
+            let bob = bob.as_mut().unwrap();
+            bob.wait_stdout("bob's Acquire returns", WAIT, |o| {
+                o.contains(r#""key": "/concord/locks/demo/0000000001""#)
+                    && o.contains(r#""token": "1099511627780""#)
+            })
+            .await;
+        } else if text.contains("Lock/Validate") {
+            assert!(!out.stdout.contains(r#""valid": true"#), "{}", out.stdout);
+        }
+    }
+    // The fenced Set again, with alice's dead token: FENCED, as the README says.
+    let fenced = commands
+        .iter()
+        .find(|c| c.contains("Tree/Set") && c.contains("fence"))
+        .unwrap()
+        .replacen("grpcurl", &grpcurl, 1)
+        .replace(README_ADDR, &addr);
+    let out = run(Command::new("sh").arg("-c").arg(format!("exec {fenced}"))).await;
+    assert!(!out.ok && out.stderr.contains("FENCED"), "{}", out.stderr);
 }
 
 #[tokio::test]
@@ -273,7 +389,13 @@ fn check_readme_output(command: &str, stdout: &str, session_id: &str) {
         expect(r#""version": 1"#);
     } else if command.contains("Session/Open") {
         expect(r#""sessionId": ""#);
-        expect(r#""ttlMs": "10000""#);
+        // The granted TTL is the one asked for (within the default [2 s, 20 s] range).
+        let asked = command
+            .split(r#""ttl_ms":"#)
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .unwrap_or_else(|| panic!("no ttl_ms in {command}"));
+        expect(&format!(r#""ttlMs": "{asked}""#));
     } else if command.contains(r#""path":"/me""#) {
         expect(r#""path": "/me""#);
     } else if command.contains("Session/KeepAlive") {
