@@ -355,7 +355,10 @@ impl Client {
 
     /// Describes one session, its ephemerals included. Errors: SESSION_EXPIRED.
     pub async fn session_info(&self, session_id: u64) -> Result<SessionInfo, Error> {
-        let req = GetSessionRequest { session_id };
+        let req = GetSessionRequest {
+            session_id,
+            ..Default::default()
+        };
         let resp = self
             .sessions()
             .get(req)
@@ -370,7 +373,7 @@ impl Client {
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, Error> {
         let resp = self
             .sessions()
-            .list(ListSessionsRequest {})
+            .list(ListSessionsRequest::default())
             .await
             .map_err(read_err)?
             .into_inner();

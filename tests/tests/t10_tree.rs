@@ -446,3 +446,47 @@ async fn t10_a_retried_write_is_applied_once() {
         .children;
     assert_eq!(children.len(), 1, "the retry created a second node");
 }
+
+#[tokio::test]
+async fn t10_a_read_waits_for_min_zxid() {
+    let server = Server::start(ServerOptions::default());
+    let mut tree = server.tree().await;
+    let z = tree
+        .create(create("/w", "a", pb::CreateMode::Persistent))
+        .await
+        .unwrap()
+        .into_inner()
+        .header
+        .unwrap()
+        .zxid;
+    // A read asking for the next zxid waits until a write makes it exist.
+    let mut reader = server.tree().await;
+    let read = tokio::spawn(async move {
+        reader
+            .get(pb::GetRequest {
+                path: "/w".into(),
+                min_zxid: z + 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let set = tree
+        .set(pb::SetRequest {
+            path: "/w".into(),
+            data: b"b".to_vec().into(),
+            version: -1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(set.header.unwrap().zxid, z + 1);
+    let got = tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(got.header.unwrap().zxid > z);
+    assert_eq!(&got.data[..], b"b", "the read did not wait for min_zxid");
+}

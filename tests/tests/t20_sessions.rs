@@ -106,7 +106,10 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
     let err = server
         .session()
         .await
-        .get(pb::GetSessionRequest { session_id: sid })
+        .get(pb::GetSessionRequest {
+            session_id: sid,
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(code_of(&err), "SESSION_EXPIRED");
@@ -121,7 +124,10 @@ async fn t20_close_deletes_ephemerals_at_once() {
     let info = server
         .session()
         .await
-        .get(pb::GetSessionRequest { session_id: sid })
+        .get(pb::GetSessionRequest {
+            session_id: sid,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()
@@ -155,7 +161,10 @@ async fn t20_sessions_survive_restart_with_a_fresh_ttl() {
     let info = server
         .session()
         .await
-        .get(pb::GetSessionRequest { session_id: sid })
+        .get(pb::GetSessionRequest {
+            session_id: sid,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

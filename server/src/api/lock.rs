@@ -8,7 +8,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert::header;
 use super::error::bad_arguments;
-use super::tree::READ_WAIT_MAX;
+use super::READ_WAIT_MAX;
 use crate::recipes::{lock_queue, JoinSpec, Recipes};
 use crate::tree::queue::QueueEntry;
 use crate::txn::Zxid;

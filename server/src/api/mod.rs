@@ -25,6 +25,25 @@ use crate::replica::Replica;
 
 pub use convert::Limits;
 
+/// How long a read waits for `min_zxid` or the read index before TIMEOUT.
+pub(crate) const READ_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until this server can answer a read: applied >= `min_zxid`, and at the
+/// read index when `linearizable`.
+pub(crate) async fn ready_for_read(
+    replica: &Replica,
+    min_zxid: crate::txn::Zxid,
+    linearizable: bool,
+) -> Result<(), tonic::Status> {
+    if linearizable {
+        replica.linearize(READ_WAIT_MAX).await?;
+    }
+    if min_zxid > replica.applied_zxid() {
+        replica.wait_applied(min_zxid, READ_WAIT_MAX).await?;
+    }
+    Ok(())
+}
+
 /// Largest gRPC message accepted: node data plus room for the rest of a request.
 fn message_bytes_max(config: &Config) -> usize {
     config.node_data_bytes_max.saturating_mul(2).max(4 << 20)

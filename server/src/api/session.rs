@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::header;
 use super::error::{bad_arguments, error};
+use super::ready_for_read;
 use crate::replica::Replica;
 use crate::tree::TxnResult;
 use crate::txn::{CloseReason, TxnOp};
@@ -141,7 +142,9 @@ impl Session for SessionService {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        let session_id = request.into_inner().session_id;
+        let r = request.into_inner();
+        ready_for_read(&self.replica, r.min_zxid, false).await?;
+        let session_id = r.session_id;
         let zxid = self.replica.applied_zxid();
         let info = self
             .info(session_id, true)
@@ -154,8 +157,9 @@ impl Session for SessionService {
 
     async fn list(
         &self,
-        _request: Request<pb::ListSessionsRequest>,
+        request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        ready_for_read(&self.replica, request.into_inner().min_zxid, false).await?;
         let (zxid, ids) = self.replica.read(|t| {
             (
                 t.last_zxid(),

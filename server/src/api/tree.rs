@@ -1,20 +1,16 @@
 //! The `concord.v1.Tree` service: validate, convert, submit or read, answer.
 
-use std::time::Duration;
-
 use concord_proto::v1 as pb;
 use concord_proto::v1::tree_server::Tree;
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, header, stat, Limits};
 use super::error::{bad_arguments, error};
+use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
 use crate::tree::{OpResult, TxnResult};
 use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
-
-/// How long a read waits for `min_zxid` or the read index before TIMEOUT.
-pub(crate) const READ_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// Most ops in one Multi.
 const MULTI_OPS_MAX: usize = 1024;
@@ -27,18 +23,6 @@ pub struct TreeService {
 impl TreeService {
     pub fn new(replica: Replica, limits: Limits) -> Self {
         TreeService { replica, limits }
-    }
-
-    /// Waits until the server can answer a read: applied >= min_zxid, and at the read
-    /// index when linearizable.
-    async fn ready_for_read(&self, min_zxid: Zxid, linearizable: bool) -> Result<(), Status> {
-        if linearizable {
-            self.replica.linearize(READ_WAIT_MAX).await?;
-        }
-        if min_zxid > self.replica.applied_zxid() {
-            self.replica.wait_applied(min_zxid, READ_WAIT_MAX).await?;
-        }
-        Ok(())
     }
 
     /// Submits a write and turns a deterministic tree error into its status.
@@ -94,7 +78,7 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::GetResponse>, Status> {
         let r = request.into_inner();
         convert::check_path(&r.path)?;
-        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
         let (zxid, node) = self.replica.read(|t| (t.last_zxid(), t.get(&r.path)));
         let node =
             node.ok_or_else(|| error(ErrorCode::NoNode, format!("{} does not exist", r.path)))?;
@@ -111,7 +95,7 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::ExistsResponse>, Status> {
         let r = request.into_inner();
         convert::check_path(&r.path)?;
-        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
         let (zxid, s) = self
             .replica
             .read(|t| (t.last_zxid(), t.get(&r.path).map(|n| n.stat)));
@@ -179,7 +163,7 @@ impl Tree for TreeService {
                 "page_token is not one from a previous response",
             ));
         }
-        self.ready_for_read(r.min_zxid, r.linearizable).await?;
+        ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
         let limit = r.page_size as usize;
         // One extra child tells whether another page follows.
         let fetch = if limit == 0 { 0 } else { limit + 1 };
