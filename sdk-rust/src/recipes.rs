@@ -41,6 +41,16 @@ pub struct LockHold {
     pub zxid: u64,
 }
 
+impl From<concord_proto::v1::AcquireResponse> for LockHold {
+    fn from(resp: concord_proto::v1::AcquireResponse) -> LockHold {
+        LockHold {
+            zxid: zxid(&resp.header),
+            key: resp.key,
+            token: resp.token,
+        }
+    }
+}
+
 impl LockHold {
     /// This hold as a fence for writes.
     pub fn fence(&self) -> Fence {
@@ -77,11 +87,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(LockHold {
-            zxid: zxid(&resp.header),
-            key: resp.key,
-            token: resp.token,
-        })
+        Ok(LockHold::from(resp))
     }
 
     /// Takes lock `name` only if a permit is free now. Errors: LOCK_HELD.
@@ -97,11 +103,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(LockHold {
-            zxid: zxid(&resp.header),
-            key: resp.key,
-            token: resp.token,
-        })
+        Ok(LockHold::from(resp))
     }
 
     /// Releases a hold (or leaves the queue); returns the zxid. Errors: NO_NODE.
