@@ -84,16 +84,24 @@ impl Node {
         let Some(h) = l.learners.get_mut(&from) else {
             return;
         };
-        if seq < h.seq_in {
-            return;
-        }
-        if seq > h.seq_in {
+        let Ok(bodies) = h.inbox.accept(seq, body, now) else {
             l.learners.remove(&from);
             self.out.send(from, Message::Reset { session });
             return;
-        }
-        h.seq_in += 1;
+        };
         h.last_heard = now;
+        for body in bodies {
+            self.on_learner_body(from, session, body);
+        }
+    }
+
+    fn on_learner_body(&mut self, from: ServerId, session: u64, body: LearnerMsg) {
+        let State::Leading(l) = &mut self.state else {
+            return;
+        };
+        let Some(h) = l.learners.get_mut(&from).filter(|h| h.session == session) else {
+            return;
+        };
         match body {
             LearnerMsg::AckEpoch {
                 current_epoch,
@@ -201,6 +209,16 @@ impl Node {
                 self.enter_looking();
                 return;
             }
+        }
+        let broken: Vec<(ServerId, u64)> = l
+            .learners
+            .values()
+            .filter(|h| h.inbox.check(now).is_err())
+            .map(|h| (h.id, h.session))
+            .collect();
+        for (id, session) in broken {
+            l.learners.remove(&id);
+            self.out.send(id, Message::Reset { session });
         }
         l.ping_round += 1;
         let round = l.ping_round;

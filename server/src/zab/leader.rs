@@ -7,8 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::message::{LeaderMsg, Message, ServerId};
+use super::message::{LeaderMsg, LearnerMsg, Message, ServerId};
 use super::ready::{Outbox, ReadState};
+use super::stream::Inbox;
 use super::ZabError;
 use crate::txn::{Txn, Zxid};
 
@@ -51,8 +52,8 @@ pub(crate) struct LearnerHandle {
     pub(crate) observer: bool,
     /// Sequence number of the last message sent to it.
     pub(crate) seq_out: u64,
-    /// Sequence number expected next from it.
-    pub(crate) seq_in: u64,
+    /// Its messages, put back in order.
+    pub(crate) inbox: Inbox<LearnerMsg>,
     pub(crate) phase: LearnerPhase,
     /// The learner's last zxid, from ACKEPOCH.
     pub(crate) peer_last: Zxid,
@@ -75,7 +76,7 @@ impl LearnerHandle {
             session,
             observer,
             seq_out: 0,
-            seq_in: 1,
+            inbox: Inbox::new(),
             phase: LearnerPhase::Registered,
             peer_last: 0,
             sync_last: 0,

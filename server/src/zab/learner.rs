@@ -11,6 +11,7 @@
 
 use super::message::{LeaderMsg, LearnerMsg, Message, ServerId};
 use super::node::{Node, State};
+use super::stream::Inbox;
 
 /// Where a learner is with its leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,8 +35,8 @@ pub(crate) struct Learner {
     pub(crate) observer: bool,
     /// The stream's session (chosen here, fresh on every registration).
     pub(crate) session: u64,
-    /// Sequence number expected next from the leader.
-    pub(crate) seq_in: u64,
+    /// The leader's messages, put back in order.
+    pub(crate) inbox: Inbox<LeaderMsg>,
     /// Sequence number of the last message sent to the leader.
     pub(crate) seq_out: u64,
     pub(crate) phase: FollowPhase,
@@ -53,7 +54,7 @@ impl Learner {
             leader,
             observer,
             session,
-            seq_in: 1,
+            inbox: Inbox::new(),
             seq_out: 0,
             phase: FollowPhase::Registering,
             epoch: 0,
@@ -126,16 +127,31 @@ impl Node {
         let State::Learning(f) = &mut self.state else {
             return;
         };
-        if f.leader != from || f.session != session || seq < f.seq_in {
+        if f.leader != from || f.session != session {
             return;
         }
-        if seq > f.seq_in {
+        let Ok(bodies) = f.inbox.accept(seq, body, now) else {
             // A message was lost: the stream is broken.
             self.reregister();
             return;
-        }
-        f.seq_in += 1;
+        };
         f.last_heard = now;
+        for body in bodies {
+            let stream = match &self.state {
+                State::Learning(f) => f.session,
+                _ => 0,
+            };
+            if stream != session || self.failed {
+                return; // the stream was dropped by an earlier message
+            }
+            self.on_leader_body(body);
+        }
+    }
+
+    fn on_leader_body(&mut self, body: LeaderMsg) {
+        let State::Learning(f) = &self.state else {
+            return;
+        };
         let phase = f.phase;
         let ok = match body {
             LeaderMsg::NewEpoch { epoch } if phase == FollowPhase::Registering => {
@@ -184,6 +200,10 @@ impl Node {
             && now.saturating_sub(f.started) > self.cfg.init_limit_ticks;
         if silent || slow {
             self.enter_looking();
+            return;
+        }
+        if f.inbox.check(now).is_err() {
+            self.reregister();
             return;
         }
         if f.phase == FollowPhase::Registering {

@@ -78,6 +78,7 @@ pub mod message;
 mod node;
 pub mod ready;
 pub mod rng;
+mod stream;
 mod sync;
 
 #[cfg(test)]
