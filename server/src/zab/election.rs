@@ -24,7 +24,8 @@ pub(crate) struct Looking {
     vote: Vote,
     /// Votes of voters in this round (looking, or already decided in it).
     votes: BTreeMap<ServerId, Vote>,
-    /// Votes reported by servers already following or leading: (vote, state).
+    /// Votes reported by servers already following or leading: (vote with the
+    /// leadership's epoch, round, state).
     decided: BTreeMap<ServerId, (Vote, u64, PeerState)>,
     /// When to decide, once a quorum agrees with `vote`.
     finalize_at: Option<u64>,
@@ -71,13 +72,20 @@ impl Node {
                 round: self.round,
                 state: PeerState::Looking,
             },
-            State::Leading(_) => Notification {
-                vote: self.decided.0,
+            State::Leading(l) => Notification {
+                vote: Vote {
+                    epoch: l.epoch,
+                    ..self.decided.0
+                },
                 round: self.decided.1,
                 state: PeerState::Leading,
             },
             State::Learning(f) => Notification {
-                vote: self.decided.0,
+                vote: Vote {
+                    epoch: f.epoch,
+                    leader: f.leader,
+                    ..self.decided.0
+                },
                 round: self.decided.1,
                 state: if f.observer {
                     PeerState::Observing
@@ -158,15 +166,17 @@ impl Node {
         }
         l.decided.insert(from, (n.vote, n.round, n.state));
         let quorum = self.cfg.quorum();
+        // As ZooKeeper: decided servers agree if they name the same leader and epoch.
+        let same = |v: &Vote| v.leader == n.vote.leader && v.epoch == n.vote.epoch;
         let backers = l
             .decided
             .iter()
-            .filter(|(s, (v, r, _))| self.cfg.is_voter(**s) && *v == n.vote && *r == n.round)
+            .filter(|(s, (v, _, _))| self.cfg.is_voter(**s) && same(v))
             .count();
         let leader_says = l
             .decided
             .get(&n.vote.leader)
-            .is_some_and(|(v, r, st)| *v == n.vote && *r == n.round && *st == PeerState::Leading);
+            .is_some_and(|(v, _, st)| same(v) && *st == PeerState::Leading);
         if backers >= quorum && leader_says {
             self.round = self.round.max(n.round);
             self.decide(n.vote, n.round);

@@ -19,28 +19,55 @@ fn env_bug() -> Option<PlantedBug> {
     }
 }
 
-/// Runs seeds first..first+count; returns the first failure as (seed, message).
-fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<u64, (u64, String)> {
-    let mut committed = 0u64;
-    for seed in first..first + count {
-        let mut opts = SimOptions::from_seed(seed);
-        opts.bug = bug;
-        match run(opts) {
-            Ok(report) => committed += report.stats.committed as u64,
-            Err(e) => return Err((seed, e)),
-        }
-    }
-    Ok(committed)
+/// Totals over a sweep.
+#[derive(Debug, Default)]
+struct Totals {
+    committed: u64,
+    leaders: u64,
+    diffs: u64,
+    truncs: u64,
+    snaps: u64,
+    reads: u64,
+    crashes: u64,
+    liveness_ticks_max: u64,
 }
+
+fn options(seed: u64, bug: Option<PlantedBug>) -> SimOptions {
+    let mut opts = SimOptions::from_seed(seed);
+    opts.bug = bug;
+    opts.chaos_ticks = env_u64("ZAB_SIM_CHAOS_TICKS", opts.chaos_ticks);
+    opts
+}
+
+/// Runs seeds first..first+count; returns the first failure as (seed, message).
+fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64, String)> {
+    let mut t = Totals::default();
+    for seed in first..first + count {
+        let s = run(options(seed, bug)).map_err(|e| (seed, e))?.stats;
+        t.committed += s.committed as u64;
+        t.leaders += s.leaders;
+        t.diffs += s.diffs;
+        t.truncs += s.truncs;
+        t.snaps += s.snaps;
+        t.reads += s.reads;
+        t.crashes += s.crashes;
+        t.liveness_ticks_max = t.liveness_ticks_max.max(s.liveness_ticks);
+    }
+    Ok(t)
+}
+
+/// Seeds per CI run: about 35 ms each in debug on the 2-core build machine, so
+/// 3000 take about 2 minutes. Override with ZAB_SIM_SEEDS.
+const SEEDS_DEFAULT: u64 = 3000;
 
 #[test]
 fn zab_sim_seeds() {
     let first = env_u64("ZAB_SIM_FIRST", 0);
-    let count = env_u64("ZAB_SIM_SEEDS", 200);
+    let count = env_u64("ZAB_SIM_SEEDS", SEEDS_DEFAULT);
     let started = std::time::Instant::now();
     match sweep(first, count, env_bug()) {
-        Ok(committed) => eprintln!(
-            "zab sim: {count} seeds from {first} passed ({committed} txns committed) in {:?}",
+        Ok(t) => eprintln!(
+            "zab sim: {count} seeds from {first} passed in {:?}: {t:?}",
             started.elapsed()
         ),
         Err((seed, e)) => panic!(
@@ -56,8 +83,7 @@ fn zab_sim_replay() {
         return; // nothing to replay
     };
     let seed: u64 = seed.parse().expect("ZAB_SEED is a number");
-    let mut opts = SimOptions::from_seed(seed);
-    opts.bug = env_bug();
+    let mut opts = options(seed, env_bug());
     opts.verbose = std::env::var("ZAB_SIM_VERBOSE").is_ok();
     match run(opts) {
         Ok(report) => eprintln!("seed {seed} passed: {report:?}"),
@@ -76,6 +102,14 @@ fn same_seed_same_trace() {
     let a = run(SimOptions::from_seed(6)).expect("seed passes");
     let b = run(SimOptions::from_seed(7)).expect("seed passes");
     assert_ne!(a.trace, b.trace);
+}
+
+#[test]
+fn the_simulator_exercises_every_path() {
+    let t = sweep(1000, 40, None).expect("seeds pass");
+    assert!(t.diffs > 0 && t.truncs > 0 && t.snaps > 0, "{t:?}");
+    assert!(t.reads > 0 && t.crashes > 0 && t.leaders > 40, "{t:?}");
+    assert!(t.committed > 1000, "{t:?}");
 }
 
 /// Runs seeds with `bug` until one fails; asserts one does within `max` seeds.

@@ -19,7 +19,7 @@ use super::server::{PendingWrite, SimServer};
 use super::SimOptions;
 use crate::txn::{CreateMode, CreateOp, DeleteOp, SetOp, Txn, TxnOp, Zxid};
 use crate::zab::rng::Rng;
-use crate::zab::{Config, Message, Ready, Role, ServerId};
+use crate::zab::{Config, LeaderMsg, Message, Ready, Role, ServerId, SyncKind};
 
 /// Time units per tick.
 pub(crate) const TICK: u64 = 10;
@@ -59,6 +59,14 @@ pub struct Stats {
     pub committed: usize,
     pub acked: usize,
     pub liveness_ticks: u64,
+    /// Syncs sent, by kind.
+    pub diffs: u64,
+    pub truncs: u64,
+    pub snaps: u64,
+    /// Read indexes answered Ok.
+    pub reads: u64,
+    /// Leaders established.
+    pub leaders: u64,
 }
 
 pub(crate) struct World {
@@ -194,6 +202,9 @@ impl World {
             }
             Event::Deliver { from, to, msg } => {
                 self.mark(&[self.now, 2, from, to, msg_code(&msg)]);
+                if self.opts.verbose && std::env::var("ZAB_SIM_MSGS").is_ok() {
+                    self.log(format_args!("{from} -> {to}: {msg:?}"));
+                }
                 if let Some(node) = self.node(to) {
                     node.step(from, msg);
                     self.drain(to)?;
@@ -242,6 +253,7 @@ impl World {
             self.log(format_args!("{id}: {st:?}"));
             self.mark(&[self.now, 3, id, st.role as u64, u64::from(st.epoch)]);
             if st.role == Role::Leading && st.serving {
+                self.stats.leaders += 1;
                 self.check.on_established(st.epoch, id)?;
             }
         }
@@ -257,6 +269,7 @@ impl World {
         for read in r.reads {
             let asked = self.reads.remove(&(id, read.id)).unwrap_or(0);
             if let Ok(index) = read.result {
+                self.stats.reads += 1;
                 self.check.on_read(id, index, asked)?;
             }
         }
@@ -265,6 +278,17 @@ impl World {
 
     fn send(&mut self, from: ServerId, to: ServerId, msg: Message) {
         self.stats.messages += 1;
+        if let Message::ToLearner {
+            body: LeaderMsg::Sync(kind),
+            ..
+        } = &msg
+        {
+            match kind {
+                SyncKind::Diff { .. } => self.stats.diffs += 1,
+                SyncKind::Trunc { .. } => self.stats.truncs += 1,
+                SyncKind::Snap { .. } => self.stats.snaps += 1,
+            }
+        }
         if self.net.blocked.contains(&(from, to)) || self.rng.chance(self.net.loss_per_mille) {
             return;
         }
