@@ -48,6 +48,13 @@ impl Node {
         if l.learners.get(&from).is_some_and(|h| h.session == session) {
             return; // a repeat
         }
+        if is_voter && l.epoch != 0 && accepted_epoch > l.epoch {
+            // It promised a newer epoch to someone else and can never follow mine:
+            // step down so the next epoch is above its promise.
+            self.epoch_floor = self.epoch_floor.max(accepted_epoch);
+            self.enter_looking();
+            return;
+        }
         let mut handle = LearnerHandle::new(from, session, observer, now);
         if l.epoch != 0 {
             handle.send(&mut self.out, LeaderMsg::NewEpoch { epoch: l.epoch });
@@ -69,7 +76,7 @@ impl Node {
             return;
         }
         let highest = l.infos.values().copied().max().unwrap_or(0);
-        let highest = highest.max(self.accepted_epoch);
+        let highest = highest.max(self.accepted_epoch).max(self.epoch_floor);
         if highest >= EPOCH_MAX {
             self.fail("epoch space exhausted".into());
             return;
@@ -152,6 +159,21 @@ impl Node {
 
     /// Learner: NEWEPOCH from the leader I registered with.
     pub(crate) fn on_new_epoch(&mut self, epoch: u32) -> bool {
+        let observer = matches!(&self.state, State::Learning(f) if f.observer);
+        if observer {
+            // Observers never vote, so they promise nothing: follow any epoch.
+            if let State::Learning(f) = &mut self.state {
+                f.epoch = epoch;
+            }
+            self.set_learner_phase(FollowPhase::EpochAcked);
+            let ack = LearnerMsg::AckEpoch {
+                current_epoch: self.current_epoch,
+                last_zxid: self.log.last_zxid(),
+                counts: false,
+            };
+            self.send_leader(ack);
+            return true;
+        }
         if epoch < self.accepted_epoch {
             // That leader is behind what I promised: elect again.
             self.enter_looking();

@@ -12,6 +12,37 @@
 //!      persisted(ready.number) once the persist ops are durable ──▶ Node
 //! ```
 //!
+//! # Driving it (what `replica/` must do)
+//!
+//! Start: load accepted/current epochs, the newest snapshot and the log after it;
+//! set the tree to the snapshot **only** (log entries above it are applied when the
+//! core hands them out as committed); `Node::new(config, Restored{..}, seed)`.
+//! Then one task owns the node and loops:
+//! - every `tick_ms`: `node.tick()`;
+//! - a peer message arrives: `node.step(from, msg)`;
+//! - a client write (leader only): `node.propose(txn)` → Ok(zxid): remember the caller
+//!   under that zxid; Err(NotLeader{hint}): forward to `hint` or fail retryably;
+//! - a linearizable read: `node.read_index(id)`; the answer comes in `Ready::reads`;
+//!   wait until applied ≥ the zxid, then read;
+//! - after any of these, handle `node.ready()` until `is_empty()`, in order:
+//!   1. send `messages` (the transport may drop them; never block the loop on it);
+//!   2. do `persist` in order (epochs: `set_u64`; `Append`: `Storage::append`;
+//!      `Truncate`: `truncate_after`; `Snapshot`: drop the log, `save_snapshot`, and
+//!      replace the tree with the decoded snapshot), make them durable, then call
+//!      `node.persisted(ready.number)`. This may run on a blocking thread while the
+//!      loop continues, as long as Readies are persisted in order and
+//!      `persisted` is called in order;
+//!   3. apply `committed` in order to the tree; answer the callers waiting on those
+//!      zxids (the leader: its own proposals), fire watches;
+//!   4. `status`: the role changed. A leader that stops serving must fail its
+//!      waiting callers as "outcome unknown" (their txns may still commit);
+//!   5. `fatal`: stop serving.
+//! - after saving a snapshot of the applied tree at zxid z:
+//!   `node.compact(Snapshot{zxid: z, data})` (learners behind z then get SNAP).
+//!
+//! The core keeps the log after the snapshot in memory (for DIFF and for handing
+//! out committed txns), and one snapshot's bytes (for SNAP).
+//!
 //! # The protocol as implemented (Zab, DSN 2011, as ZooKeeper runs it)
 //!
 //! 1. **Election** (`election.rs`, ZooKeeper's fast leader election): a looking voter
@@ -62,6 +93,10 @@
 //!   and relies on TRUNC to fix it).
 //! - A SNAP sends the leader's newest snapshot plus the log after it (ZooKeeper
 //!   serializes its live tree).
+//! - A leader that hears from a voter whose accepted epoch is above its own epoch
+//!   steps down and picks its next epoch above that (ZooKeeper leaves such a voter
+//!   unable to join until the next election). Observers promise no epoch: they
+//!   follow any leader's epoch, since they never vote.
 //! - Elections do not time out into new rounds on their own; a leader that is not
 //!   established within `init_limit_ticks`, or a learner not synchronized within it,
 //!   goes back to looking with a higher round.

@@ -54,6 +54,9 @@ pub struct Node {
     pub(crate) committed: Zxid,
     /// The highest zxid handed out in `Ready::committed` (or installed by snapshot).
     pub(crate) applied_out: Zxid,
+    /// The highest accepted epoch a voter reported: a new epoch must exceed it, or
+    /// that voter could never join.
+    pub(crate) epoch_floor: u32,
     /// The election round (ZooKeeper's logical clock); grows on every new election.
     pub(crate) round: u64,
     /// The vote this server acted on and its round, reported to lookers.
@@ -88,6 +91,7 @@ impl Node {
             durable,
             committed: start,
             applied_out: start,
+            epoch_floor: 0,
             round: 0,
             decided: (super::Vote::default(), 0),
             state: State::Looking(Looking::default()),

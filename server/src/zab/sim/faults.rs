@@ -23,7 +23,7 @@ impl World {
     }
 
     pub(super) fn fault(&mut self) -> Result<(), String> {
-        let all: Vec<ServerId> = self.servers.iter().map(|(id, _)| *id).collect();
+        let all: Vec<ServerId> = self.servers.keys().copied().collect();
         match self.rng.below(100) {
             0..=14 => {
                 let up = self.up_ids(true);
