@@ -14,9 +14,10 @@
 //! ```
 //!
 //! Commands:
-//! - CI: `cargo test -p concord-server zab::sim::tests::zab_sim_seeds` (ZAB_SIM_SEEDS,
-//!   default in tests.rs; ZAB_SIM_FIRST picks the first seed);
-//! - sweep: `ZAB_SIM_SEEDS=20000 cargo test -p concord-server zab::sim::tests::zab_sim_seeds -- --nocapture`;
+//! - CI: `cargo test -p concord-server zab::sim::` (12000 seeds by default, about
+//!   2 minutes in debug; ZAB_SIM_SEEDS sets the count, ZAB_SIM_FIRST the first seed);
+//! - longer sweep: `ZAB_SIM_FIRST=12000 ZAB_SIM_SEEDS=200000 ZAB_SIM_CHAOS_TICKS=1000
+//!   cargo test -p concord-server zab::sim::tests::zab_sim_seeds -- --nocapture`;
 //! - replay: `ZAB_SEED=1234 cargo test -p concord-server zab::sim::tests::zab_sim_replay -- --nocapture`
 //!   (add ZAB_SIM_VERBOSE=1 for the event log, ZAB_BUG=ack|commit|epoch for a planted bug).
 

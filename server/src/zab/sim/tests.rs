@@ -56,9 +56,10 @@ fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64
     Ok(t)
 }
 
-/// Seeds per CI run: about 35 ms each in debug on the 2-core build machine, so
-/// 3000 take about 2 minutes. Override with ZAB_SIM_SEEDS.
-const SEEDS_DEFAULT: u64 = 3000;
+/// Seeds per CI run: about 8 ms each in debug on the 2-core build machine when it
+/// is otherwise idle (15000 took 125 s), so 12000 take about 100 s, and 3 minutes
+/// under load. Override with ZAB_SIM_SEEDS.
+const SEEDS_DEFAULT: u64 = 12_000;
 
 #[test]
 fn zab_sim_seeds() {
