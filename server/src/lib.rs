@@ -20,6 +20,7 @@ pub mod telemetry;
 pub mod tree;
 pub mod txn;
 pub mod watch;
+pub mod zab;
 
 pub use config::Config;
 pub use server::{run, RunError};

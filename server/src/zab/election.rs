@@ -1,0 +1,252 @@
+//! Fast leader election (ZooKeeper's FLE) on votes (current_epoch, last_zxid, id).
+//!
+//! A looking voter proposes itself, adopts better votes of its round, jumps to
+//! higher rounds, and decides when a quorum of voters agrees with its vote and no
+//! better vote came for `finalize_ticks` (at once when every voter agrees). Servers
+//! already following or leading answer with the vote they decided; a looker (voter
+//! or observer) joins the leader a quorum of them names, if that leader itself says
+//! it leads. Notifications are re-sent with randomised exponential back-off.
+//!
+//! What it must not do: decide safety; any leader it picks still has to win
+//! discovery (a quorum of epoch acks, none with a newer history).
+
+use std::collections::BTreeMap;
+
+use super::leader::Leader;
+use super::learner::Learner;
+use super::message::{Message, Notification, PeerState, ServerId, Vote};
+use super::node::{Node, State};
+
+/// Election state of a looking server.
+#[derive(Debug, Default)]
+pub(crate) struct Looking {
+    /// This server's current proposal (voters only).
+    vote: Vote,
+    /// Votes of voters in this round (looking, or already decided in it).
+    votes: BTreeMap<ServerId, Vote>,
+    /// Votes reported by servers already following or leading: (vote with the
+    /// leadership's epoch, round, state).
+    decided: BTreeMap<ServerId, (Vote, u64, PeerState)>,
+    /// When to decide, once a quorum agrees with `vote`.
+    finalize_at: Option<u64>,
+    /// When to re-send notifications next.
+    resend_at: u64,
+    /// The current re-send interval (doubles up to the max).
+    resend_ticks: u64,
+}
+
+impl Node {
+    /// This server's own vote: its history's recency and its id.
+    fn own_vote(&self) -> Vote {
+        Vote {
+            epoch: self.current_epoch,
+            zxid: self.log.last_zxid(),
+            leader: self.cfg.id,
+        }
+    }
+
+    /// Starts a new election round (from start-up, or after leading or following).
+    pub(crate) fn enter_looking(&mut self) {
+        if let State::Leading(leader) = &mut self.state {
+            let reads = leader.fail_reads();
+            self.out.building().reads.extend(reads);
+        }
+        self.round += 1;
+        let vote = self.own_vote();
+        self.state = State::Looking(Looking {
+            vote,
+            resend_ticks: self.cfg.election_resend_ticks.max(1),
+            resend_at: self.now + self.cfg.election_resend_ticks.max(1),
+            ..Looking::default()
+        });
+        self.report_status();
+        self.broadcast_vote();
+        self.check_votes();
+    }
+
+    /// My notification as others should see it.
+    fn my_notification(&self) -> Notification {
+        match &self.state {
+            State::Looking(l) => Notification {
+                vote: l.vote,
+                round: self.round,
+                state: PeerState::Looking,
+            },
+            State::Leading(l) => Notification {
+                vote: Vote {
+                    epoch: l.epoch,
+                    ..self.decided.0
+                },
+                round: self.decided.1,
+                state: PeerState::Leading,
+            },
+            State::Learning(f) => Notification {
+                vote: Vote {
+                    epoch: f.epoch,
+                    leader: f.leader,
+                    ..self.decided.0
+                },
+                round: self.decided.1,
+                state: if f.observer {
+                    PeerState::Observing
+                } else {
+                    PeerState::Following
+                },
+            },
+        }
+    }
+
+    fn broadcast_vote(&mut self) {
+        let n = self.my_notification();
+        let peers: Vec<ServerId> = self.cfg.peers().collect();
+        for to in peers {
+            self.out.send(to, Message::Notification(n));
+        }
+    }
+
+    pub(crate) fn on_notification(&mut self, from: ServerId, n: Notification) {
+        let State::Looking(_) = &self.state else {
+            // Decided servers answer lookers with what they decided.
+            if n.state == PeerState::Looking {
+                let mine = self.my_notification();
+                self.out.send(from, Message::Notification(mine));
+            }
+            return;
+        };
+        if !self.cfg.is_voter(from) {
+            return;
+        }
+        match n.state {
+            PeerState::Looking => self.on_looking_vote(from, n),
+            PeerState::Following | PeerState::Leading => self.on_decided_vote(from, n),
+            PeerState::Observing => {}
+        }
+    }
+
+    /// A looking voter's vote.
+    fn on_looking_vote(&mut self, from: ServerId, n: Notification) {
+        if self.cfg.is_observer(self.cfg.id) {
+            return;
+        }
+        let own = self.own_vote();
+        let round = self.round;
+        let State::Looking(l) = &mut self.state else {
+            return;
+        };
+        let mut changed = false;
+        if n.round > round {
+            self.round = n.round;
+            l.votes.clear();
+            l.vote = own.max(n.vote);
+            changed = true;
+        } else if n.round < round {
+            let mine = self.my_notification();
+            self.out.send(from, Message::Notification(mine));
+            return;
+        } else if n.vote > l.vote {
+            l.vote = n.vote;
+            changed = true;
+        }
+        l.votes.insert(from, n.vote);
+        if changed {
+            l.finalize_at = None;
+            self.broadcast_vote();
+        }
+        self.check_votes();
+    }
+
+    /// A vote from a server that already follows or leads.
+    fn on_decided_vote(&mut self, from: ServerId, n: Notification) {
+        let round = self.round;
+        let State::Looking(l) = &mut self.state else {
+            return;
+        };
+        if n.round == round && !self.cfg.observers.contains(&self.cfg.id) {
+            l.votes.insert(from, n.vote);
+        }
+        l.decided.insert(from, (n.vote, n.round, n.state));
+        let quorum = self.cfg.quorum();
+        // As ZooKeeper: decided servers agree if they name the same leader and epoch.
+        let same = |v: &Vote| v.leader == n.vote.leader && v.epoch == n.vote.epoch;
+        let backers = l
+            .decided
+            .iter()
+            .filter(|(s, (v, _, _))| self.cfg.is_voter(**s) && same(v))
+            .count();
+        let leader_says = l
+            .decided
+            .get(&n.vote.leader)
+            .is_some_and(|(v, _, st)| same(v) && *st == PeerState::Leading);
+        if backers >= quorum && leader_says {
+            self.round = self.round.max(n.round);
+            self.decide(n.vote, n.round);
+            return;
+        }
+        self.check_votes();
+    }
+
+    /// Arms (or disarms) the decision when a quorum agrees with my vote.
+    fn check_votes(&mut self) {
+        if self.cfg.is_observer(self.cfg.id) {
+            return;
+        }
+        let me = self.cfg.id;
+        let now = self.now;
+        let finalize = self.cfg.finalize_ticks;
+        let voters = self.cfg.voters.len();
+        let quorum = self.cfg.quorum();
+        let round = self.round;
+        let State::Looking(l) = &mut self.state else {
+            return;
+        };
+        let agree = 1 + l
+            .votes
+            .iter()
+            .filter(|(s, v)| **s != me && **v == l.vote)
+            .count();
+        if agree >= voters {
+            let vote = l.vote;
+            self.decide(vote, round);
+        } else if agree >= quorum {
+            l.finalize_at.get_or_insert(now + finalize);
+        } else {
+            l.finalize_at = None;
+        }
+    }
+
+    /// Leaves the election: lead if the vote names me, else follow (or observe).
+    fn decide(&mut self, vote: Vote, round: u64) {
+        self.decided = (vote, round);
+        if vote.leader == self.cfg.id {
+            self.state = State::Leading(Leader::new(self.now));
+            self.report_status();
+            self.leader_started();
+        } else {
+            let session = self.new_session();
+            let observer = self.cfg.is_observer(self.cfg.id);
+            self.state = State::Learning(Learner::new(vote.leader, session, observer, self.now));
+            self.report_status();
+            self.send_follower_info();
+        }
+        // Tell lookers at once, so they can join.
+        self.broadcast_vote();
+    }
+
+    pub(crate) fn tick_looking(&mut self) {
+        let now = self.now;
+        let State::Looking(l) = &mut self.state else {
+            return;
+        };
+        if l.finalize_at.is_some_and(|t| now >= t) {
+            let (vote, round) = (l.vote, self.round);
+            self.decide(vote, round);
+            return;
+        }
+        if now >= l.resend_at {
+            l.resend_ticks = (l.resend_ticks * 2).min(self.cfg.election_resend_ticks_max.max(1));
+            let jitter = self.rng.below(l.resend_ticks + 1);
+            l.resend_at = now + l.resend_ticks + jitter;
+            self.broadcast_vote();
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The messages Zab servers exchange. The core produces and consumes them; the peer
+//! transport only carries them (it may lose, delay, duplicate or reorder them: the
+//! core copes, see "streams" below).
+//!
+//! Streams: after a learner registers (`FollowerInfo` with a fresh `session`), the
+//! leader and that learner talk over one logical FIFO stream per direction. Every
+//! stream message carries the session and a sequence number; a receiver takes only
+//! the next number, drops duplicates, and treats a gap as a broken connection (the
+//! learner registers again and is synchronized again). So the core needs no reliable
+//! transport, only one that usually delivers.
+//!
+//! ```text
+//!   learner ──FollowerInfo{session}──▶ leader        (repeated until answered)
+//!   leader  ──ToLearner{session, seq, LeaderMsg}──▶ learner
+//!   learner ──ToLeader{session, seq, LearnerMsg}──▶ leader
+//!   leader  ──Reset{session}──▶ learner              (unknown session: register again)
+//! ```
+
+use bytes::Bytes;
+
+use crate::txn::{Txn, Zxid};
+
+/// A server's id in the ensemble (from the static configuration).
+pub type ServerId = u64;
+
+/// A vote in fast leader election. Ordered by (epoch, zxid, leader): the highest
+/// vote is the server with the most recent history, ties broken by the larger id.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Vote {
+    /// The voted-for server's current epoch (the last epoch it acknowledged).
+    pub epoch: u32,
+    /// The voted-for server's last logged zxid.
+    pub zxid: Zxid,
+    /// The server voted for.
+    pub leader: ServerId,
+}
+
+/// What a server is doing, as reported in election notifications.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PeerState {
+    Looking,
+    Following,
+    Leading,
+    Observing,
+}
+
+/// An election notification: the sender's vote, in its election round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Notification {
+    pub vote: Vote,
+    /// The sender's election round (ZooKeeper's "logical clock"); a looking server
+    /// moves to the highest round it hears of.
+    pub round: u64,
+    pub state: PeerState,
+}
+
+/// How a learner is brought in line with the leader's history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// The learner's log is a prefix of the leader's: proposals after `from` follow.
+    Diff { from: Zxid },
+    /// The learner has entries the leader does not: cut everything after `to`,
+    /// then proposals after `to` follow.
+    Trunc { to: Zxid },
+    /// The learner is too far behind (or diverged before the leader's log starts):
+    /// install this snapshot of the state at `zxid`, then proposals after it follow.
+    Snap { zxid: Zxid, data: Bytes },
+}
+
+/// Leader to learner, on the learner's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaderMsg {
+    /// The epoch the leader will lead (discovery).
+    NewEpoch { epoch: u32 },
+    /// How the synchronization starts.
+    Sync(SyncKind),
+    /// Txns to log, in zxid order (sync history or broadcast; batched).
+    Proposal { txns: Vec<Txn> },
+    /// Everything at or below `zxid` is committed.
+    Commit { zxid: Zxid },
+    /// Synchronization is complete; acknowledge once the history and `epoch` are durable.
+    NewLeader { epoch: u32 },
+    /// A quorum acknowledged NEWLEADER: start serving; everything at or below
+    /// `committed` is committed.
+    UpToDate { committed: Zxid },
+    /// For observers: committed txns to log and apply (no ack expected).
+    Inform { txns: Vec<Txn>, committed: Zxid },
+    /// Heartbeat; `round` is echoed back (read-index confirmation).
+    Ping { round: u64 },
+}
+
+/// Learner to leader, on the learner's stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LearnerMsg {
+    /// The learner accepted the new epoch (durably). `counts` is false when it had
+    /// already accepted that epoch before (it may not vote for it twice: Zab).
+    AckEpoch {
+        current_epoch: u32,
+        last_zxid: Zxid,
+        counts: bool,
+    },
+    /// The synchronized history and the epoch are durable.
+    AckNewLeader { epoch: u32 },
+    /// Every proposal at or below `zxid` is durable here (cumulative).
+    Ack { zxid: Zxid },
+    /// Answer to `Ping { round }`.
+    PingAck { round: u64 },
+}
+
+/// One message between two servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// Fast leader election.
+    Notification(Notification),
+    /// A learner registers with the leader it elected (repeated until answered).
+    FollowerInfo {
+        session: u64,
+        accepted_epoch: u32,
+        observer: bool,
+    },
+    ToLearner {
+        session: u64,
+        seq: u64,
+        body: LeaderMsg,
+    },
+    ToLeader {
+        session: u64,
+        seq: u64,
+        body: LearnerMsg,
+    },
+    /// The leader does not know this session: register again.
+    Reset { session: u64 },
+}
+
+/// A message with its destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    pub to: ServerId,
+    pub msg: Message,
+}

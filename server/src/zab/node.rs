@@ -1,0 +1,358 @@
+//! `Node`: one server's Zab state machine. This file holds the state, the inputs'
+//! entry points and the helpers every phase shares; the phases live in their own
+//! files (election, discovery, sync, broadcast).
+//!
+//! What it must not do: IO of any kind; panic on any input.
+
+use super::election::Looking;
+use super::leader::Leader;
+use super::learner::Learner;
+use super::log::{Log, Snapshot};
+use super::message::{Message, ServerId};
+use super::ready::{Durable, Outbox, PersistOp, Ready, Role, Status};
+use super::rng::Rng;
+use super::{Config, ConfigError, PlantedBug, ZabError};
+use crate::txn::{Txn, Zxid};
+
+/// What a server finds on its disk at start-up.
+#[derive(Clone, Debug, Default)]
+pub struct Restored {
+    pub accepted_epoch: u32,
+    pub current_epoch: u32,
+    /// The newest snapshot; the runtime's tree starts as exactly this state.
+    pub snapshot: Option<Snapshot>,
+    /// Log entries above the snapshot, ascending (committed or not: Zab decides).
+    pub log: Vec<Txn>,
+}
+
+/// The phase-specific state.
+#[derive(Debug)]
+pub(crate) enum State {
+    Looking(Looking),
+    Learning(Learner),
+    Leading(Leader),
+}
+
+/// One server's Zab core. See the module docs for the protocol and the driving loop.
+#[derive(Debug)]
+pub struct Node {
+    pub(crate) cfg: Config,
+    /// Seeded randomness (election jitter, session ids).
+    pub(crate) rng: Rng,
+    /// Ticks since start.
+    pub(crate) now: u64,
+    /// The epoch this server promised to follow (NEWEPOCH acked); in memory it may
+    /// be ahead of `durable` until persisted.
+    pub(crate) accepted_epoch: u32,
+    /// The epoch whose NEWLEADER this server acked (or led).
+    pub(crate) current_epoch: u32,
+    /// Snapshot + log, as this server believes its history is.
+    pub(crate) log: Log,
+    /// What the runtime has confirmed durable.
+    pub(crate) durable: Durable,
+    /// The highest zxid known committed.
+    pub(crate) committed: Zxid,
+    /// The highest zxid handed out in `Ready::committed` (or installed by snapshot).
+    pub(crate) applied_out: Zxid,
+    /// The highest accepted epoch a voter reported: a new epoch must exceed it, or
+    /// that voter could never join.
+    pub(crate) epoch_floor: u32,
+    /// The election round (ZooKeeper's logical clock); grows on every new election.
+    pub(crate) round: u64,
+    /// The vote this server acted on and its round, reported to lookers.
+    pub(crate) decided: (super::Vote, u64),
+    pub(crate) state: State,
+    pub(crate) out: Outbox,
+    /// The status last reported.
+    pub(crate) reported: Option<Status>,
+    /// Set once an invariant broke; the node then ignores every input.
+    pub(crate) failed: bool,
+}
+
+impl Node {
+    /// A node restarted from its durable state (`Restored::default()` for a new
+    /// server). `seed` fixes its randomness. It starts looking for a leader.
+    pub fn new(cfg: Config, restored: Restored, seed: u64) -> Result<Node, ConfigError> {
+        cfg.validate()?;
+        let log = Log::restore(restored.snapshot, restored.log).map_err(ConfigError::BadLog)?;
+        let durable = Durable {
+            log_zxid: log.last_zxid(),
+            accepted_epoch: restored.accepted_epoch,
+            current_epoch: restored.current_epoch,
+        };
+        let start = log.start();
+        let mut node = Node {
+            cfg,
+            rng: Rng::new(seed),
+            now: 0,
+            accepted_epoch: restored.accepted_epoch,
+            current_epoch: restored.current_epoch,
+            log,
+            durable,
+            committed: start,
+            applied_out: start,
+            epoch_floor: 0,
+            round: 0,
+            decided: (super::Vote::default(), 0),
+            state: State::Looking(Looking::default()),
+            out: Outbox::new(),
+            reported: None,
+            failed: false,
+        };
+        node.enter_looking();
+        Ok(node)
+    }
+
+    /// Advances time by one tick: heartbeats, timeouts, election resends.
+    pub fn tick(&mut self) {
+        if self.failed {
+            return;
+        }
+        self.now += 1;
+        match &self.state {
+            State::Looking(_) => self.tick_looking(),
+            State::Learning(_) => self.tick_learner(),
+            State::Leading(_) => self.tick_leader(),
+        }
+    }
+
+    /// Handles one message from `from`. Messages from unknown servers are ignored.
+    pub fn step(&mut self, from: ServerId, msg: Message) {
+        if self.failed || from == self.cfg.id {
+            return;
+        }
+        if !self.cfg.is_voter(from) && !self.cfg.is_observer(from) {
+            return;
+        }
+        match msg {
+            Message::Notification(n) => self.on_notification(from, n),
+            Message::FollowerInfo {
+                session,
+                accepted_epoch,
+                observer,
+            } => self.on_follower_info(from, session, accepted_epoch, observer),
+            Message::ToLeader { session, seq, body } => {
+                self.on_learner_msg(from, session, seq, body)
+            }
+            Message::ToLearner { session, seq, body } => {
+                self.on_leader_msg(from, session, seq, body)
+            }
+            Message::Reset { session } => self.on_reset(from, session),
+        }
+    }
+
+    /// Proposes a txn (its `zxid` is overwritten). Ok: the zxid it will commit at, if
+    /// it commits. Only an established leader holding its quorum accepts.
+    pub fn propose(&mut self, txn: Txn) -> Result<Zxid, ZabError> {
+        self.propose_txn(txn)
+    }
+
+    /// Asks for a read index; the answer comes in `Ready::reads` with this `id`.
+    pub fn read_index(&mut self, id: u64) -> Result<(), ZabError> {
+        self.request_read(id)
+    }
+
+    /// The persist ops of Ready `number` (and every earlier one) are durable.
+    pub fn persisted(&mut self, number: u64) {
+        if self.failed {
+            return;
+        }
+        let Some(durable) = self.out.persisted(number) else {
+            return;
+        };
+        self.durable = Durable {
+            log_zxid: durable.log_zxid.min(self.log.last_zxid()),
+            ..durable
+        };
+        self.after_durable();
+        self.release_committed();
+    }
+
+    /// The runtime took a snapshot of its applied state: older log entries are no
+    /// longer kept here (learners behind it get SNAP). Ignored unless
+    /// `snapshot.zxid` has been applied.
+    pub fn compact(&mut self, snapshot: Snapshot) {
+        if snapshot.zxid <= self.applied_out {
+            self.log.compact(snapshot);
+        }
+    }
+
+    /// Everything to do since the last call.
+    pub fn ready(&mut self) -> Ready {
+        self.flush_proposals();
+        self.out.take()
+    }
+
+    /// Where this server stands now.
+    pub fn status(&self) -> Status {
+        let (role, leader, epoch, serving) = match &self.state {
+            State::Looking(_) => (Role::Looking, None, 0, false),
+            State::Leading(l) => (Role::Leading, Some(self.cfg.id), l.epoch, l.serving()),
+            State::Learning(f) => {
+                let role = if f.observer {
+                    Role::Observing
+                } else {
+                    Role::Following
+                };
+                (role, Some(f.leader), f.epoch, f.serving())
+            }
+        };
+        Status {
+            role,
+            leader,
+            epoch,
+            serving,
+        }
+    }
+
+    pub fn id(&self) -> ServerId {
+        self.cfg.id
+    }
+
+    /// The highest zxid known committed.
+    pub fn committed_zxid(&self) -> Zxid {
+        self.committed
+    }
+
+    /// The newest zxid in this server's history.
+    pub fn last_zxid(&self) -> Zxid {
+        self.log.last_zxid()
+    }
+
+    pub fn accepted_epoch(&self) -> u32 {
+        self.accepted_epoch
+    }
+
+    pub fn current_epoch(&self) -> u32 {
+        self.current_epoch
+    }
+
+    /// Whether an invariant broke (see `Ready::fatal`).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    // ---- helpers shared by the phases ----
+
+    /// Reports the status if it changed.
+    pub(crate) fn report_status(&mut self) {
+        let now = self.status();
+        if self.reported != Some(now) {
+            self.reported = Some(now);
+            self.out.building().status = Some(now);
+        }
+    }
+
+    /// An invariant broke: stop, and tell the runtime.
+    pub(crate) fn fail(&mut self, why: String) {
+        self.failed = true;
+        self.out.building().fatal = Some(why);
+    }
+
+    /// What is durable once every op emitted so far is done.
+    fn durable_after(&self) -> Durable {
+        Durable {
+            log_zxid: self.log.last_zxid(),
+            accepted_epoch: self.accepted_epoch,
+            current_epoch: self.current_epoch,
+        }
+    }
+
+    /// Queues a durable change reflecting the in-memory state.
+    pub(crate) fn persist(&mut self, op: PersistOp) {
+        let after = self.durable_after();
+        self.out.persist(op, after);
+    }
+
+    /// Sets and persists accepted_epoch.
+    pub(crate) fn persist_accepted_epoch(&mut self, epoch: u32) {
+        self.accepted_epoch = epoch;
+        if self.cfg.bug(PlantedBug::SkipEpochPersist) {
+            self.durable.accepted_epoch = epoch;
+            return;
+        }
+        self.persist(PersistOp::AcceptedEpoch(epoch));
+    }
+
+    /// Sets and persists current_epoch.
+    pub(crate) fn persist_current_epoch(&mut self, epoch: u32) {
+        self.current_epoch = epoch;
+        if self.cfg.bug(PlantedBug::SkipEpochPersist) {
+            self.durable.current_epoch = epoch;
+            return;
+        }
+        self.persist(PersistOp::CurrentEpoch(epoch));
+    }
+
+    /// Appends txns above the log's last to the log and persists them.
+    pub(crate) fn append(&mut self, txns: Vec<Txn>) {
+        let mut fresh = Vec::with_capacity(txns.len());
+        for txn in txns {
+            if self.log.append(txn.clone()) {
+                fresh.push(txn);
+            }
+        }
+        if !fresh.is_empty() {
+            self.persist(PersistOp::Append(fresh));
+        }
+    }
+
+    /// Cuts the log after `zxid` (never below what is committed).
+    pub(crate) fn truncate(&mut self, zxid: Zxid) -> bool {
+        if zxid < self.applied_out || zxid < self.committed.min(self.log.last_zxid()) {
+            self.fail(format!(
+                "TRUNC to {zxid:#x} would cut committed history (committed {:#x})",
+                self.committed
+            ));
+            return false;
+        }
+        self.log.truncate_after(zxid);
+        self.durable.log_zxid = self.durable.log_zxid.min(zxid);
+        self.out.clamp_log(zxid);
+        self.persist(PersistOp::Truncate { after: zxid });
+        true
+    }
+
+    /// Replaces the history by a snapshot (never one older than what was applied).
+    pub(crate) fn install_snapshot(&mut self, snapshot: Snapshot) -> bool {
+        if snapshot.zxid < self.applied_out {
+            self.fail(format!(
+                "SNAP at {:#x} is older than applied {:#x}",
+                snapshot.zxid, self.applied_out
+            ));
+            return false;
+        }
+        let zxid = snapshot.zxid;
+        self.log.install(snapshot.clone());
+        self.durable.log_zxid = self.durable.log_zxid.min(self.applied_out);
+        self.out.clamp_log(self.applied_out);
+        self.persist(PersistOp::Snapshot(snapshot));
+        self.out.building().committed.retain(|t| t.zxid > zxid);
+        self.applied_out = zxid;
+        self.committed = self.committed.max(zxid);
+        true
+    }
+
+    /// Hands out txns that are both committed and durable here, in order.
+    pub(crate) fn release_committed(&mut self) {
+        let up_to = self.committed.min(self.durable.log_zxid);
+        if up_to <= self.applied_out {
+            return;
+        }
+        let txns = self.log.range(self.applied_out, up_to).to_vec();
+        self.applied_out = up_to;
+        self.out.building().committed.extend(txns);
+    }
+
+    /// Reacts to newly durable state (the leader counts itself).
+    fn after_durable(&mut self) {
+        if matches!(self.state, State::Leading(_)) {
+            self.leader_after_durable();
+        }
+    }
+
+    /// A fresh random learner session id.
+    pub(crate) fn new_session(&mut self) -> u64 {
+        self.rng.next_u64() | 1
+    }
+}

@@ -1,0 +1,136 @@
+//! The simulator's invariants, checked as events happen:
+//! - at most one established leader per epoch;
+//! - one committed sequence: every server applies the same txn at each zxid, in the
+//!   same order, with no gap (each apply follows the canonical predecessor);
+//! - the same tree digest at the same zxid everywhere (after applies and snapshot
+//!   installs);
+//! - no acknowledged write lost (an acked zxid is in that sequence, and any later
+//!   apply anywhere follows it);
+//! - a read index is never below a write acknowledged before the read was asked.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::txn::{Txn, Zxid};
+use crate::zab::ServerId;
+
+/// FNV-1a over bytes: a stable hash for txns and traces.
+pub(crate) fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// What the whole ensemble has done so far, for checking.
+#[derive(Debug, Default)]
+pub(crate) struct Checker {
+    /// Established leader of each epoch.
+    leaders: BTreeMap<u32, ServerId>,
+    /// The committed sequence: zxid → hash of the txn.
+    canon: BTreeMap<Zxid, u64>,
+    /// Tree digest after each zxid.
+    digests: BTreeMap<Zxid, u64>,
+    /// Writes acknowledged to clients.
+    pub(crate) acked: BTreeSet<Zxid>,
+}
+
+impl Checker {
+    pub(crate) fn on_established(&mut self, epoch: u32, id: ServerId) -> Result<(), String> {
+        match self.leaders.insert(epoch, id) {
+            Some(other) if other != id => Err(format!(
+                "two leaders established in epoch {epoch}: {other} and {id}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Server `id`, whose tree was at `prev`, applies `txn`.
+    pub(crate) fn on_apply(&mut self, id: ServerId, prev: Zxid, txn: &Txn) -> Result<(), String> {
+        let z = txn.zxid;
+        if z <= prev {
+            return Err(format!("server {id} applied {z:#x} after {prev:#x}"));
+        }
+        let hash = fnv(FNV_START, &txn.encode());
+        match self.canon.get(&z) {
+            Some(&h) if h != hash => {
+                return Err(format!("server {id} applied a different txn at {z:#x}"))
+            }
+            Some(_) => {
+                let pred = self.canon.range(..z).next_back().map_or(0, |(k, _)| *k);
+                if pred != prev {
+                    return Err(format!(
+                        "server {id} applied {z:#x} after {prev:#x}, but the committed sequence has {pred:#x} before it"
+                    ));
+                }
+            }
+            None => {
+                let last = self.canon.keys().next_back().copied().unwrap_or(0);
+                if last != prev {
+                    return Err(format!(
+                        "server {id} applied new {z:#x} after {prev:#x}, but the committed sequence ends at {last:#x} (lost or forked history)"
+                    ));
+                }
+                self.canon.insert(z, hash);
+            }
+        }
+        Ok(())
+    }
+
+    /// Server `id`'s tree is at `zxid` with `digest` (after an apply or an install).
+    pub(crate) fn on_digest(
+        &mut self,
+        id: ServerId,
+        zxid: Zxid,
+        digest: u64,
+    ) -> Result<(), String> {
+        if zxid != 0 && !self.canon.contains_key(&zxid) {
+            return Err(format!(
+                "server {id} holds state at {zxid:#x}, never committed"
+            ));
+        }
+        match self.digests.insert(zxid, digest) {
+            Some(d) if d != digest => Err(format!(
+                "server {id} has tree digest {digest:#x} at {zxid:#x}, others {d:#x}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn on_ack(&mut self, zxid: Zxid) {
+        self.acked.insert(zxid);
+    }
+
+    /// The newest acknowledged write.
+    pub(crate) fn acked_max(&self) -> Zxid {
+        self.acked.iter().next_back().copied().unwrap_or(0)
+    }
+
+    pub(crate) fn on_read(
+        &self,
+        id: ServerId,
+        index: Zxid,
+        acked_before: Zxid,
+    ) -> Result<(), String> {
+        if index < acked_before {
+            return Err(format!(
+                "server {id} gave read index {index:#x} below acknowledged write {acked_before:#x}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every acknowledged write is in the committed sequence (the final check).
+    pub(crate) fn check_acked(&self) -> Result<(), String> {
+        match self.acked.iter().find(|z| !self.canon.contains_key(z)) {
+            Some(z) => Err(format!("acknowledged write {z:#x} is not committed")),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn committed_count(&self) -> usize {
+        self.canon.len()
+    }
+}

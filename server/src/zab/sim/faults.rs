@@ -1,0 +1,170 @@
+//! Fault injection (crashes, restarts, partitions, loss) during the chaos phase, and
+//! the liveness phase: heal everything, restart everyone, then require a leader to
+//! commit a new write that every server applies, with equal trees.
+
+use super::world::World;
+use crate::txn::{Txn, TxnOp};
+use crate::zab::ServerId;
+
+impl World {
+    fn up_ids(&self, up: bool) -> Vec<ServerId> {
+        self.servers
+            .iter()
+            .filter(|(_, s)| s.up() == up)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    fn pick(&mut self, ids: &[ServerId]) -> Option<ServerId> {
+        if ids.is_empty() {
+            return None;
+        }
+        Some(ids[self.rng.below(ids.len() as u64) as usize])
+    }
+
+    pub(super) fn fault(&mut self) -> Result<(), String> {
+        let all: Vec<ServerId> = self.servers.keys().copied().collect();
+        match self.rng.below(100) {
+            0..=14 => {
+                let up = self.up_ids(true);
+                if let Some(id) = self.pick(&up) {
+                    self.crash(id)?;
+                }
+            }
+            15..=36 => {
+                let down = self.up_ids(false);
+                if let Some(id) = self.pick(&down) {
+                    self.restart(id)?;
+                }
+            }
+            37..=50 => {
+                let side: Vec<ServerId> = all
+                    .iter()
+                    .copied()
+                    .filter(|_| self.rng.below(2) == 0)
+                    .collect();
+                self.log(format_args!("partition {side:?} | rest"));
+                for &a in &all {
+                    for &b in &all {
+                        if side.contains(&a) != side.contains(&b) {
+                            self.net.blocked.insert((a, b));
+                        }
+                    }
+                }
+            }
+            51..=60 => {
+                let (a, b) = (self.pick(&all), self.pick(&all));
+                if let (Some(a), Some(b)) = (a, b) {
+                    self.log(format_args!("one-way block {a} -> {b}"));
+                    self.net.blocked.insert((a, b));
+                }
+            }
+            61..=75 => {
+                let leaders = self.serving_leaders();
+                if let Some(l) = self.pick(&leaders) {
+                    self.log(format_args!("isolate leader {l}"));
+                    for &b in &all {
+                        self.net.blocked.insert((l, b));
+                        self.net.blocked.insert((b, l));
+                    }
+                }
+            }
+            76..=94 => {
+                self.log(format_args!("heal partitions"));
+                self.net.blocked.clear();
+            }
+            _ => {
+                let (loss, dup) = (self.rng.below(80), self.rng.below(40));
+                self.log(format_args!("loss {loss}‰ dup {dup}‰"));
+                self.net.loss_per_mille = loss;
+                self.net.dup_per_mille = dup;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn crash(&mut self, id: ServerId) -> Result<(), String> {
+        let torn = self.rng.below(3) as usize;
+        self.log(format_args!("crash {id} (torn {torn})"));
+        self.stats.crashes += 1;
+        self.mark(&[self.now, 7, id]);
+        match self.servers.get_mut(&id) {
+            Some(s) => s.crash(torn),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn restart(&mut self, id: ServerId) -> Result<(), String> {
+        self.log(format_args!("restart {id}"));
+        self.mark(&[self.now, 8, id]);
+        let seed = self.rng.next_u64();
+        let Some(s) = self.servers.get_mut(&id) else {
+            return Ok(());
+        };
+        s.restart(seed)?;
+        let (zxid, digest) = (s.tree.last_zxid(), s.tree.digest());
+        self.check.on_digest(id, zxid, digest)?;
+        self.drain(id)
+    }
+
+    /// Ends the chaos: no partitions, no loss, everyone up.
+    pub(super) fn heal(&mut self) -> Result<(), String> {
+        self.log(format_args!("heal everything; liveness phase"));
+        self.healed = true;
+        self.net.blocked.clear();
+        self.net.loss_per_mille = 0;
+        self.net.dup_per_mille = 0;
+        for id in self.up_ids(false) {
+            self.restart(id)?;
+        }
+        Ok(())
+    }
+
+    /// Liveness phase: propose one marker write at the serving leader.
+    pub(super) fn liveness_client(&mut self, leaders: &[ServerId]) {
+        if let Some((leader, _)) = self.marker {
+            let still = leaders.contains(&leader);
+            if still {
+                return;
+            }
+        }
+        let Some(&leader) = leaders.first() else {
+            return;
+        };
+        let txn = Txn {
+            zxid: 0,
+            time_ms: 0,
+            session_id: 0,
+            request_id: u64::MAX,
+            op: TxnOp::Reap {
+                path: "/marker".into(),
+            },
+        };
+        if let Some(zxid) = self.propose(leader, txn) {
+            self.marker = Some((leader, zxid));
+            let _ = self.drain(leader);
+        }
+    }
+
+    /// The marker is acked and every server applied it, with equal trees.
+    pub(super) fn converged(&self) -> bool {
+        let Some((_, marker)) = self.marker else {
+            return false;
+        };
+        if !self.check.acked.contains(&marker) {
+            return false;
+        }
+        let mut digest = None;
+        for s in self.servers.values() {
+            if !s.up() || s.tree.last_zxid() < marker {
+                return false;
+            }
+            let d = (s.tree.last_zxid(), s.tree.digest());
+            if digest.is_some_and(|x| x != d) {
+                return false;
+            }
+            digest = Some(d);
+        }
+        true
+    }
+}

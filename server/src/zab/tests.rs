@@ -1,0 +1,232 @@
+//! Unit tests of the Zab phases on a perfect in-process network with instant disks.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::*;
+use crate::txn::{zxid_epoch, Txn, TxnOp, Zxid};
+
+fn txn(n: u64) -> Txn {
+    Txn {
+        zxid: 0,
+        time_ms: 0,
+        session_id: 0,
+        request_id: n,
+        op: TxnOp::Reap {
+            path: format!("/n{n}"),
+        },
+    }
+}
+
+/// Nodes, a FIFO network that can cut links, and what each applied and persisted.
+struct Harness {
+    nodes: BTreeMap<ServerId, Node>,
+    net: VecDeque<(ServerId, Envelope)>,
+    applied: BTreeMap<ServerId, Vec<Zxid>>,
+    persisted: BTreeMap<ServerId, Vec<PersistOp>>,
+    down: Vec<ServerId>,
+    /// Hold persistence of these nodes (their Readies' ops are not acknowledged).
+    slow_disk: Vec<ServerId>,
+    held: BTreeMap<ServerId, Vec<u64>>,
+}
+
+impl Harness {
+    fn new(voters: &[ServerId], observers: &[ServerId]) -> Harness {
+        let mut nodes = BTreeMap::new();
+        for &id in voters.iter().chain(observers) {
+            let cfg = Config::new(id, voters.to_vec(), observers.to_vec());
+            nodes.insert(id, Node::new(cfg, Restored::default(), id).unwrap());
+        }
+        Harness {
+            nodes,
+            net: VecDeque::new(),
+            applied: BTreeMap::new(),
+            persisted: BTreeMap::new(),
+            down: vec![],
+            slow_disk: vec![],
+            held: BTreeMap::new(),
+        }
+    }
+
+    /// Drains every node until none has anything left to do.
+    fn drain(&mut self) {
+        for _ in 0..100 {
+            if !self.drain_once() {
+                return;
+            }
+        }
+        panic!("readies never ran dry");
+    }
+
+    fn drain_once(&mut self) -> bool {
+        let mut any = false;
+        let ids: Vec<ServerId> = self.nodes.keys().copied().collect();
+        for id in ids {
+            let node = self.nodes.get_mut(&id).unwrap();
+            let r = node.ready();
+            any |= !r.is_empty();
+            assert!(r.fatal.is_none(), "{id}: {:?}", r.fatal);
+            for env in r.messages {
+                self.net.push_back((id, env));
+            }
+            if !r.persist.is_empty() {
+                self.persisted.entry(id).or_default().extend(r.persist);
+                if self.slow_disk.contains(&id) {
+                    self.held.entry(id).or_default().push(r.number);
+                } else {
+                    node.persisted(r.number);
+                }
+            }
+            let applied = self.applied.entry(id).or_default();
+            applied.extend(r.committed.iter().map(|t| t.zxid));
+        }
+        any
+    }
+
+    /// Delivers until quiet.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            self.drain();
+            let Some((from, env)) = self.net.pop_front() else {
+                return;
+            };
+            if self.down.contains(&from) || self.down.contains(&env.to) {
+                continue;
+            }
+            if let Some(n) = self.nodes.get_mut(&env.to) {
+                n.step(from, env.msg);
+            }
+        }
+        panic!("network never settled");
+    }
+
+    fn ticks(&mut self, n: usize) {
+        for _ in 0..n {
+            for (id, node) in self.nodes.iter_mut() {
+                if !self.down.contains(id) {
+                    node.tick();
+                }
+            }
+            self.settle();
+        }
+    }
+
+    fn leader(&self) -> Option<ServerId> {
+        self.nodes
+            .iter()
+            .find(|(id, n)| {
+                !self.down.contains(id) && n.status().role == Role::Leading && n.status().serving
+            })
+            .map(|(id, _)| *id)
+    }
+}
+
+#[test]
+fn single_server_is_an_ensemble_of_one() {
+    let mut h = Harness::new(&[1], &[]);
+    h.settle();
+    assert_eq!(h.leader(), Some(1));
+    let z = h.nodes.get_mut(&1).unwrap().propose(txn(1)).unwrap();
+    assert_eq!(zxid_epoch(z), 1);
+    h.settle();
+    assert_eq!(h.applied[&1], vec![z]);
+    h.nodes.get_mut(&1).unwrap().read_index(7).unwrap();
+    let r = h.nodes.get_mut(&1).unwrap().ready();
+    assert_eq!(
+        r.reads,
+        vec![ReadState {
+            id: 7,
+            result: Ok(z)
+        }]
+    );
+}
+
+#[test]
+fn three_servers_elect_commit_and_observer_learns() {
+    let mut h = Harness::new(&[1, 2, 3], &[4]);
+    h.ticks(3);
+    let leader = h.leader().expect("a leader");
+    assert_eq!(leader, 3, "highest id wins among equal histories");
+    let mut zs = vec![];
+    for i in 0..5 {
+        zs.push(h.nodes.get_mut(&leader).unwrap().propose(txn(i)).unwrap());
+    }
+    h.settle();
+    for id in [1, 2, 3, 4] {
+        assert_eq!(h.applied[&id], zs, "server {id}");
+    }
+    let follower = h.nodes.get_mut(&1).unwrap();
+    assert_eq!(
+        follower.propose(txn(9)),
+        Err(ZabError::NotLeader { hint: Some(3) })
+    );
+    assert_eq!(follower.status().role, Role::Following);
+    assert_eq!(h.nodes[&4].status().role, Role::Observing);
+}
+
+#[test]
+fn acks_wait_for_fsync_and_commit_waits_for_a_quorum() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    h.slow_disk = vec![1, 2];
+    let z = h.nodes.get_mut(&leader).unwrap().propose(txn(1)).unwrap();
+    h.settle();
+    assert!(h.applied[&leader].is_empty(), "no quorum durable yet");
+    assert!(h.nodes[&leader].committed_zxid() < z);
+    let n = *h.held[&1].last().unwrap();
+    h.nodes.get_mut(&1).unwrap().persisted(n);
+    h.settle();
+    assert_eq!(h.applied[&leader], vec![z]);
+}
+
+#[test]
+fn a_leader_without_quorum_steps_down_and_refuses() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    h.nodes.get_mut(&leader).unwrap().read_index(1).unwrap();
+    h.down = h.nodes.keys().copied().filter(|&i| i != leader).collect();
+    h.ticks(10);
+    let node = h.nodes.get_mut(&leader).unwrap();
+    assert_ne!(node.status().role, Role::Leading);
+    assert!(node.propose(txn(1)).is_err());
+    assert!(node.read_index(2).is_err());
+}
+
+#[test]
+fn uncommitted_tail_is_truncated_and_lagging_server_gets_snap() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let old = h.leader().unwrap();
+    let z1 = h.nodes.get_mut(&old).unwrap().propose(txn(1)).unwrap();
+    h.settle();
+    // Cut the leader off, then it proposes a txn nobody else sees.
+    h.down = vec![old];
+    let ghost = h.nodes.get_mut(&old).unwrap().propose(txn(2));
+    let _ = h.nodes.get_mut(&old).unwrap().ready();
+    h.ticks(12);
+    let new = h.leader().expect("new leader");
+    assert_ne!(new, old);
+    let z3 = h.nodes.get_mut(&new).unwrap().propose(txn(3)).unwrap();
+    h.settle();
+    // The new leader compacts behind a snapshot: the old one rejoins by TRUNC or SNAP.
+    let snap = Snapshot {
+        zxid: z3,
+        data: bytes::Bytes::from_static(b"state"),
+    };
+    h.nodes.get_mut(&new).unwrap().compact(snap);
+    h.persisted.clear();
+    h.down.clear();
+    h.ticks(15);
+    let node = &h.nodes[&old];
+    assert_eq!(node.status().role, Role::Following);
+    assert_eq!(node.last_zxid(), z3);
+    assert!(ghost.is_ok());
+    let ops = &h.persisted[&old];
+    assert!(
+        ops.iter()
+            .any(|op| matches!(op, PersistOp::Snapshot(s) if s.zxid == z3)),
+        "{ops:?}"
+    );
+    assert!(h.applied[&old].contains(&z1));
+}
