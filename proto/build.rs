@@ -1,7 +1,6 @@
-//! Compiles `concord/v1/*.proto` and `concord/peer/v1/*.proto` with the protoc shipped by `protoc-bin-vendored`, so a
-//! fresh machine needs nothing but cargo. Also writes the file descriptor set that the
-//! server's gRPC reflection serves
-//! (client API only).
+//! Compiles `concord/v1/*.proto` and `concord/peer/v1/*.proto` with the protoc shipped
+//! by `protoc-bin-vendored`, so a fresh machine needs nothing but cargo. Also writes the
+//! file descriptor set that the server's gRPC reflection serves (client API only).
 
 use std::path::PathBuf;
 

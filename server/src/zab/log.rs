@@ -127,6 +127,7 @@ mod tests {
             time_ms: 0,
             session_id: 0,
             request_id: 0,
+            fence: None,
             op: TxnOp::Reap { path: "/x".into() },
         }
     }

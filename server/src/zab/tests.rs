@@ -11,6 +11,7 @@ fn txn(n: u64) -> Txn {
         time_ms: 0,
         session_id: 0,
         request_id: n,
+        fence: None,
         op: TxnOp::Reap {
             path: format!("/n{n}"),
         },

@@ -136,6 +136,7 @@ impl World {
             time_ms: 0,
             session_id: 0,
             request_id: u64::MAX,
+            fence: None,
             op: TxnOp::Reap {
                 path: "/marker".into(),
             },

@@ -432,6 +432,7 @@ impl World {
             time_ms: self.now as i64,
             session_id: 0,
             request_id: self.next_request,
+            fence: None,
             op,
         }
     }
