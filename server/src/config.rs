@@ -201,7 +201,10 @@ impl Config {
             return invalid("the members include no voter".to_owned());
         }
         let Some(me) = self.members.iter().find(|m| m.id == self.server_id) else {
-            return invalid(format!("server_id {} is not among the members", self.server_id));
+            return invalid(format!(
+                "server_id {} is not among the members",
+                self.server_id
+            ));
         };
         if me.client_addr != self.client_addr || me.peer_addr != self.peer_addr {
             return invalid(format!(
@@ -326,7 +329,10 @@ role = "observer"
         assert!(c.validate().is_err(), "no voter");
         let mut c = three();
         c.peer_addr = "127.0.0.1:7999".parse().unwrap();
-        assert!(c.validate().is_err(), "own entry disagrees with the bound address");
+        assert!(
+            c.validate().is_err(),
+            "own entry disagrees with the bound address"
+        );
         let mut c = three();
         c.members[0].peer_addr = "10.0.0.1:7182".parse().unwrap();
         assert!(c.validate().is_err(), "non-loopback peer without insecure");

@@ -156,8 +156,14 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         assert!(matches!(decode(&[]), Err(DecodeError::Empty)));
-        assert!(matches!(decode(&[9, 0]), Err(DecodeError::UnknownFormat(9))));
-        assert!(matches!(decode(&[FORMAT_V1]), Err(DecodeError::Malformed(_))));
+        assert!(matches!(
+            decode(&[9, 0]),
+            Err(DecodeError::UnknownFormat(9))
+        ));
+        assert!(matches!(
+            decode(&[FORMAT_V1]),
+            Err(DecodeError::Malformed(_))
+        ));
         assert!(matches!(
             decode(&[FORMAT_V1, 200]),
             Err(DecodeError::Malformed(_))
@@ -174,7 +180,9 @@ mod tests {
             }
             for _ in 0..200 {
                 let mut noisy = bytes.clone();
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let at = (state >> 33) as usize % noisy.len();
                 noisy[at] ^= (state >> 13) as u8 | 1;
                 let _ = decode(&noisy);

@@ -146,7 +146,10 @@ async fn t10_three_servers_every_pair() {
 async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
     let b_addr = free_addr().await;
     let a_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let members = [member(1, a_listener.local_addr().unwrap()), member(2, b_addr)];
+    let members = [
+        member(1, a_listener.local_addr().unwrap()),
+        member(2, b_addr),
+    ];
     let a_config = PeerConfig {
         queue_messages_max: 4,
         ..config(1, &members)
@@ -232,7 +235,10 @@ async fn t40_strangers_and_garbage_are_refused() {
         (frame(2, 2, 7, b""), tonic::Code::PermissionDenied),
         (frame(1, 3, 7, b""), tonic::Code::FailedPrecondition),
         (frame(1, 2, 8, b""), tonic::Code::FailedPrecondition),
-        (frame(1, 2, 7, b"\x01\xff\xff"), tonic::Code::InvalidArgument),
+        (
+            frame(1, 2, 7, b"\x01\xff\xff"),
+            tonic::Code::InvalidArgument,
+        ),
         (frame(3, 2, 7, b""), tonic::Code::PermissionDenied),
     ];
     for (bad, code) in cases {
