@@ -1,6 +1,22 @@
 //! Server configuration: a TOML file, overridden by command-line flags, over defaults
 //! that run one server on 127.0.0.1 with data in `./concord-data`.
+//!
+//! Membership is static: `[[members]]` lists every server of the ensemble (id, client
+//! address, peer address, voter or observer), the same list on every server. No
+//! members means an ensemble of one: this server alone, a voter.
+//!
+//! ```toml
+//! server_id = 1
+//! client_addr = "127.0.0.1:7181"
+//! peer_addr = "127.0.0.1:7182"
+//! [[members]]
+//! id = 1
+//! client_addr = "127.0.0.1:7181"
+//! peer_addr = "127.0.0.1:7182"
+//! role = "voter"   # or "observer"
+//! ```
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +30,13 @@ pub struct Config {
     pub server_id: u64,
     /// Where clients connect (gRPC).
     pub client_addr: SocketAddr,
+    /// Where the other servers of the ensemble connect (`concord.peer.v1`); never
+    /// serves clients. Unused by an ensemble of one.
+    pub peer_addr: SocketAddr,
+    /// Tells ensembles apart: peers whose frames carry another id are refused.
+    pub cluster_id: u64,
+    /// Every server of the ensemble, this one included; empty: an ensemble of one.
+    pub members: Vec<Member>,
     /// Folder for the redb file (log, epochs, snapshots).
     pub data_dir: PathBuf,
     /// The logical clock's period: session TTLs are clamped to [2, 20] x tick.
@@ -43,6 +66,9 @@ impl Default for Config {
         Config {
             server_id: 1,
             client_addr: SocketAddr::from(([127, 0, 0, 1], 7181)),
+            peer_addr: SocketAddr::from(([127, 0, 0, 1], 7182)),
+            cluster_id: 0,
+            members: Vec::new(),
             data_dir: PathBuf::from("concord-data"),
             tick_ms: 1000,
             session_ttl_default_ms: 10_000,
@@ -56,6 +82,30 @@ impl Default for Config {
             insecure: false,
         }
     }
+}
+
+/// Whether a member votes.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Votes in elections, epochs and acks; counts toward quorums.
+    Voter,
+    /// Learns committed txns and serves reads; never votes.
+    Observer,
+}
+
+/// One server of the ensemble, as every server's config lists it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    /// Its `server_id` (at least 1, unique).
+    pub id: u64,
+    /// Where its clients connect (followers tell clients where the leader is).
+    pub client_addr: SocketAddr,
+    /// Where its peer transport listens.
+    pub peer_addr: SocketAddr,
+    /// Voter or observer.
+    pub role: Role,
 }
 
 /// A configuration that cannot run.
@@ -114,10 +164,62 @@ impl Config {
         if self.snapshots_keep == 0 || self.snapshot_every_txns == 0 {
             return bad("snapshots_keep and snapshot_every_txns must be at least 1");
         }
-        if !self.client_addr.ip().is_loopback() && !self.insecure {
+        self.check_plain_text(self.client_addr)?;
+        self.validate_members()
+    }
+
+    /// The ensemble: `members`, or this server alone as a voter when none are listed.
+    pub fn ensemble(&self) -> Vec<Member> {
+        if !self.members.is_empty() {
+            return self.members.clone();
+        }
+        vec![Member {
+            id: self.server_id,
+            client_addr: self.client_addr,
+            peer_addr: self.peer_addr,
+            role: Role::Voter,
+        }]
+    }
+
+    /// Ids unique and non-zero, this server listed with its own addresses, at least
+    /// one voter, every address loopback unless `insecure`.
+    fn validate_members(&self) -> Result<(), ConfigError> {
+        if self.members.is_empty() {
+            return Ok(());
+        }
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        let mut ids = HashSet::new();
+        for m in &self.members {
+            if m.id == 0 || !ids.insert(m.id) {
+                return invalid(format!("member id {} is zero or listed twice", m.id));
+            }
+            self.check_plain_text(m.client_addr)?;
+            self.check_plain_text(m.peer_addr)?;
+        }
+        self.check_plain_text(self.peer_addr)?;
+        if !self.members.iter().any(|m| m.role == Role::Voter) {
+            return invalid("the members include no voter".to_owned());
+        }
+        let Some(me) = self.members.iter().find(|m| m.id == self.server_id) else {
+            return invalid(format!(
+                "server_id {} is not among the members",
+                self.server_id
+            ));
+        };
+        if me.client_addr != self.client_addr || me.peer_addr != self.peer_addr {
+            return invalid(format!(
+                "member {} lists {} / {} but this server binds {} / {}",
+                me.id, me.client_addr, me.peer_addr, self.client_addr, self.peer_addr
+            ));
+        }
+        Ok(())
+    }
+
+    /// Plain text only on loopback, unless `insecure`.
+    fn check_plain_text(&self, addr: SocketAddr) -> Result<(), ConfigError> {
+        if !addr.ip().is_loopback() && !self.insecure {
             return Err(ConfigError::Invalid(format!(
-                "refusing to serve plain text on {}: bind 127.0.0.1, or pass --insecure",
-                self.client_addr
+                "refusing to serve plain text on {addr}: bind 127.0.0.1, or pass --insecure"
             )));
         }
         Ok(())
@@ -162,5 +264,83 @@ mod tests {
         c.validate().unwrap();
         c.session_ttl_default_ms = 1;
         assert!(c.validate().is_err());
+    }
+
+    const THREE: &str = r#"
+server_id = 2
+client_addr = "127.0.0.1:7191"
+peer_addr = "127.0.0.1:7192"
+cluster_id = 9
+[[members]]
+id = 1
+client_addr = "127.0.0.1:7181"
+peer_addr = "127.0.0.1:7182"
+role = "voter"
+[[members]]
+id = 2
+client_addr = "127.0.0.1:7191"
+peer_addr = "127.0.0.1:7192"
+role = "voter"
+[[members]]
+id = 3
+client_addr = "127.0.0.1:7201"
+peer_addr = "127.0.0.1:7202"
+role = "observer"
+"#;
+
+    fn three() -> Config {
+        toml::from_str(THREE).unwrap()
+    }
+
+    #[test]
+    fn members_parse_and_validate() {
+        let c = three();
+        c.validate().unwrap();
+        assert_eq!(c.cluster_id, 9);
+        assert_eq!(c.members.len(), 3);
+        assert_eq!(c.members[2].role, Role::Observer);
+        assert_eq!(c.members[1].peer_addr, c.peer_addr);
+        assert_eq!(c.ensemble(), c.members);
+    }
+
+    #[test]
+    fn no_members_is_an_ensemble_of_one() {
+        let c = Config::default();
+        let e = c.ensemble();
+        assert_eq!(e.len(), 1);
+        assert_eq!((e[0].id, e[0].role), (1, Role::Voter));
+        assert_eq!(e[0].client_addr, c.client_addr);
+    }
+
+    #[test]
+    fn bad_membership_is_refused() {
+        let mut c = three();
+        c.members[2].id = 2;
+        assert!(c.validate().is_err(), "duplicate id");
+        let mut c = three();
+        c.members[0].id = 0;
+        assert!(c.validate().is_err(), "zero id");
+        let mut c = three();
+        c.server_id = 4;
+        assert!(c.validate().is_err(), "self not listed");
+        let mut c = three();
+        c.members[0].role = Role::Observer;
+        c.members[1].role = Role::Observer;
+        assert!(c.validate().is_err(), "no voter");
+        let mut c = three();
+        c.peer_addr = "127.0.0.1:7999".parse().unwrap();
+        assert!(
+            c.validate().is_err(),
+            "own entry disagrees with the bound address"
+        );
+        let mut c = three();
+        c.members[0].peer_addr = "10.0.0.1:7182".parse().unwrap();
+        assert!(c.validate().is_err(), "non-loopback peer without insecure");
+        c.insecure = true;
+        c.validate().unwrap();
+        let bad_role = THREE.replace("\"observer\"", "\"witness\"");
+        assert!(toml::from_str::<Config>(&bad_role).is_err());
+        let unknown_key = THREE.replace("role = \"voter\"", "role = \"voter\"\nweight = 2");
+        assert!(toml::from_str::<Config>(&unknown_key).is_err());
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod peer;
 pub mod recipes;
 pub mod replica;
 pub mod server;

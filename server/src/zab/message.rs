@@ -17,6 +17,7 @@
 //! ```
 
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 
 use crate::txn::{Txn, Zxid};
 
@@ -25,7 +26,9 @@ pub type ServerId = u64;
 
 /// A vote in fast leader election. Ordered by (epoch, zxid, leader): the highest
 /// vote is the server with the most recent history, ties broken by the larger id.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct Vote {
     /// The voted-for server's current epoch (the last epoch it acknowledged).
     pub epoch: u32,
@@ -36,7 +39,7 @@ pub struct Vote {
 }
 
 /// What a server is doing, as reported in election notifications.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum PeerState {
     Looking,
     Following,
@@ -45,7 +48,7 @@ pub enum PeerState {
 }
 
 /// An election notification: the sender's vote, in its election round.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Notification {
     pub vote: Vote,
     /// The sender's election round (ZooKeeper's "logical clock"); a looking server
@@ -55,7 +58,7 @@ pub struct Notification {
 }
 
 /// How a learner is brought in line with the leader's history.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SyncKind {
     /// The learner's log is a prefix of the leader's: proposals after `from` follow.
     Diff { from: Zxid },
@@ -68,7 +71,7 @@ pub enum SyncKind {
 }
 
 /// Leader to learner, on the learner's stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LeaderMsg {
     /// The epoch the leader will lead (discovery).
     NewEpoch { epoch: u32 },
@@ -90,7 +93,7 @@ pub enum LeaderMsg {
 }
 
 /// Learner to leader, on the learner's stream.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LearnerMsg {
     /// The learner accepted the new epoch (durably). `counts` is false when it had
     /// already accepted that epoch before (it may not vote for it twice: Zab).
@@ -108,7 +111,7 @@ pub enum LearnerMsg {
 }
 
 /// One message between two servers.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
     /// Fast leader election.
     Notification(Notification),
@@ -133,7 +136,7 @@ pub enum Message {
 }
 
 /// A message with its destination.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {
     pub to: ServerId,
     pub msg: Message,

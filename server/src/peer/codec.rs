@@ -1,0 +1,192 @@
+//! Wire encoding of a `zab::Message`: one format byte (`FORMAT_V1`) then postcard,
+//! like `txn.rs`. This is the `payload` of a `concord.peer.v1.Frame`.
+//!
+//! What it must not do: panic on any input. Garbage decodes to an error.
+
+use crate::zab::Message;
+
+/// The first byte of every encoded message.
+pub const FORMAT_V1: u8 = 1;
+
+/// A payload that is not a message this server understands.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("empty message encoding")]
+    Empty,
+    #[error("unknown message format {0}")]
+    UnknownFormat(u8),
+    #[error("malformed message: {0}")]
+    Malformed(#[from] postcard::Error),
+    #[error("{0} trailing bytes after the message")]
+    Trailing(usize),
+}
+
+/// Encodes a message for a frame's payload (never empty: empty is a hello).
+pub fn encode(msg: &Message) -> Vec<u8> {
+    // Serializing plain data into a Vec cannot fail.
+    match postcard::to_extend(msg, vec![FORMAT_V1]) {
+        Ok(v) => v,
+        Err(e) => unreachable!("encoding a message into a Vec failed: {e}"),
+    }
+}
+
+/// Decodes a payload written by `encode`; the whole payload must be one message.
+pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+    let (&format, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
+    if format != FORMAT_V1 {
+        return Err(DecodeError::UnknownFormat(format));
+    }
+    let (msg, left) = postcard::take_from_bytes(rest)?;
+    if !left.is_empty() {
+        return Err(DecodeError::Trailing(left.len()));
+    }
+    Ok(msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::txn::{Txn, TxnOp};
+    use crate::zab::{LeaderMsg, LearnerMsg, Notification, PeerState, SyncKind, Vote};
+
+    fn txn(zxid: u64) -> Txn {
+        Txn {
+            zxid,
+            time_ms: 1_700_000_000_000,
+            session_id: 5,
+            request_id: 6,
+            fence: None,
+            op: TxnOp::Reap { path: "/a".into() },
+        }
+    }
+
+    fn to_learner(body: LeaderMsg) -> Message {
+        Message::ToLearner {
+            session: 7,
+            seq: 8,
+            body,
+        }
+    }
+
+    fn to_leader(body: LearnerMsg) -> Message {
+        Message::ToLeader {
+            session: 7,
+            seq: u64::MAX,
+            body,
+        }
+    }
+
+    /// One of every variant, nested variants included.
+    fn every_message() -> Vec<Message> {
+        let vote = Vote {
+            epoch: 3,
+            zxid: 1 << 41,
+            leader: 2,
+        };
+        let states = [
+            PeerState::Looking,
+            PeerState::Following,
+            PeerState::Leading,
+            PeerState::Observing,
+        ];
+        let mut all: Vec<Message> = states
+            .into_iter()
+            .map(|state| {
+                Message::Notification(Notification {
+                    vote,
+                    round: 9,
+                    state,
+                })
+            })
+            .collect();
+        all.push(Message::FollowerInfo {
+            session: 1,
+            accepted_epoch: 2,
+            observer: true,
+        });
+        all.push(Message::Reset { session: 4 });
+        let leader = [
+            LeaderMsg::NewEpoch { epoch: 4 },
+            LeaderMsg::Sync(SyncKind::Diff { from: 10 }),
+            LeaderMsg::Sync(SyncKind::Trunc { to: 11 }),
+            LeaderMsg::Sync(SyncKind::Snap {
+                zxid: 12,
+                data: Bytes::from_static(b"\x00snapshot\xff"),
+            }),
+            LeaderMsg::Proposal {
+                txns: vec![txn(13), txn(14)],
+            },
+            LeaderMsg::Commit { zxid: 14 },
+            LeaderMsg::NewLeader { epoch: 4 },
+            LeaderMsg::UpToDate { committed: 14 },
+            LeaderMsg::Inform {
+                txns: vec![txn(15)],
+                committed: 15,
+            },
+            LeaderMsg::Ping { round: 16 },
+        ];
+        all.extend(leader.into_iter().map(to_learner));
+        let learner = [
+            LearnerMsg::AckEpoch {
+                current_epoch: 3,
+                last_zxid: 17,
+                counts: false,
+            },
+            LearnerMsg::AckNewLeader { epoch: 4 },
+            LearnerMsg::Ack { zxid: 18 },
+            LearnerMsg::PingAck { round: 16 },
+        ];
+        all.extend(learner.into_iter().map(to_leader));
+        all
+    }
+
+    #[test]
+    fn every_variant_round_trips() {
+        let all = every_message();
+        assert_eq!(all.len(), 20);
+        for msg in all {
+            let bytes = encode(&msg);
+            assert_eq!(bytes[0], FORMAT_V1);
+            assert_eq!(decode(&bytes).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(matches!(decode(&[]), Err(DecodeError::Empty)));
+        assert!(matches!(
+            decode(&[9, 0]),
+            Err(DecodeError::UnknownFormat(9))
+        ));
+        assert!(matches!(
+            decode(&[FORMAT_V1]),
+            Err(DecodeError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode(&[FORMAT_V1, 200]),
+            Err(DecodeError::Malformed(_))
+        ));
+        let mut long = encode(&Message::Reset { session: 1 });
+        long.push(0);
+        assert!(matches!(decode(&long), Err(DecodeError::Trailing(1))));
+        // Every truncation of every message, and a crude fuzz: errors, never panics.
+        let mut state = 0x1234_5678_u64;
+        for msg in every_message() {
+            let bytes = encode(&msg);
+            for cut in 0..bytes.len() {
+                assert!(decode(&bytes[..cut]).is_err(), "{msg:?} cut at {cut}");
+            }
+            for _ in 0..200 {
+                let mut noisy = bytes.clone();
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let at = (state >> 33) as usize % noisy.len();
+                noisy[at] ^= (state >> 13) as u8 | 1;
+                let _ = decode(&noisy);
+            }
+        }
+    }
+}

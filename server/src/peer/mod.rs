@@ -1,0 +1,284 @@
+//! The transport between the servers of an ensemble: gRPC streams
+//! (`concord.peer.v1.PeerTransport/Deliver`) on each server's peer address, never on
+//! the client address. It carries `zab::Message`s and nothing else; it knows nothing
+//! of the tree, sessions or storage.
+//!
+//! ```text
+//!   runtime ──send(Envelope)──▶ DropOldest queue (per peer) ──▶ outbound task ──gRPC──┐
+//!      ▲                        never blocks; full: drop oldest  reconnect w/ back-off │
+//!      └── inbound: mpsc::Receiver<(from, Message)> ◀── Deliver handler ◀─────────────┘
+//!                                                     (checks the sender is a member)
+//! ```
+//!
+//! Delivery is best effort, by design: Zab's logical streams tolerate loss,
+//! duplication and reordering. A message may be dropped when its peer's queue is full
+//! (the oldest goes, counted in `dropped`), when the stream breaks with frames in
+//! flight (lost, not counted), or when the transport is shut down. One outbound
+//! stream per peer, opened on the first message to it, reopened with capped
+//! exponential back-off plus jitter after it breaks. The inbound channel is bounded:
+//! when the runtime falls behind, the streams wait (HTTP/2 flow control) and the
+//! senders' queues drop their oldest messages.
+//!
+//! What it must not do: block the caller of `send`, interpret messages, or accept
+//! frames from a server that is not a member.
+
+mod codec;
+mod inbound;
+mod outbound;
+mod queue;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use codec::{decode, encode, DecodeError, FORMAT_V1};
+
+use crate::config::Member;
+use crate::zab::{Envelope, Message, ServerId};
+use queue::DropOldest;
+
+/// What the transport needs to know: who it is and who the others are.
+#[derive(Clone, Debug)]
+pub struct PeerConfig {
+    /// This server's id; frames carry it as `from`.
+    pub id: ServerId,
+    /// The ensemble's id; frames with another one are refused.
+    pub cluster_id: u64,
+    /// Every server of the ensemble (this one may be listed; it is never dialled).
+    pub members: Vec<Member>,
+    /// Messages waiting per destination; beyond it the oldest is dropped.
+    pub queue_messages_max: usize,
+    /// Received messages waiting for the runtime; beyond it the streams wait.
+    pub inbound_messages_max: usize,
+    /// First pause before reopening a broken stream (it doubles, with jitter).
+    pub backoff_ms: u64,
+    /// Cap of that pause; a stream that stayed up this long resets it.
+    pub backoff_ms_max: u64,
+    /// Give up on a TCP connect after this long.
+    pub connect_timeout_ms: u64,
+    /// HTTP/2 keep-alive: ping an idle connection this often, and call it dead when
+    /// a ping is unanswered for as long (detects a stopped peer).
+    pub keepalive_ms: u64,
+    /// Largest encoded message accepted or sent (SNAP carries a whole snapshot).
+    pub frame_bytes_max: usize,
+}
+
+impl PeerConfig {
+    /// Defaults for a loopback ensemble with a 100 ms-ish tick.
+    pub fn new(id: ServerId, cluster_id: u64, members: Vec<Member>) -> PeerConfig {
+        PeerConfig {
+            id,
+            cluster_id,
+            members,
+            queue_messages_max: 4096,
+            inbound_messages_max: 4096,
+            backoff_ms: 50,
+            backoff_ms_max: 2000,
+            connect_timeout_ms: 1000,
+            keepalive_ms: 1000,
+            frame_bytes_max: 256 << 20,
+        }
+    }
+}
+
+/// Why the transport could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("server {0} is listed twice")]
+    Duplicate(ServerId),
+    #[error("peer listener: {0}")]
+    Listener(std::io::Error),
+}
+
+/// Counters since start, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Metrics {
+    /// Messages handed to an open outbound stream.
+    pub sent: u64,
+    /// Messages dropped before sending: queue full (oldest dropped), unknown or own
+    /// destination, too large, or sent after shutdown.
+    pub dropped: u64,
+    /// Times an outbound stream failed to open or broke and was retried.
+    pub reconnects: u64,
+    /// Messages received from peers and handed to the inbound channel.
+    pub received: u64,
+    /// Inbound streams refused: unknown sender, wrong destination or cluster, or a
+    /// payload that does not decode.
+    pub rejected: u64,
+    /// Messages waiting in the outbound queues now (a gauge, not a counter).
+    pub queued: u64,
+}
+
+/// The live counters behind `Metrics`.
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    dropped: AtomicU64,
+    reconnects: AtomicU64,
+    received: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> Metrics {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Metrics {
+            sent: get(&self.sent),
+            dropped: get(&self.dropped),
+            reconnects: get(&self.reconnects),
+            received: get(&self.received),
+            rejected: get(&self.rejected),
+            queued: 0,
+        }
+    }
+}
+
+/// One other member: where it listens and what waits to go there.
+#[derive(Debug)]
+struct Peer {
+    /// Its id.
+    id: ServerId,
+    /// Its peer address.
+    addr: SocketAddr,
+    /// Messages waiting for its stream.
+    queue: DropOldest,
+    /// Whether its outbound task runs (started on the first message).
+    started: AtomicBool,
+}
+
+/// State shared by the handle and every task.
+#[derive(Debug)]
+struct Shared {
+    config: PeerConfig,
+    /// The other members, by id.
+    peers: HashMap<ServerId, Arc<Peer>>,
+    counters: Counters,
+    /// The runtime the transport was started on: `send` may be called from anywhere.
+    runtime: tokio::runtime::Handle,
+    /// Set once by `shutdown`; every task watches it.
+    stop: watch::Sender<bool>,
+    /// Every task spawned, joined by `shutdown`.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Where the inbound side listens.
+    local_addr: SocketAddr,
+}
+
+/// The transport: `start` it, then use the handle it gives back.
+pub struct PeerTransport;
+
+impl PeerTransport {
+    /// Serves `Deliver` on `listener` and returns the handle to send with and the
+    /// channel received messages arrive on. Must be called within a tokio runtime.
+    pub fn start(
+        config: PeerConfig,
+        listener: TcpListener,
+    ) -> Result<(PeerHandle, mpsc::Receiver<(ServerId, Message)>), PeerError> {
+        let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
+        let mut peers = HashMap::new();
+        for m in &config.members {
+            let peer = Arc::new(Peer {
+                id: m.id,
+                addr: m.peer_addr,
+                queue: DropOldest::new(config.queue_messages_max),
+                started: AtomicBool::new(false),
+            });
+            if peers.insert(m.id, peer).is_some() {
+                return Err(PeerError::Duplicate(m.id));
+            }
+        }
+        peers.remove(&config.id);
+        let (in_tx, in_rx) = mpsc::channel(config.inbound_messages_max.max(1));
+        let (stop, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            config,
+            peers,
+            counters: Counters::default(),
+            runtime: tokio::runtime::Handle::current(),
+            stop,
+            tasks: Mutex::new(Vec::new()),
+            local_addr,
+        });
+        let server = inbound::serve(shared.clone(), listener, in_tx);
+        let handle = PeerHandle { shared };
+        handle.track(handle.shared.runtime.spawn(server));
+        Ok((handle, in_rx))
+    }
+}
+
+/// Sends messages to peers and reads the counters. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct PeerHandle {
+    shared: Arc<Shared>,
+}
+
+impl PeerHandle {
+    /// Queues `env.msg` for `env.to`; never blocks. Dropped (and counted) when the
+    /// destination is unknown or this server, or after shutdown; when the queue is
+    /// full its oldest message is dropped instead.
+    pub fn send(&self, env: Envelope) {
+        let counters = &self.shared.counters;
+        let Some(peer) = self.shared.peers.get(&env.to) else {
+            Counters::add(&counters.dropped, 1);
+            return;
+        };
+        if *self.shared.stop.borrow() {
+            Counters::add(&counters.dropped, 1);
+            return;
+        }
+        Counters::add(&counters.dropped, peer.queue.push(env.msg));
+        if !peer.started.swap(true, Ordering::AcqRel) {
+            let task = outbound::run(self.shared.clone(), peer.clone());
+            self.track(self.shared.runtime.spawn(task));
+        }
+    }
+
+    /// The counters so far.
+    pub fn metrics(&self) -> Metrics {
+        let queued = self.shared.peers.values().map(|p| p.queue.waiting());
+        Metrics {
+            queued: queued.sum::<usize>() as u64,
+            ..self.shared.counters.snapshot()
+        }
+    }
+
+    /// Where the inbound side listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Stops every task (inbound streams end, outbound streams close, the listener
+    /// is released) and waits for them, up to a few seconds.
+    pub async fn shutdown(&self) {
+        self.shared.stop.send_replace(true);
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.lock_tasks());
+        for mut task in tasks {
+            let waited = tokio::time::timeout(Duration::from_secs(5), &mut task).await;
+            if waited.is_err() {
+                tracing::warn!("peer transport task did not stop in time; aborting it");
+                task.abort();
+            }
+        }
+    }
+
+    fn track(&self, task: JoinHandle<()>) {
+        self.lock_tasks().push(task);
+    }
+
+    /// A poisoned lock only means a task list push panicked; the list is still usable.
+    fn lock_tasks(&self) -> std::sync::MutexGuard<'_, Vec<JoinHandle<()>>> {
+        self.shared.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,256 @@
+//! The transport on real loopback sockets: two and three servers exchanging
+//! messages, a peer that starts late, a peer restarted, full queues, refused senders.
+//! Waits are on conditions with deadlines, never fixed sleeps.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
+use concord_proto::peer::v1::Frame;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+
+use super::*;
+use crate::config::Role;
+
+/// Upper bound for anything that should happen "soon" on loopback.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+type Inbox = mpsc::Receiver<(ServerId, Message)>;
+
+fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
+    Member {
+        id,
+        client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+        peer_addr,
+        role: Role::Voter,
+    }
+}
+
+/// A loopback address nobody listens on (bound, then released).
+async fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// Binds `addr`, retrying until the deadline (a just-released port may lag).
+async fn bind(addr: SocketAddr) -> TcpListener {
+    let start = Instant::now();
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return l,
+            Err(e) if start.elapsed() > DEADLINE => panic!("bind {addr}: {e}"),
+            Err(_) => tokio::task::yield_now().await,
+        }
+    }
+}
+
+fn config(id: ServerId, members: &[Member]) -> PeerConfig {
+    PeerConfig {
+        backoff_ms: 10,
+        backoff_ms_max: 100,
+        ..PeerConfig::new(id, 7, members.to_vec())
+    }
+}
+
+/// Starts one transport per member on its own address; listeners bound first.
+async fn ensemble(n: u64) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let members: Vec<Member> = (1..=n)
+        .zip(&listeners)
+        .map(|(id, l)| member(id, l.local_addr().unwrap()))
+        .collect();
+    let started = (1..=n)
+        .zip(listeners)
+        .map(|(id, l)| PeerTransport::start(config(id, &members), l).unwrap())
+        .collect();
+    (members, started)
+}
+
+fn reset(session: u64) -> Message {
+    Message::Reset { session }
+}
+
+fn envelope(to: ServerId, session: u64) -> Envelope {
+    Envelope {
+        to,
+        msg: reset(session),
+    }
+}
+
+async fn recv(inbox: &mut Inbox) -> (ServerId, Message) {
+    match timeout(DEADLINE, inbox.recv()).await {
+        Ok(Some(got)) => got,
+        Ok(None) => panic!("inbox closed"),
+        Err(_) => panic!("nothing received within {DEADLINE:?}"),
+    }
+}
+
+/// Polls `cond` until it holds or the deadline passes.
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn t10_two_servers_exchange_in_order() {
+    let (_, mut s) = ensemble(2).await;
+    for n in 0..50 {
+        s[0].0.send(envelope(2, n));
+    }
+    s[1].0.send(envelope(1, 99));
+    for n in 0..50 {
+        assert_eq!(recv(&mut s[1].1).await, (1, reset(n)));
+    }
+    assert_eq!(recv(&mut s[0].1).await, (2, reset(99)));
+    let (a, b) = (s[0].0.metrics(), s[1].0.metrics());
+    assert_eq!((a.sent, a.dropped, a.received), (50, 0, 1));
+    assert_eq!((b.sent, b.dropped, b.received), (1, 0, 50));
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn t10_three_servers_every_pair() {
+    let (_, mut s) = ensemble(3).await;
+    for from in 1..=3u64 {
+        for to in (1..=3u64).filter(|&to| to != from) {
+            s[from as usize - 1].0.send(envelope(to, from * 10 + to));
+        }
+    }
+    for to in 1..=3u64 {
+        let inbox = &mut s[to as usize - 1].1;
+        let mut got = vec![recv(inbox).await, recv(inbox).await];
+        got.sort_by_key(|(from, _)| *from);
+        let want: Vec<_> = (1..=3u64)
+            .filter(|&from| from != to)
+            .map(|from| (from, reset(from * 10 + to)))
+            .collect();
+        assert_eq!(got, want);
+    }
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
+    let b_addr = free_addr().await;
+    let a_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let members = [
+        member(1, a_listener.local_addr().unwrap()),
+        member(2, b_addr),
+    ];
+    let a_config = PeerConfig {
+        queue_messages_max: 4,
+        ..config(1, &members)
+    };
+    let (a, _a_inbox) = PeerTransport::start(a_config, a_listener).unwrap();
+    for n in 1..=100 {
+        a.send(envelope(2, n));
+    }
+    a.send(envelope(42, 0));
+    a.send(envelope(1, 0));
+    let m = a.metrics();
+    assert_eq!((m.dropped, m.queued, m.sent), (96 + 2, 4, 0));
+    wait_until("a failed connect", || a.metrics().reconnects >= 2).await;
+    assert_eq!(a.metrics().sent, 0, "nothing sent while the peer is down");
+
+    let (b, mut b_inbox) = PeerTransport::start(config(2, &members), bind(b_addr).await).unwrap();
+    for n in 97..=100 {
+        assert_eq!(recv(&mut b_inbox).await, (1, reset(n)));
+    }
+    assert_eq!(a.metrics().sent, 4);
+    a.shutdown().await;
+    b.shutdown().await;
+    assert!(b_inbox.try_recv().is_err(), "only the four newest arrived");
+}
+
+#[tokio::test]
+async fn t30_restarted_peer_is_reached_again() {
+    let (members, mut s) = ensemble(2).await;
+    let (b, mut b_inbox) = s.pop().unwrap();
+    let (a, _a_inbox) = s.pop().unwrap();
+    a.send(envelope(2, 1));
+    assert_eq!(recv(&mut b_inbox).await, (1, reset(1)));
+
+    b.shutdown().await;
+    b.send(envelope(1, 0));
+    assert_eq!(b.metrics().dropped, 1, "send after shutdown is dropped");
+    wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
+
+    let b_addr = members[1].peer_addr;
+    let (b2, mut b2_inbox) = PeerTransport::start(config(2, &members), bind(b_addr).await).unwrap();
+    // Messages sent into the dying stream may be lost; keep sending until one lands.
+    let start = Instant::now();
+    let mut n = 1;
+    let got = loop {
+        assert!(start.elapsed() < DEADLINE, "restarted peer never reached");
+        n += 1;
+        a.send(envelope(2, n));
+        match timeout(Duration::from_millis(50), b2_inbox.recv()).await {
+            Ok(Some(got)) => break got,
+            Ok(None) => panic!("inbox closed"),
+            Err(_) => continue,
+        }
+    };
+    assert_eq!(got.0, 1);
+    assert!(matches!(got.1, Message::Reset { session } if (2..=n).contains(&session)));
+    a.shutdown().await;
+    b2.shutdown().await;
+}
+
+/// Sends `frames` on a raw client stream to `addr`, as a stranger would.
+async fn raw_deliver(addr: SocketAddr, frames: Vec<Frame>) -> Result<u64, tonic::Status> {
+    let mut client = PeerTransportClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let reply = client.deliver(tokio_stream::iter(frames)).await?;
+    Ok(reply.into_inner().frames_received)
+}
+
+#[tokio::test]
+async fn t40_strangers_and_garbage_are_refused() {
+    let (_, mut s) = ensemble(2).await;
+    let (b, mut b_inbox) = s.pop().unwrap();
+    let addr = b.local_addr();
+    let frame = |from, to, cluster_id, payload: &[u8]| Frame {
+        from,
+        to,
+        cluster_id,
+        payload: Bytes::copy_from_slice(payload),
+    };
+    let hello = frame(1, 2, 7, b"");
+    let cases = [
+        (frame(99, 2, 7, b""), tonic::Code::PermissionDenied),
+        (frame(2, 2, 7, b""), tonic::Code::PermissionDenied),
+        (frame(1, 3, 7, b""), tonic::Code::FailedPrecondition),
+        (frame(1, 2, 8, b""), tonic::Code::FailedPrecondition),
+        (
+            frame(1, 2, 7, b"\x01\xff\xff"),
+            tonic::Code::InvalidArgument,
+        ),
+        (frame(3, 2, 7, b""), tonic::Code::PermissionDenied),
+    ];
+    for (bad, code) in cases {
+        let err = raw_deliver(addr, vec![hello.clone(), bad.clone()]).await;
+        assert_eq!(err.map_err(|e| e.code()), Err(code), "{bad:?}");
+    }
+    assert_eq!(b.metrics().rejected, 6);
+    // A member's well-formed stream is accepted and its message delivered.
+    let good = frame(1, 2, 7, &codec::encode(&reset(5)));
+    assert_eq!(raw_deliver(addr, vec![hello, good]).await.unwrap(), 2);
+    assert_eq!(recv(&mut b_inbox).await, (1, reset(5)));
+    assert_eq!(b.metrics().received, 1);
+    b.shutdown().await;
+    s[0].0.shutdown().await;
+}
