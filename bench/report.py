@@ -72,12 +72,10 @@ What each workload measures:
   process (summed), over the measured window, in percent of one core.
 
 Not yet measured: **Concord 3-node** (Concord runs only as a single server until Zab
-lands; the script starts 3-node ZooKeeper and etcd ensembles already, and Concord's
-3-node runs are added here when replication exists), **Concord lock hand-off** (its
-Lock RPC answers UNIMPLEMENTED until the locks issue lands; the driver is written and
-reports "not yet" meanwhile), and **failover** (kill -9 of the leader on 3-node
-ensembles). The targets of issue 5 are ratios on 3-node ensembles, so they cannot be
-judged from 1-node numbers.
+is wired into the server; the script starts 3-node ZooKeeper and etcd ensembles
+already, and Concord's 3-node runs are added here when replication exists), and
+**failover** (kill -9 of the leader on 3-node ensembles). The targets of issue 5 are
+ratios on 3-node ensembles, so they cannot be judged from 1-node numbers.
 """
 
 
