@@ -41,6 +41,15 @@ pub fn check_path(p: &str) -> Result<(), Status> {
     path::validate(p).map_err(|reason| error(ErrorCode::BadPath, format!("{p:?}: {reason}")))
 }
 
+/// Checks node data against the size limit (DATA_TOO_LARGE if over) and returns a
+/// right-sized copy. Decoded request fields are slices of the whole receive buffer:
+/// keeping one in the tree or the watch history would pin that buffer, so nothing
+/// from a request is stored without this copy.
+pub fn owned_data(data: &Bytes, limits: Limits) -> Result<Bytes, Status> {
+    check_data(data, limits)?;
+    Ok(Bytes::copy_from_slice(data))
+}
+
 /// Checks node data against the size limit: DATA_TOO_LARGE if over.
 pub fn check_data(data: &[u8], limits: Limits) -> Result<(), Status> {
     if data.len() > limits.node_data_bytes_max {
@@ -96,7 +105,7 @@ pub fn create_op(
     } else {
         check_path(&path)?;
     }
-    check_data(&data, limits)?;
+    let data = owned_data(&data, limits)?;
     if mode.is_ttl() && ttl_ms <= 0 {
         return Err(bad_arguments("TTL modes need ttl_ms > 0"));
     }

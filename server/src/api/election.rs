@@ -7,7 +7,7 @@ use concord_proto::v1::election_server::Election;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
-use super::convert::{check_data, header, Limits};
+use super::convert::{header, owned_data, Limits};
 use super::error::bad_arguments;
 use super::lock::timeout_of;
 use crate::recipes::{election_queue, JoinSpec, Recipes};
@@ -69,13 +69,13 @@ impl Election for ElectionService {
                 "a candidacy is owned by a session: set session_id",
             ));
         }
-        check_data(&r.value, self.limits)?;
+        let value = owned_data(&r.value, self.limits)?;
         let timeout = timeout_of(r.timeout_ms)?;
         let spec = JoinSpec {
             queue: election_queue(&r.election)?,
             session_id: r.session_id,
             owner_id: r.participant_id.clone(),
-            value: r.value.clone(),
+            value: value.clone(),
             permits: 1,
         };
         let holding = self.recipes.acquire(&spec, timeout).await?;
@@ -84,7 +84,7 @@ impl Election for ElectionService {
             token: holding.token,
             session_id: r.session_id,
             owner_id: r.participant_id,
-            value: r.value,
+            value,
         };
         Ok(Response::new(pb::CampaignResponse {
             header: self.header(holding.zxid),
@@ -97,11 +97,11 @@ impl Election for ElectionService {
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
         let r = request.into_inner();
-        check_data(&r.value, self.limits)?;
+        let value = owned_data(&r.value, self.limits)?;
         if r.term == 0 {
             return Err(bad_arguments("term must be the one Campaign returned"));
         }
-        let zxid = self.recipes.update(&r.key, r.term, r.value).await?;
+        let zxid = self.recipes.update(&r.key, r.term, value).await?;
         Ok(Response::new(pb::ProclaimResponse {
             header: self.header(zxid),
         }))

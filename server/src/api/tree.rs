@@ -112,11 +112,11 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::SetResponse>, Status> {
         let r = request.into_inner();
         convert::check_path(&r.path)?;
-        convert::check_data(&r.data, self.limits)?;
+        let data = convert::owned_data(&r.data, self.limits)?;
         convert::check_version(r.version)?;
         let op = TxnOp::Set(SetOp {
             path: r.path,
-            data: r.data,
+            data,
             version: r.version,
         });
         let (zxid, result) = self.write(r.session_id, r.request_id, r.fence, op).await?;
@@ -257,11 +257,11 @@ fn multi_op(op: pb::Op, session_id: u64, limits: Limits) -> Result<MultiOp, Stat
         )?),
         O::Set(s) => {
             convert::check_path(&s.path)?;
-            convert::check_data(&s.data, limits)?;
+            let data = convert::owned_data(&s.data, limits)?;
             convert::check_version(s.version)?;
             MultiOp::Set(SetOp {
                 path: s.path,
-                data: s.data,
+                data,
                 version: s.version,
             })
         }

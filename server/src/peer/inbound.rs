@@ -19,7 +19,7 @@ use concord_proto::peer::v1::peer_transport_server::{
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{codec, Counters, Shared};
@@ -51,9 +51,12 @@ pub(super) async fn serve(
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )
         .await;
     if let Err(e) = served {
         tracing::error!(error = %e, "peer transport server failed");
