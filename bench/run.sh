@@ -11,4 +11,4 @@ port=${CONCORD_BENCH_PORT:-7191}
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null; rm -rf "$scratch"' EXIT
 for _ in $(seq 100); do grep -q listening "$scratch/out" && break; sleep 0.1; done
-./target/release/concord-bench --endpoint http://127.0.0.1:$port "$@"
+./target/release/concord-bench --endpoints http://127.0.0.1:$port --server-pids $server "$@"
