@@ -78,7 +78,7 @@ pub async fn run(
     let served = tokio::select! {
         served = &mut server => served,
         () = shutdown => drain(server, stop_tx).await,
-        reason = replica.fatal() => {
+        reason = replica.stopped() => {
             fatal = Some(reason);
             drain(server, stop_tx).await
         }

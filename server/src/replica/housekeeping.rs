@@ -26,7 +26,7 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        if shared.fatal.borrow().is_some() {
+        if shared.stop.borrow().is_some() {
             return;
         }
         let replica = Replica { shared };

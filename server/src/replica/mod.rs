@@ -89,8 +89,9 @@ struct Shared {
     sessions: Mutex<SessionTracker>,
     /// The logical clock's origin: `now_ms()` counts from here.
     started: tokio::time::Instant,
-    /// Set once when the server must stop (storage failure, broken invariant).
-    fatal: watch::Sender<Option<String>>,
+    /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
+    /// watches it and ends.
+    stop: watch::Sender<Option<String>>,
 }
 
 impl Replica {
@@ -186,7 +187,7 @@ impl Replica {
     /// The read index: the leader's commit point, confirmed by a quorum. On an
     /// ensemble of one every committed txn is known here.
     pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
-        if self.shared.fatal.borrow().is_some() {
+        if self.shared.stop.borrow().is_some() {
             return Err(ReplicaError::Unavailable("the server is stopping".into()));
         }
         Ok(self.committed_zxid())
@@ -228,9 +229,10 @@ impl Replica {
         self.shared.lock_sessions().remaining_ms(session_id, now)
     }
 
-    /// Resolves when the server must stop; yields the reason.
-    pub async fn fatal(&self) -> String {
-        let mut rx = self.shared.fatal.subscribe();
+    /// Resolves when the runtime stops — a fatal error (storage failure, broken
+    /// invariant) or `shutdown()` — and yields the reason.
+    pub async fn stopped(&self) -> String {
+        let mut rx = self.shared.stop.subscribe();
         let reason = match rx.wait_for(|f| f.is_some()).await {
             Ok(reason) => reason.clone().unwrap_or_default(),
             Err(_) => "the replica was dropped".into(),
@@ -267,7 +269,7 @@ impl Shared {
 
     /// Records that the server stops; the first reason wins.
     fn stop(&self, reason: String) {
-        self.fatal.send_if_modified(|f| {
+        self.stop.send_if_modified(|f| {
             if f.is_none() {
                 *f = Some(reason);
                 true

@@ -37,7 +37,7 @@ pub(super) async fn run(
 ) {
     let mut since_snapshot = 0u64;
     let mut batch = Vec::with_capacity(batch_txns_max);
-    let mut stop = shared.fatal.subscribe();
+    let mut stop = shared.stop.subscribe();
     loop {
         let received = tokio::select! {
             n = proposals.recv_many(&mut batch, batch_txns_max) => n,

@@ -162,7 +162,7 @@ fn launch(config: &Config, storage: Arc<dyn Storage>, tree: DataTree, epoch: u32
         storage,
         sessions: Mutex::new(sessions),
         started,
-        fatal: watch::Sender::new(None),
+        stop: watch::Sender::new(None),
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     let seq = Sequencer {
