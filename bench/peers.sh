@@ -33,9 +33,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$mode" = short ]; then
-  duration=2 warmup=1 fill_count=10000
+  duration=2 warmup=1 fill_count=10000 election_rounds=10
 else
-  duration=10 warmup=3 fill_count=1000000
+  duration=10 warmup=3 fill_count=1000000 election_rounds=50
 fi
 
 scratch=$(mktemp -d /tmp/concord-peers.XXXXXX)
@@ -172,7 +172,8 @@ start_system() {  # start_system SYSTEM DIR N
 bench() {  # bench SYSTEM N ARGS...: the load generator against the started servers
   local system=$1 n=$2; shift 2
   "$BENCH_BIN" --system "$system" --nodes "$n" --endpoints "$endpoints" \
-    --server-pids "${pids// /,}" --duration-s $duration --warmup-s $warmup --out "$results" "$@"
+    --server-pids "${pids// /,}" --duration-s $duration --warmup-s $warmup \
+    --election-rounds $election_rounds --out "$results" "$@"
 }
 
 # ---- runs ----------------------------------------------------------------------------
@@ -231,6 +232,7 @@ done
 heading=${BENCH_HEADING:-"$mode run"}
 /usr/bin/python3 bench/report.py --results "$results" --out docs/benchmarks.md \
   --charts docs/benchmarks --heading "$heading" --command "$command_line" --note "${BENCH_NOTE:-}" \
-  --mode "$mode" --duration-s $duration --warmup-s $warmup --fill-count $fill_count
+  --mode "$mode" --duration-s $duration --warmup-s $warmup --fill-count $fill_count \
+  --election-rounds $election_rounds
 cp "$results" docs/benchmarks/results.jsonl
 echo "wrote docs/benchmarks.md" >&2

@@ -65,6 +65,14 @@ What each workload measures:
   Concord: its Lock RPC). Acquisitions per second, hand-off latency (from the holder
   starting its release to the next holder returning from acquire) and a
   mutual-exclusion check (`overlaps`, must be 0).
+- **election failover**: two fresh clients per round on a fresh election; A campaigns
+  and leads, B campaigns and waits in the server (the bench polls the candidate queue
+  until B is in it), then A's session is closed (etcd: its lease revoked) or A resigns;
+  the latency is from just before that call to B's Campaign returning as leader
+  (Concord: Election service; ZooKeeper: Curator's LeaderLatch recipe of
+  `zookeeper-client`, ephemeral-sequential + predecessor watch; etcd: its Election API
+  with a lease). One warm-up round, then 50 measured rounds (10 in short mode) per
+  variant.
 - **memory / restart**: N nodes of 100 bytes are created (64 clients), the server's RSS
   is read from /proc; the server is then stopped and started on the same data, and the
   restart time is from the start command until the last node can be read.
@@ -214,6 +222,22 @@ def lock_section(rows, charts, rel):
     return out
 
 
+def election_section(rows):
+    out = ["### election failover", "",
+           "Time from the leader going (its session closed, or it resigning) to the waiting "
+           "candidate's Campaign returning as leader.", "",
+           "| system | nodes | leader goes by | rounds ok | p50 ms | p99 ms | max ms | errors | "
+           "notes |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    how = {"election-close": "session close", "election-resign": "resign"}
+    for r in sorted(rows, key=lambda r: (r["workload"], ORDER.get(r["system"], 9), r["nodes"])):
+        out.append(f"| {r['system']} | {r['nodes']} | {how.get(r['workload'], r['workload'])} | "
+                   f"{r['ops']} | {fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {fmt(r['max_ms'])} | "
+                   f"{r['errors']} | {r.get('note', '')} |")
+    out.append("")
+    return out
+
+
 def memory_section(rows, charts, rel):
     fills = {r["system"]: r for r in rows if r["workload"] == "memory"}
     restarts = {r["system"]: r for r in rows if r["workload"] == "restart"}
@@ -255,6 +279,7 @@ def main():
     p.add_argument("--duration-s", default="?")
     p.add_argument("--warmup-s", default="?")
     p.add_argument("--fill-count", default="?")
+    p.add_argument("--election-rounds", default="?")
     a = p.parse_args()
     rows = load(a.results)
     os.makedirs(a.charts, exist_ok=True)
@@ -263,7 +288,8 @@ def main():
            f"Command: `{a.command}`", "",
            f"Machine: {machine()}; {versions()}; Concord from this repository. "
            f"Measured window {a.duration_s} s after {a.warmup_s} s of warm-up per point; "
-           f"memory with {a.fill_count} nodes.", ""]
+           f"memory with {a.fill_count} nodes; {a.election_rounds} election rounds per "
+           f"variant.", ""]
     if a.note:
         out += [a.note, ""]
     for name, title in CLOSED_LOOP:
@@ -278,6 +304,9 @@ def main():
     locks = [r for r in rows if r["workload"] in ("lock-handoff", "lock")]
     if locks:
         out += lock_section(locks, a.charts, rel)
+    elections = [r for r in rows if r["workload"].startswith("election")]
+    if elections:
+        out += election_section(elections)
     mem = [r for r in rows if r["workload"] in ("memory", "restart")]
     if mem:
         out += memory_section(mem, a.charts, rel)

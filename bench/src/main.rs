@@ -4,11 +4,13 @@
 //! cluster size; this binary never starts or stops servers.
 //!
 //! Workloads (see `workloads`, `lock`, `memory`): write, read, read-linearizable,
-//! create (ephemeral-sequential), watch (fan-out), lock (hand-off); `fill` and `probe`
+//! create (ephemeral-sequential), watch (fan-out), lock (hand-off), election (failover
+//! after the leader's session closes or it resigns); `fill` and `probe`
 //! for memory and restart time. Results print as Markdown rows and append as JSON lines
 //! to `--out` for bench/report.py.
 
 mod drivers;
+mod election;
 mod lock;
 mod memory;
 mod report;
@@ -38,6 +40,7 @@ enum Workload {
     Create,
     Watch,
     Lock,
+    Election,
 }
 
 #[derive(Parser, Debug)]
@@ -72,7 +75,7 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "write,read,read-linearizable,create,watch,lock"
+        default_value = "write,read,read-linearizable,create,watch,lock,election"
     )]
     workloads: Vec<Workload>,
     /// Concurrent clients for the closed-loop workloads, one run per value.
@@ -84,6 +87,9 @@ struct Args {
     /// Contenders for the lock workload.
     #[arg(long, default_value_t = 8)]
     lock_clients: usize,
+    /// Measured rounds per variant of the election workload (one more is a warm-up).
+    #[arg(long, default_value_t = 50)]
+    election_rounds: usize,
     /// Without a subcommand: run the workloads.
     #[command(subcommand)]
     command: Option<Command>,
@@ -155,8 +161,7 @@ async fn run<D: Driver>(args: &Args) -> Result<(), BenchError> {
     match &args.command {
         None => {
             for &w in &args.workloads {
-                let runs = run_one::<D>(&cfg, w, &args.clients, &args.watchers, args.lock_clients);
-                for r in runs.await {
+                for r in run_one::<D>(&cfg, w, args).await {
                     emit(r)?;
                 }
             }
@@ -177,13 +182,10 @@ async fn run<D: Driver>(args: &Args) -> Result<(), BenchError> {
 
 /// Runs one workload at every size asked for; a failed run becomes a record with a note
 /// so that one system's failure does not hide the others' numbers.
-async fn run_one<D: Driver>(
-    cfg: &RunConfig,
-    w: Workload,
-    clients: &[usize],
-    watchers: &[usize],
-    lock_clients: usize,
-) -> Vec<Record> {
+async fn run_one<D: Driver>(cfg: &RunConfig, w: Workload, args: &Args) -> Vec<Record> {
+    if w == Workload::Election {
+        return run_election::<D>(cfg, args.election_rounds).await;
+    }
     let mut records = Vec::new();
     let op = match w {
         Workload::Write => Some(Op::Write),
@@ -192,12 +194,12 @@ async fn run_one<D: Driver>(
         }),
         Workload::ReadLinearizable => Some(Op::Read { linearizable: true }),
         Workload::Create => Some(Op::CreateEphemeralSequential),
-        Workload::Watch | Workload::Lock => None,
+        Workload::Watch | Workload::Lock | Workload::Election => None,
     };
     let sizes = match w {
-        Workload::Watch => watchers.to_vec(),
-        Workload::Lock => vec![lock_clients],
-        _ => clients.to_vec(),
+        Workload::Watch => args.watchers.clone(),
+        Workload::Lock => vec![args.lock_clients],
+        _ => args.clients.clone(),
     };
     for n in sizes {
         let outcome = match (op, w) {
@@ -205,14 +207,30 @@ async fn run_one<D: Driver>(
             (None, Workload::Watch) => workloads::watch_fanout::<D>(cfg, n).await,
             (None, _) => lock::lock_handoff::<D>(cfg, n).await,
         };
-        records.push(outcome.unwrap_or_else(|e| Record {
-            system: D::NAME.to_owned(),
-            nodes: cfg.nodes,
-            workload: format!("{w:?}").to_lowercase(),
-            clients: n,
-            note: format!("failed: {e}"),
-            ..Default::default()
-        }));
+        let name = format!("{w:?}").to_lowercase();
+        records.push(outcome.unwrap_or_else(|e| failed::<D>(cfg, &name, n, &e)));
     }
     records
+}
+
+/// Both election variants: the leader's session closed, then the leader resigning.
+async fn run_election<D: Driver>(cfg: &RunConfig, rounds: usize) -> Vec<Record> {
+    let mut records = Vec::new();
+    for handover in [election::Handover::CloseSession, election::Handover::Resign] {
+        let outcome = election::failover::<D>(cfg, handover, rounds).await;
+        records.push(outcome.unwrap_or_else(|e| failed::<D>(cfg, handover.name(), 2, &e)));
+    }
+    records
+}
+
+/// The record of a run that failed as a whole.
+fn failed<D: Driver>(cfg: &RunConfig, workload: &str, clients: usize, e: &BenchError) -> Record {
+    Record {
+        system: D::NAME.to_owned(),
+        nodes: cfg.nodes,
+        workload: workload.to_owned(),
+        clients,
+        note: format!("failed: {e}"),
+        ..Default::default()
+    }
 }

@@ -208,4 +208,30 @@ mod tests {
         assert!(json.contains("\"overlaps\":0.000"), "{json}");
         assert!(json.contains("a \\\"quoted\\\" note"), "{json}");
     }
+
+    #[test]
+    fn quantiles_come_from_the_latency_histogram() {
+        let mut h = crate::workloads::new_histogram();
+        for ms in 1..=100u64 {
+            h.record(ms * 1000).unwrap();
+        }
+        let r = Record {
+            latency_us: Some(h),
+            ..Default::default()
+        };
+        let json = r.to_json();
+        let field = |name: &str| -> f64 {
+            let at = json.find(&format!("\"{name}\":")).unwrap() + name.len() + 3;
+            let end = json[at..].find(',').unwrap() + at;
+            json[at..end].parse().unwrap()
+        };
+        // Three significant digits: within 0.1% of the exact value.
+        for (name, exact) in [("p50_ms", 50.0), ("p99_ms", 99.0), ("max_ms", 100.0)] {
+            let got = field(name);
+            assert!(
+                (got - exact).abs() <= exact * 0.001,
+                "{name}: {got} in {json}"
+            );
+        }
+    }
 }

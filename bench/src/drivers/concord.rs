@@ -16,6 +16,9 @@ use super::{BenchError, Driver, EventStream, Result};
 /// Requested session TTL for ephemerals and locks.
 const SESSION_TTL_MS: i64 = 10_000;
 
+/// The server gives up a Campaign after this long (the workload gives up sooner).
+const CAMPAIGN_TIMEOUT_MS: i64 = 30_000;
+
 /// One Concord client.
 pub struct Concord {
     /// The client's own HTTP/2 connection.
@@ -204,6 +207,61 @@ impl Driver for Concord {
         critical.await;
         locks
             .release(pb::ReleaseRequest { key, token })
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
+    /// The leader key and its term.
+    type Leadership = (String, u64);
+
+    async fn campaign(&mut self, election: &str) -> Result<Self::Leadership> {
+        let session_id = self.session_id().await?;
+        let mut elections = pb::election_client::ElectionClient::new(self.channel.clone());
+        let request = pb::CampaignRequest {
+            election: election.to_owned(),
+            session_id,
+            participant_id: format!("bench-{session_id}"),
+            value: Vec::new().into(),
+            timeout_ms: CAMPAIGN_TIMEOUT_MS,
+        };
+        let leader = match elections.campaign(request).await {
+            Ok(r) => r.into_inner().leader,
+            Err(s) if s.code() == tonic::Code::Unimplemented => {
+                return Err(BenchError::NotYet(
+                    "Concord's Election RPC is not built".into(),
+                ))
+            }
+            Err(s) => return Err(err(s)),
+        };
+        let leader = leader.ok_or_else(|| err("Campaign answered without a leader"))?;
+        Ok((leader.key, leader.term))
+    }
+
+    async fn candidates(&mut self, election: &str) -> Result<usize> {
+        let mut elections = pb::election_client::ElectionClient::new(self.channel.clone());
+        let request = pb::ParticipantsRequest {
+            election: election.to_owned(),
+        };
+        let reply = elections.participants(request).await.map_err(err)?;
+        Ok(reply.into_inner().participants.len())
+    }
+
+    async fn resign(&mut self, (key, term): Self::Leadership) -> Result<()> {
+        let mut elections = pb::election_client::ElectionClient::new(self.channel.clone());
+        let request = pb::ResignRequest { key, term };
+        elections.resign(request).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn end_session(mut self) -> Result<()> {
+        let Some((session_id, keepalive)) = self.session.take() else {
+            return Ok(());
+        };
+        keepalive.abort();
+        let mut sessions = pb::session_client::SessionClient::new(self.channel.clone());
+        sessions
+            .close(pb::CloseSessionRequest { session_id })
             .await
             .map_err(err)?;
         Ok(())

@@ -154,4 +154,45 @@ impl Driver for Etcd {
         self.client.unlock(held.key()).await.map_err(err)?;
         Ok(())
     }
+
+    /// etcd's leader key (name, key, revision, lease).
+    type Leadership = etcd::LeaderKey;
+
+    async fn campaign(&mut self, election: &str) -> Result<Self::Leadership> {
+        let lease = self.lease_id().await?;
+        let won = self
+            .client
+            .campaign(election, Vec::new(), lease)
+            .await
+            .map_err(err)?;
+        won.leader()
+            .cloned()
+            .ok_or_else(|| err("Campaign answered without a leader key"))
+    }
+
+    async fn candidates(&mut self, election: &str) -> Result<usize> {
+        // etcd's election keeps one key per candidate under `name/`.
+        let options = etcd::GetOptions::new().with_prefix().with_count_only();
+        let got = self
+            .client
+            .get(format!("{election}/"), Some(options))
+            .await
+            .map_err(err)?;
+        usize::try_from(got.count()).map_err(err)
+    }
+
+    async fn resign(&mut self, leader: Self::Leadership) -> Result<()> {
+        let options = etcd::ResignOptions::new().with_leader(leader);
+        self.client.resign(Some(options)).await.map_err(err)?;
+        Ok(())
+    }
+
+    async fn end_session(mut self) -> Result<()> {
+        let Some((lease, keepalive)) = self.lease.take() else {
+            return Ok(());
+        };
+        keepalive.abort();
+        self.client.lease_revoke(lease).await.map_err(err)?;
+        Ok(())
+    }
 }

@@ -77,4 +77,24 @@ pub trait Driver: Sized + Send + Sync + 'static {
     fn with_lock<F>(&mut self, name: &str, critical: F) -> impl Future<Output = Result<()>> + Send
     where
         F: Future<Output = ()> + Send;
+
+    /// What a leader needs to resign: Concord's key and term, etcd's leader key,
+    /// ZooKeeper's candidate node.
+    type Leadership: Send + 'static;
+
+    /// Campaigns in `election` (one path segment) with this client's session (lease) and
+    /// returns once this client leads.
+    fn campaign(&mut self, election: &str)
+        -> impl Future<Output = Result<Self::Leadership>> + Send;
+
+    /// Candidates queued in `election` right now, the leader included.
+    fn candidates(&mut self, election: &str) -> impl Future<Output = Result<usize>> + Send;
+
+    /// Gives up the leadership won by `campaign`.
+    fn resign(&mut self, leadership: Self::Leadership) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ends this client's session (Concord Session.Close, ZooKeeper closeSession, etcd
+    /// lease revoke): its ephemerals and candidacies go with it. Returns once the
+    /// server has acknowledged, where the system acknowledges.
+    fn end_session(self) -> impl Future<Output = Result<()>> + Send;
 }

@@ -109,4 +109,44 @@ impl Driver for ZooKeeper {
         self.client.delete(&path, None).await.map_err(err)?;
         Ok(())
     }
+
+    /// The candidate's ephemeral-sequential node.
+    type Leadership = String;
+
+    async fn campaign(&mut self, election: &str) -> Result<Self::Leadership> {
+        // Curator's LeaderLatch recipe: an ephemeral-sequential `latch-` node under the
+        // election's folder, each candidate watching its predecessor; the lowest leads.
+        let dir = format!("/{election}");
+        self.ensure_parent(&dir).await?;
+        let prefix = zk::LockPrefix::new_curator(&dir, "latch-").map_err(err)?;
+        let latch = self
+            .client
+            .lock(prefix, &[], zk::Acls::anyone_all())
+            .await
+            .map_err(err)?;
+        let path = latch.lock_path().to_owned();
+        // The node stays until `resign` or `end_session`; the guard would delete it.
+        std::mem::forget(latch);
+        Ok(path)
+    }
+
+    async fn candidates(&mut self, election: &str) -> Result<usize> {
+        let children = self
+            .client
+            .list_children(&format!("/{election}"))
+            .await
+            .map_err(err)?;
+        Ok(children.len())
+    }
+
+    async fn resign(&mut self, path: Self::Leadership) -> Result<()> {
+        self.client.delete(&path, None).await.map_err(err)
+    }
+
+    async fn end_session(self) -> Result<()> {
+        // Dropping the last handle of a client sends closeSession; the client gives no
+        // acknowledgement to wait for.
+        drop(self.client);
+        Ok(())
+    }
 }
