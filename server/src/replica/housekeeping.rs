@@ -1,6 +1,7 @@
 //! Background duties of the replica: every tick, propose the expiry of sessions whose
 //! deadline passed and the reaping of empty containers and expired TTL nodes; and
-//! write snapshots handed over by the pipeline, then purge what they make obsolete.
+//! write snapshots handed over by the pipeline, purge what they make obsolete, and
+//! hand them back so the Zab core drops the log they cover.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -12,6 +13,7 @@ use super::pipeline::SnapshotJob;
 use super::{Replica, Shared};
 use crate::tree::TreeError;
 use crate::txn::{CloseReason, TxnOp};
+use crate::zab::Snapshot;
 
 /// Most reap proposals started per tick (the rest wait for later ticks).
 const REAPS_PER_TICK_MAX: usize = 256;
@@ -97,10 +99,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Writes snapshots handed over by the pipeline, then purges old ones and the log
-/// before them. A storage failure here stops the server like any other.
+/// before them, and hands each written snapshot back for `Node::compact`. A storage
+/// failure here stops the server like any other.
 pub(super) async fn snapshotter(
     shared: Weak<Shared>,
     mut jobs: mpsc::Receiver<SnapshotJob>,
+    compacted: mpsc::Sender<Snapshot>,
     keep: usize,
 ) {
     while let Some(tree) = jobs.recv().await {
@@ -113,12 +117,22 @@ pub(super) async fn snapshotter(
             let bytes = tree.encode_snapshot();
             storage.save_snapshot(zxid, &bytes)?;
             storage.purge(keep)?;
-            Ok::<usize, crate::storage::StorageError>(bytes.len())
+            Ok::<Vec<u8>, crate::storage::StorageError>(bytes)
         })
         .await;
         match written {
             Ok(Ok(bytes)) => {
-                tracing::info!(zxid = format_args!("{zxid:#x}"), bytes, "snapshot written")
+                tracing::info!(
+                    zxid = format_args!("{zxid:#x}"),
+                    bytes = bytes.len(),
+                    "snapshot written"
+                );
+                let snapshot = Snapshot {
+                    zxid,
+                    data: bytes.into(),
+                };
+                // The pipeline gone means the server is stopping.
+                let _ = compacted.send(snapshot).await;
             }
             Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),

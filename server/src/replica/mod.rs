@@ -1,20 +1,21 @@
-//! The replicated state machine's runtime: it owns the awaits on storage, sequences
-//! writes into txns, commits them, applies them to the tree in zxid order, and tells
+//! The replicated state machine's runtime: it owns the awaits on storage, drives the
+//! Zab core (`zab::Node`), applies committed txns to the tree in zxid order, and tells
 //! waiters and watches.
 //!
 //! ```text
-//!  api ─submit()─▶ [proposal queue, bounded] ─▶ pipeline: stamp zxid ─▶ storage.append
-//!                                                  (group commit, fsync) ─▶ apply to tree
-//!                                                  ─▶ watch hub ─▶ reply to callers
-//!  api ─read()/wait_applied()─▶ tree (RwLock), applied-zxid channel
+//!  api ─submit()─▶ [proposal queue, bounded] ─▶ pipeline: node.propose (zxid) ─▶ Ready
+//!       Ready.persist ─▶ persister: one storage.append per batch of Readies (fsync)
+//!                        ─▶ node.persisted(n) ─▶ Ready.committed ─▶ apply to tree
+//!                        ─▶ watch hub ─▶ reply to callers
+//!  api ─read_index()─▶ node.read_index ─▶ Ready.reads; read()/wait_applied(): tree, applied zxid
 //! ```
 //!
-//! On one server this is an ensemble of one (quorum = 1): the pipeline commits what it
-//! has fsynced. Zab slots in between "append" and "apply" without changing callers.
+//! A single server is a Zab ensemble of one (quorum = 1) on the same code path.
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
 mod housekeeping;
+mod persist;
 mod pipeline;
 mod recovery;
 
@@ -53,6 +54,9 @@ pub struct Committed {
     pub result: Result<TxnResult, TreeError>,
 }
 
+/// A linearizable read waiting for its read index.
+type ReadWaiter = oneshot::Sender<Result<Zxid, ReplicaError>>;
+
 /// A write waiting to be sequenced.
 struct Proposal {
     session_id: u64,
@@ -78,10 +82,14 @@ struct Shared {
     applied: watch::Sender<Zxid>,
     /// The newest zxid known committed (durable on a quorum).
     committed: AtomicU64,
-    /// The epoch new zxids are stamped with.
+    /// The epoch this server leads or follows (0 while looking).
     epoch: AtomicU32,
+    /// Whether this server leads an established epoch (accepts writes and reads).
+    serving: watch::Sender<bool>,
     /// Writes waiting for the pipeline (bounded: callers wait when it is full).
     proposals: mpsc::Sender<Proposal>,
+    /// Linearizable reads waiting for the pipeline to ask the core for a read index.
+    reads: mpsc::Sender<ReadWaiter>,
     /// Watch registrations and recent events.
     hub: WatchHub,
     storage: Arc<dyn Storage>,
@@ -184,13 +192,16 @@ impl Replica {
         }
     }
 
-    /// The read index: the leader's commit point, confirmed by a quorum. On an
-    /// ensemble of one every committed txn is known here.
+    /// The read index: the leader's commit point, confirmed by a quorum (asked of
+    /// the Zab core; on an ensemble of one it answers at once).
     pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
+        let stopped = || ReplicaError::Unavailable("the server is stopping".into());
         if self.shared.stop.borrow().is_some() {
-            return Err(ReplicaError::Unavailable("the server is stopping".into()));
+            return Err(stopped());
         }
-        Ok(self.committed_zxid())
+        let (tx, rx) = oneshot::channel();
+        self.shared.reads.send(tx).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
     }
 
     /// Waits for the read index and returns the applied zxid (>= it).

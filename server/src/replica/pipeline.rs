@@ -1,143 +1,285 @@
-//! The write pipeline: sequence proposals into txns, make them durable in one group
-//! commit, apply them in zxid order, publish their events and answer their callers.
+//! The write pipeline: one task owns the Zab core (`zab::Node`) and drives it. Client
+//! writes become proposals (the core assigns their zxids), linearizable reads ask it
+//! for a read index, ticks keep its time; every output (`Ready`) is handled in order:
+//! persist ops go to the persister (group commit, off this loop), committed txns are
+//! applied to the tree in zxid order, their events published and their callers
+//! answered.
 //!
-//! Group commit: the pipeline takes every proposal already queued (up to
-//! `batch_txns_max`) into one `Storage::append`, one fsync. While that fsync runs, new
-//! proposals queue up for the next batch, so throughput grows with concurrency.
+//! ```text
+//!   proposals, reads, ticks, persisted(n), compactions ─▶ Node ─ready()─▶
+//!     persist ops ─▶ persister ─▶ persisted(n) ─▶ Node
+//!     committed   ─▶ tree.apply ─▶ watch hub ─▶ callers waiting on those zxids
+//!     status / reads / fatal ─▶ serving flag, read waiters, stop
+//! ```
+//!
+//! What it must not do: await storage itself (the persister does), or apply a txn
+//! the core has not handed out as committed.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::{Committed, Proposal, ReplicaError, Shared};
-use crate::tree::{DataTree, TxnResult};
-use crate::txn::{make_zxid, Txn, TxnOp, ZXID_COUNTER_MAX};
-
-/// Where the next zxid comes from.
-pub(super) struct Sequencer {
-    /// The counter of the last zxid handed out in the current epoch.
-    pub(super) counter: u64,
-    /// The last wall time stamped, so txn times never go backwards.
-    pub(super) last_time_ms: i64,
-}
+use super::persist::PersistJob;
+use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
+use crate::tree::{DataTree, TreeError, TxnResult};
+use crate::txn::{Txn, TxnOp, Zxid};
+use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
 
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
 pub(super) type SnapshotJob = DataTree;
 
-/// Runs until the server stops (`Shared::fatal` is set) or storage fails.
-pub(super) async fn run(
-    shared: Arc<Shared>,
-    mut proposals: mpsc::Receiver<Proposal>,
-    mut seq: Sequencer,
-    batch_txns_max: usize,
-    snapshots: mpsc::Sender<SnapshotJob>,
-    snapshot_every_txns: u64,
-) {
-    let mut since_snapshot = 0u64;
-    let mut batch = Vec::with_capacity(batch_txns_max);
-    let mut stop = shared.stop.subscribe();
-    loop {
-        let received = tokio::select! {
-            n = proposals.recv_many(&mut batch, batch_txns_max) => n,
-            _ = stop.wait_for(Option::is_some) => 0,
-        };
-        if received == 0 {
-            // Stopping: queued proposals are dropped unanswered, so callers see
-            // Unavailable and know the write was never sequenced.
-            break;
+/// What the pipeline listens to besides the clock.
+pub(super) struct Inputs {
+    pub(super) proposals: mpsc::Receiver<Proposal>,
+    pub(super) reads: mpsc::Receiver<ReadWaiter>,
+    /// `Ok(number)`: Readies up to `number` are durable; `Err`: storage failed.
+    pub(super) persisted: mpsc::UnboundedReceiver<Result<u64, String>>,
+    /// Snapshots written by the snapshotter, for `Node::compact`.
+    pub(super) compacted: mpsc::Receiver<Snapshot>,
+}
+
+/// The task's state.
+pub(super) struct Pipeline {
+    pub(super) shared: Arc<Shared>,
+    pub(super) node: Node,
+    /// Callers of this server's proposals, by the zxid the core gave them.
+    pub(super) waiting: HashMap<Zxid, oneshot::Sender<Result<Committed, ReplicaError>>>,
+    /// Callers of read-index requests, by request id.
+    pub(super) reading: HashMap<u64, ReadWaiter>,
+    pub(super) next_read_id: u64,
+    /// The last wall time stamped, so txn times never go backwards.
+    pub(super) last_time_ms: i64,
+    /// Where persist ops go (the persister task).
+    pub(super) persist: mpsc::UnboundedSender<PersistJob>,
+    /// Where snapshot requests go (the snapshotter task; one at a time).
+    pub(super) snapshots: mpsc::Sender<SnapshotJob>,
+    pub(super) since_snapshot: u64,
+    pub(super) snapshot_every_txns: u64,
+    pub(super) batch_txns_max: usize,
+    pub(super) tick_ms: u64,
+}
+
+impl Pipeline {
+    /// Runs until the server stops (`Shared::stop` is set) or storage fails.
+    pub(super) async fn run(mut self, mut inputs: Inputs) {
+        let mut interval = tokio::time::interval(Duration::from_millis(self.tick_ms.max(1)));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stop = self.shared.stop.subscribe();
+        let mut batch = Vec::with_capacity(self.batch_txns_max);
+        let mut running = self.handle_readies();
+        while running {
+            let serving = *self.shared.serving.borrow();
+            tokio::select! {
+                _ = stop.wait_for(Option::is_some) => break,
+                _ = interval.tick() => self.node.tick(),
+                n = inputs.proposals.recv_many(&mut batch, self.batch_txns_max), if serving => {
+                    if n == 0 {
+                        break;
+                    }
+                    self.propose(&mut batch);
+                }
+                Some(waiter) = inputs.reads.recv() => self.read_index(waiter),
+                Some(done) = inputs.persisted.recv() => match done {
+                    Ok(number) => self.node.persisted(number),
+                    Err(e) => {
+                        self.shared.set_fatal(format!("log append failed: {e}"));
+                        break;
+                    }
+                },
+                Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
+            }
+            running = self.handle_readies();
         }
-        let txns = match stamp(&shared, &mut seq, &batch) {
-            Ok(txns) => txns,
-            Err(e) => return fail_all(&shared, batch, e),
-        };
-        let storage = shared.storage.clone();
-        let appended = tokio::task::spawn_blocking(move || storage.append(&txns).map(|()| txns))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()));
-        let txns = match appended {
-            Ok(txns) => txns,
-            Err(e) => return fail_all(&shared, batch, format!("log append failed: {e}")),
-        };
-        if let Some(last) = txns.last() {
-            shared.committed.store(last.zxid, Ordering::Release);
-        }
-        since_snapshot += txns.len() as u64;
-        let want_snapshot = since_snapshot >= snapshot_every_txns;
-        let tree = apply(&shared, txns, std::mem::take(&mut batch), want_snapshot);
-        // A snapshot still being written makes this one wait for a later batch.
-        if let Some(tree) = tree {
-            if snapshots.try_send(tree).is_ok() {
-                since_snapshot = 0;
+        // Stopping: waiting callers and queued proposals are dropped unanswered,
+        // so callers see Unavailable.
+        self.fail_waiting("the write pipeline has stopped");
+    }
+
+    /// Hands a batch of client writes to the core, remembering each caller.
+    fn propose(&mut self, batch: &mut Vec<Proposal>) {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        self.last_time_ms = self.last_time_ms.max(now_ms);
+        for p in batch.drain(..) {
+            let txn = Txn {
+                zxid: 0,
+                time_ms: self.last_time_ms,
+                session_id: p.session_id,
+                request_id: p.request_id,
+                fence: p.fence,
+                op: p.op,
+            };
+            match self.node.propose(txn) {
+                Ok(zxid) => {
+                    self.waiting.insert(zxid, p.reply);
+                }
+                Err(e) => {
+                    let _ = p.reply.send(Err(ReplicaError::Unavailable(e.to_string())));
+                }
             }
         }
     }
-}
 
-/// Gives each proposal its zxid and the leader's time.
-fn stamp(shared: &Shared, seq: &mut Sequencer, batch: &[Proposal]) -> Result<Vec<Txn>, String> {
-    let epoch = shared.epoch.load(Ordering::Acquire);
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    seq.last_time_ms = seq.last_time_ms.max(now_ms);
-    let mut txns = Vec::with_capacity(batch.len());
-    for p in batch {
-        if seq.counter >= ZXID_COUNTER_MAX {
-            // A new epoch starts through an election; an ensemble of one restarts.
-            return Err("the zxid counter of this epoch is exhausted; restart the server".into());
+    /// Asks the core for a read index (answered in a later Ready).
+    fn read_index(&mut self, waiter: ReadWaiter) {
+        self.next_read_id += 1;
+        let id = self.next_read_id;
+        match self.node.read_index(id) {
+            Ok(()) => {
+                self.reading.insert(id, waiter);
+            }
+            Err(e) => {
+                let _ = waiter.send(Err(ReplicaError::Unavailable(e.to_string())));
+            }
         }
-        seq.counter += 1;
-        txns.push(Txn {
-            zxid: make_zxid(epoch, seq.counter),
-            time_ms: seq.last_time_ms,
-            session_id: p.session_id,
-            request_id: p.request_id,
-            fence: p.fence.clone(),
-            op: p.op.clone(),
-        });
     }
-    Ok(txns)
-}
 
-/// Applies committed txns in order, publishes events, answers callers; with
-/// `want_snapshot`, returns the tree as it stands after the batch (an O(1) clone).
-fn apply(
-    shared: &Shared,
-    txns: Vec<Txn>,
-    batch: Vec<Proposal>,
-    want_snapshot: bool,
-) -> Option<DataTree> {
-    let mut replies = Vec::with_capacity(batch.len());
-    let snapshot = {
-        let mut tree = shared.tree.write().unwrap_or_else(PoisonError::into_inner);
-        for (txn, proposal) in txns.iter().zip(batch) {
-            let applied = tree.apply(txn);
-            shared.hub.publish(txn.zxid, &applied.events);
-            track_sessions(shared, txn, &applied.result);
-            let committed = Committed {
-                zxid: txn.zxid,
-                result: applied.result,
+    /// Handles Readies until the core has nothing more; false once it must stop.
+    fn handle_readies(&mut self) -> bool {
+        loop {
+            let ready = self.node.ready();
+            if ready.is_empty() {
+                return true;
+            }
+            if !self.handle(ready) {
+                return false;
+            }
+        }
+    }
+
+    /// One Ready, in the order the core requires.
+    fn handle(&mut self, ready: Ready) -> bool {
+        // Messages: an ensemble of one has no peers to send to.
+        if let Some(snapshot) = ready.persist.iter().rev().find_map(|op| match op {
+            crate::zab::PersistOp::Snapshot(s) => Some(s.clone()),
+            _ => None,
+        }) {
+            self.install(&snapshot);
+        }
+        if !ready.persist.is_empty() {
+            let job = PersistJob {
+                number: ready.number,
+                ops: ready.persist,
             };
-            replies.push((proposal.reply, committed));
+            if self.persist.send(job).is_err() {
+                self.shared.set_fatal("the persister has stopped".into());
+                return false;
+            }
         }
-        if let Some(last) = txns.last() {
-            shared.applied.send_replace(last.zxid);
+        self.apply(ready.committed);
+        self.shared
+            .committed
+            .store(self.node.committed_zxid(), Ordering::Release);
+        if let Some(status) = ready.status {
+            self.on_status(status);
         }
-        want_snapshot.then(|| tree.clone())
-    };
-    for (reply, committed) in replies {
-        // The caller may have gone (cancelled); the write stands regardless.
-        let _ = reply.send(Ok(committed));
+        self.answer_reads(ready.reads);
+        if let Some(why) = ready.fatal {
+            self.shared.set_fatal(format!("zab: {why}"));
+            return false;
+        }
+        true
     }
-    snapshot
+
+    /// A snapshot from the leader replaces the tree (learners far behind).
+    fn install(&mut self, snapshot: &Snapshot) {
+        match DataTree::decode_snapshot(&snapshot.data) {
+            Ok(tree) => {
+                *self
+                    .shared
+                    .tree
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = tree;
+                self.shared.applied.send_replace(snapshot.zxid);
+            }
+            Err(e) => self.shared.set_fatal(format!(
+                "snapshot at {:#x} does not decode: {e}",
+                snapshot.zxid
+            )),
+        }
+    }
+
+    /// Applies committed txns in order, publishes events, answers callers; asks for a
+    /// snapshot when enough txns went by.
+    fn apply(&mut self, txns: Vec<Txn>) {
+        let Some(last) = txns.last().map(|t| t.zxid) else {
+            return;
+        };
+        let mut replies = Vec::new();
+        let snapshot = {
+            let mut tree = self
+                .shared
+                .tree
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            for txn in &txns {
+                let applied = tree.apply(txn);
+                self.shared.hub.publish(txn.zxid, &applied.events);
+                track_sessions(&self.shared, txn, &applied.result);
+                if let Some(reply) = self.waiting.remove(&txn.zxid) {
+                    let committed = Committed {
+                        zxid: txn.zxid,
+                        result: applied.result,
+                    };
+                    replies.push((reply, committed));
+                }
+            }
+            self.shared.applied.send_replace(last);
+            self.since_snapshot += txns.len() as u64;
+            (self.since_snapshot >= self.snapshot_every_txns).then(|| tree.clone())
+        };
+        for (reply, committed) in replies {
+            // The caller may have gone (cancelled); the write stands regardless.
+            let _ = reply.send(Ok(committed));
+        }
+        // A snapshot still being written makes this one wait for a later batch.
+        if let Some(tree) = snapshot {
+            if self.snapshots.try_send(tree).is_ok() {
+                self.since_snapshot = 0;
+            }
+        }
+    }
+
+    /// The role changed: a leader that stops serving fails its waiting callers as
+    /// "outcome unknown" (their txns may still commit).
+    fn on_status(&mut self, status: Status) {
+        let serving = status.role == Role::Leading && status.serving;
+        tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
+        self.shared.epoch.store(status.epoch, Ordering::Release);
+        let was = self.shared.serving.send_replace(serving);
+        if was && !serving {
+            self.fail_waiting("leadership lost; the write's outcome is unknown");
+        }
+    }
+
+    fn answer_reads(&mut self, reads: Vec<ReadState>) {
+        for read in reads {
+            if let Some(waiter) = self.reading.remove(&read.id) {
+                let answer = read
+                    .result
+                    .map_err(|e| ReplicaError::Unavailable(e.to_string()));
+                let _ = waiter.send(answer);
+            }
+        }
+    }
+
+    fn fail_waiting(&mut self, why: &str) {
+        for (_, reply) in self.waiting.drain() {
+            let _ = reply.send(Err(ReplicaError::Unavailable(why.into())));
+        }
+        for (_, waiter) in self.reading.drain() {
+            let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));
+        }
+    }
 }
 
 /// Keeps the deadline tracker in step with the replicated session table.
-fn track_sessions(shared: &Shared, txn: &Txn, result: &Result<TxnResult, crate::tree::TreeError>) {
+fn track_sessions(shared: &Shared, txn: &Txn, result: &Result<TxnResult, TreeError>) {
     match (&txn.op, result) {
         (TxnOp::OpenSession { .. }, Ok(TxnResult::SessionOpened { session_id, ttl_ms })) => {
             let now = shared.now_ms();
@@ -148,13 +290,5 @@ fn track_sessions(shared: &Shared, txn: &Txn, result: &Result<TxnResult, crate::
             shared.lock_sessions().remove(*session_id);
         }
         _ => {}
-    }
-}
-
-/// Storage failed: nothing in `batch` is acknowledged, and the server stops.
-fn fail_all(shared: &Shared, batch: Vec<Proposal>, reason: String) {
-    shared.set_fatal(reason.clone());
-    for p in batch {
-        let _ = p.reply.send(Err(ReplicaError::Unavailable(reason.clone())));
     }
 }

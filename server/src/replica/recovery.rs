@@ -1,29 +1,38 @@
-//! Start-up: open storage, load the newest good snapshot, replay the log after it,
-//! begin a new epoch, and start the runtime's tasks.
+//! Start-up: open storage, load the newest good snapshot and the log after it, hand
+//! them to a Zab core (`Restored`), and start the runtime's tasks. The tree starts as
+//! the snapshot only: the core hands the log entries above it out as committed once
+//! an epoch is established (on an ensemble of one, at once), and `start` waits for
+//! that so a restarted server never serves reads from behind its own log.
 //!
 //! A torn or corrupt log tail is cut by the storage layer when it opens, and reported
 //! here; a corrupt snapshot is skipped for an older one if the log still reaches it.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 
-use super::pipeline::{self, Sequencer};
-use super::{housekeeping, Replica, Shared};
+use super::pipeline::{Inputs, Pipeline};
+use super::{housekeeping, persist, Replica, Shared};
 use crate::config::Config;
 use crate::session::SessionTracker;
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
-use crate::txn::{zxid_epoch, Zxid, EPOCH_MAX};
+use crate::txn::{zxid_epoch, Txn, Zxid};
 use crate::watch::{WatchConfig, WatchHub};
+use crate::zab::{self, Node, Restored, Snapshot};
 
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";
 pub(crate) const CURRENT_EPOCH: &str = "current_epoch";
 
-/// How many log entries replay reads at a time.
+/// How many log entries recovery reads at a time.
 const REPLAY_CHUNK_TXNS: usize = 10_000;
+
+/// How long an ensemble of one may take to re-establish itself at start-up.
+const ESTABLISH_WAIT_MAX: Duration = Duration::from_secs(60);
 
 /// The server cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +48,14 @@ pub enum StartError {
     Recovery(String),
 }
 
+/// What recovery found on disk.
+struct Recovered {
+    storage: RedbStorage,
+    /// The newest good snapshot's state (empty without one).
+    tree: DataTree,
+    restored: Restored,
+}
+
 pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
     let dir = config.data_dir.clone();
     std::fs::create_dir_all(&dir).map_err(|source| StartError::DataDir {
@@ -46,22 +63,48 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         source,
     })?;
     let file = dir.join("concord.redb");
-    let (storage, tree) = tokio::task::spawn_blocking(move || recover(&file))
+    let recovered = tokio::task::spawn_blocking(move || recover(&file))
         .await
         .map_err(|e| StartError::Recovery(e.to_string()))??;
-    let storage: Arc<dyn Storage> = Arc::new(storage);
-    let epoch = begin_epoch(storage.as_ref(), tree.last_zxid())?;
+    let last_zxid = recovered
+        .restored
+        .log
+        .last()
+        .map_or(recovered.tree.last_zxid(), |t| t.zxid);
     tracing::info!(
-        zxid = format_args!("{:#x}", tree.last_zxid()),
-        epoch,
-        nodes = tree.node_count(),
+        snapshot_zxid = format_args!("{:#x}", recovered.tree.last_zxid()),
+        last_zxid = format_args!("{last_zxid:#x}"),
+        log_txns = recovered.restored.log.len(),
+        accepted_epoch = recovered.restored.accepted_epoch,
         "recovered"
     );
-    Ok(launch(config, storage, tree, epoch))
+    let replica = launch(config, recovered)?;
+    wait_established(&replica, last_zxid).await?;
+    Ok(replica)
 }
 
-/// Loads the newest good snapshot and replays the log after it.
-fn recover(file: &std::path::Path) -> Result<(RedbStorage, DataTree), StartError> {
+/// Waits until the core leads and has applied the whole recovered log.
+async fn wait_established(replica: &Replica, last_zxid: Zxid) -> Result<(), StartError> {
+    let mut serving = replica.shared.serving.subscribe();
+    let mut stop = replica.shared.stop.subscribe();
+    let ready = async {
+        let _ = serving.wait_for(|s| *s).await;
+        replica.wait_applied(last_zxid, ESTABLISH_WAIT_MAX).await
+    };
+    tokio::select! {
+        r = tokio::time::timeout(ESTABLISH_WAIT_MAX, ready) => match r {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(StartError::Recovery(e.to_string())),
+            Err(_) => Err(StartError::Recovery("the ensemble of one did not establish an epoch".into())),
+        },
+        _ = stop.wait_for(Option::is_some) => {
+            Err(StartError::Recovery(replica.stopped().await))
+        }
+    }
+}
+
+/// Loads the newest good snapshot, the log after it and the epochs.
+fn recover(file: &std::path::Path) -> Result<Recovered, StartError> {
     let (storage, report) = RedbStorage::open(file)?;
     if let Some(cut) = &report.tail_cut {
         tracing::warn!(
@@ -71,30 +114,50 @@ fn recover(file: &std::path::Path) -> Result<(RedbStorage, DataTree), StartError
             "cut a torn or corrupt log tail"
         );
     }
-    let mut tree = load_snapshot(&storage)?;
-    loop {
-        let txns = storage.read_after(tree.last_zxid(), REPLAY_CHUNK_TXNS)?;
-        let Some(last) = txns.last().map(|t| t.zxid) else {
-            break;
-        };
-        for txn in &txns {
-            // Results were decided when the txn first applied; replay repeats them.
-            let _ = tree.apply(txn);
-        }
-        debug_assert_eq!(tree.last_zxid(), last);
-    }
+    let (tree, snapshot) = load_snapshot(&storage)?;
+    let log = read_log(&storage, tree.last_zxid())?;
+    let last = log.last().map_or(tree.last_zxid(), |t| t.zxid);
     let stored = storage.last_zxid()?;
-    if tree.last_zxid() != stored {
+    if last != stored {
         return Err(StartError::Recovery(format!(
-            "replay reached zxid {:#x} but storage holds up to {stored:#x}",
-            tree.last_zxid()
+            "the log reaches zxid {last:#x} but storage holds up to {stored:#x}"
         )));
     }
-    Ok((storage, tree))
+    let epoch = |key| -> Result<u32, StartError> {
+        let value = storage.get_u64(key)?.unwrap_or(0);
+        u32::try_from(value).map_err(|_| StartError::Recovery(format!("{key} {value} is too big")))
+    };
+    // A new epoch must be above every zxid's epoch in the history.
+    let accepted_epoch = epoch(ACCEPTED_EPOCH)?.max(zxid_epoch(last));
+    let current_epoch = epoch(CURRENT_EPOCH)?;
+    let restored = Restored {
+        accepted_epoch,
+        current_epoch,
+        snapshot,
+        log,
+    };
+    Ok(Recovered {
+        storage,
+        tree,
+        restored,
+    })
+}
+
+/// Every log entry above `after`, ascending.
+fn read_log(storage: &RedbStorage, after: Zxid) -> Result<Vec<Txn>, StartError> {
+    let mut log: Vec<Txn> = Vec::new();
+    loop {
+        let from = log.last().map_or(after, |t| t.zxid);
+        let txns = storage.read_after(from, REPLAY_CHUNK_TXNS)?;
+        if txns.is_empty() {
+            return Ok(log);
+        }
+        log.extend(txns);
+    }
 }
 
 /// The newest snapshot that loads and decodes, if the log reaches back to it.
-fn load_snapshot(storage: &RedbStorage) -> Result<DataTree, StartError> {
+fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), StartError> {
     let log_start = storage.log_start()?;
     for zxid in storage.snapshots()?.into_iter().rev() {
         if zxid < log_start {
@@ -103,9 +166,18 @@ fn load_snapshot(storage: &RedbStorage) -> Result<DataTree, StartError> {
         let decoded = storage
             .load_snapshot(zxid)
             .map_err(|e| e.to_string())
-            .and_then(|bytes| DataTree::decode_snapshot(&bytes).map_err(|e| e.to_string()));
+            .and_then(|bytes| {
+                let tree = DataTree::decode_snapshot(&bytes).map_err(|e| e.to_string())?;
+                Ok((tree, bytes))
+            });
         match decoded {
-            Ok(tree) => return Ok(tree),
+            Ok((tree, bytes)) => {
+                let snapshot = Snapshot {
+                    zxid,
+                    data: bytes.into(),
+                };
+                return Ok((tree, Some(snapshot)));
+            }
             Err(e) => {
                 tracing::warn!(zxid = format_args!("{zxid:#x}"), error = %e, "skipping a bad snapshot")
             }
@@ -116,36 +188,42 @@ fn load_snapshot(storage: &RedbStorage) -> Result<DataTree, StartError> {
             "no usable snapshot, and the log starts after zxid {log_start:#x}"
         )));
     }
-    Ok(DataTree::new())
+    Ok((DataTree::new(), None))
 }
 
-/// Persists a new epoch above every one seen (as a Zab leader would) and returns it.
-fn begin_epoch(storage: &dyn Storage, last_zxid: Zxid) -> Result<u32, StartError> {
-    let accepted = storage.get_u64(ACCEPTED_EPOCH)?.unwrap_or(0);
-    let seen = accepted.max(u64::from(zxid_epoch(last_zxid)));
-    let epoch = seen + 1;
-    if epoch > u64::from(EPOCH_MAX) {
-        return Err(StartError::Recovery("epochs exhausted".into()));
-    }
-    storage.set_u64(ACCEPTED_EPOCH, epoch)?;
-    storage.set_u64(CURRENT_EPOCH, epoch)?;
-    u32::try_from(epoch).map_err(|e| StartError::Recovery(e.to_string()))
+/// A seed for the core's randomness (election jitter): this server and the time.
+fn seed(server_id: u64) -> u64 {
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| {
+        u64::try_from(d.as_nanos() & u128::from(u64::MAX)).unwrap_or(0)
+    });
+    server_id.rotate_left(32) ^ nanos
 }
 
-/// Builds the shared state and spawns the pipeline and housekeeping tasks.
-fn launch(config: &Config, storage: Arc<dyn Storage>, tree: DataTree, epoch: u32) -> Replica {
-    let last_zxid = tree.last_zxid();
+/// Builds the shared state and spawns the pipeline, persister and housekeeping tasks.
+fn launch(config: &Config, recovered: Recovered) -> Result<Replica, StartError> {
+    let Recovered {
+        storage,
+        tree,
+        restored,
+    } = recovered;
+    let zab_config = zab::Config::new(config.server_id, vec![config.server_id], vec![]);
+    let node = Node::new(zab_config, restored, seed(config.server_id))
+        .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
+    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let snapshot_zxid = tree.last_zxid();
     let hub = WatchHub::new(
         WatchConfig {
             queue_txns_max: config.watch_queue_txns_max,
             history_txns_max: config.watch_history_txns_max,
             ..WatchConfig::default()
         },
-        last_zxid,
+        snapshot_zxid,
     );
     let (proposals_tx, proposals_rx) = mpsc::channel(config.proposal_queue_max);
+    let (reads_tx, reads_rx) = mpsc::channel(config.proposal_queue_max);
     let started = tokio::time::Instant::now();
-    // Every recovered session gets a fresh full TTL.
+    // Every recovered session gets a fresh full TTL (those opened in the log after
+    // the snapshot are added as the log is applied).
     let mut sessions = SessionTracker::new();
     for (id, entry) in tree.sessions() {
         sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), 0);
@@ -154,37 +232,53 @@ fn launch(config: &Config, storage: Arc<dyn Storage>, tree: DataTree, epoch: u32
         server_id: config.server_id,
         tick_ms: config.tick_ms,
         tree: RwLock::new(tree),
-        applied: watch::Sender::new(last_zxid),
-        committed: AtomicU64::new(last_zxid),
-        epoch: AtomicU32::new(epoch),
+        applied: watch::Sender::new(snapshot_zxid),
+        committed: AtomicU64::new(snapshot_zxid),
+        epoch: AtomicU32::new(0),
+        serving: watch::Sender::new(false),
         proposals: proposals_tx,
+        reads: reads_tx,
         hub,
-        storage,
+        storage: storage.clone(),
         sessions: Mutex::new(sessions),
         started,
         stop: watch::Sender::new(None),
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
-    let seq = Sequencer {
-        counter: 0,
+    let (compacted_tx, compacted_rx) = mpsc::channel(1);
+    let (persist_tx, persist_rx) = mpsc::unbounded_channel();
+    let (persisted_tx, persisted_rx) = mpsc::unbounded_channel();
+    let pipeline = Pipeline {
+        shared: shared.clone(),
+        node,
+        waiting: HashMap::new(),
+        reading: HashMap::new(),
+        next_read_id: 0,
         last_time_ms: 0,
+        persist: persist_tx,
+        snapshots: snap_tx,
+        since_snapshot: 0,
+        snapshot_every_txns: config.snapshot_every_txns,
+        batch_txns_max: config.batch_txns_max,
+        tick_ms: config.tick_ms,
     };
-    tokio::spawn(pipeline::run(
-        shared.clone(),
-        proposals_rx,
-        seq,
-        config.batch_txns_max,
-        snap_tx,
-        config.snapshot_every_txns,
-    ));
+    let inputs = Inputs {
+        proposals: proposals_rx,
+        reads: reads_rx,
+        persisted: persisted_rx,
+        compacted: compacted_rx,
+    };
+    tokio::spawn(persist::run(storage, persist_rx, persisted_tx));
+    tokio::spawn(pipeline.run(inputs));
     tokio::spawn(housekeeping::snapshotter(
         Arc::downgrade(&shared),
         snap_rx,
+        compacted_tx,
         config.snapshots_keep,
     ));
     tokio::spawn(housekeeping::ticker(
         Arc::downgrade(&shared),
         config.tick_ms,
     ));
-    Replica { shared }
+    Ok(Replica { shared })
 }

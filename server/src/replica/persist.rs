@@ -1,0 +1,139 @@
+//! The persister: makes the Zab core's persist ops durable, in order, off the
+//! pipeline's loop, and reports `persisted(number)` back to it.
+//!
+//! ```text
+//!   pipeline ─(Ready number, ops)─▶ [queue] ─▶ persister: take every queued job,
+//!      merge adjacent appends, run them on a blocking thread (one storage.append,
+//!      one fsync) ─▶ highest number done ─▶ pipeline: node.persisted(number)
+//! ```
+//!
+//! Group commit: while one batch's fsync runs, the Readies produced meanwhile queue
+//! up and are written together next, so throughput grows with concurrency.
+//!
+//! What it must not do: reorder ops, report a number before every op up to it is
+//! durable, or touch the tree.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::recovery::{ACCEPTED_EPOCH, CURRENT_EPOCH};
+use crate::storage::{Storage, StorageError};
+use crate::txn::Txn;
+use crate::zab::PersistOp;
+
+/// The persist ops of one Ready.
+pub(super) struct PersistJob {
+    /// The Ready's number, for `Node::persisted`.
+    pub(super) number: u64,
+    pub(super) ops: Vec<PersistOp>,
+}
+
+/// Most Readies written in one batch.
+const JOBS_PER_BATCH_MAX: usize = 4096;
+
+/// Runs until the job queue closes. Sends `Ok(number)` once every job up to
+/// `number` is durable, or `Err` once (then stops): storage failed.
+pub(super) async fn run(
+    storage: Arc<dyn Storage>,
+    mut jobs: mpsc::UnboundedReceiver<PersistJob>,
+    done: mpsc::UnboundedSender<Result<u64, String>>,
+) {
+    let mut batch = Vec::new();
+    while jobs.recv_many(&mut batch, JOBS_PER_BATCH_MAX).await > 0 {
+        let Some(number) = batch.last().map(|j| j.number) else {
+            continue;
+        };
+        let ops = merge(std::mem::take(&mut batch));
+        let storage = storage.clone();
+        let written = tokio::task::spawn_blocking(move || write(storage.as_ref(), ops))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
+        let failed = written.is_err();
+        if done.send(written.map(|()| number)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The ops of several Readies in order, consecutive appends joined into one.
+fn merge(jobs: Vec<PersistJob>) -> Vec<PersistOp> {
+    let mut ops: Vec<PersistOp> = Vec::new();
+    for op in jobs.into_iter().flat_map(|j| j.ops) {
+        match (ops.last_mut(), op) {
+            (Some(PersistOp::Append(prev)), PersistOp::Append(more)) => prev.extend(more),
+            (_, op) => ops.push(op),
+        }
+    }
+    ops
+}
+
+/// Does the ops in order; each storage call is durable when it returns.
+fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError> {
+    for op in ops {
+        match op {
+            PersistOp::AcceptedEpoch(e) => storage.set_u64(ACCEPTED_EPOCH, u64::from(e))?,
+            PersistOp::CurrentEpoch(e) => storage.set_u64(CURRENT_EPOCH, u64::from(e))?,
+            PersistOp::Truncate { after } => storage.truncate_after(after)?,
+            PersistOp::Append(txns) => append(storage, &txns)?,
+            PersistOp::Snapshot(s) => {
+                storage.truncate_after(0)?;
+                storage.save_snapshot(s.zxid, &s.data)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn append(storage: &dyn Storage, txns: &[Txn]) -> Result<(), StorageError> {
+    if txns.is_empty() {
+        return Ok(());
+    }
+    storage.append(txns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::{Txn, TxnOp};
+
+    fn txn(zxid: u64) -> Txn {
+        Txn {
+            zxid,
+            time_ms: 0,
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op: TxnOp::Reap { path: "/a".into() },
+        }
+    }
+
+    #[test]
+    fn merge_joins_consecutive_appends_only() {
+        let jobs = vec![
+            PersistJob {
+                number: 1,
+                ops: vec![PersistOp::AcceptedEpoch(2), PersistOp::Append(vec![txn(1)])],
+            },
+            PersistJob {
+                number: 2,
+                ops: vec![PersistOp::Append(vec![txn(2), txn(3)])],
+            },
+            PersistJob {
+                number: 3,
+                ops: vec![PersistOp::CurrentEpoch(2), PersistOp::Append(vec![txn(4)])],
+            },
+        ];
+        let ops = merge(jobs);
+        assert_eq!(
+            ops,
+            vec![
+                PersistOp::AcceptedEpoch(2),
+                PersistOp::Append(vec![txn(1), txn(2), txn(3)]),
+                PersistOp::CurrentEpoch(2),
+                PersistOp::Append(vec![txn(4)]),
+            ]
+        );
+    }
+}
