@@ -19,6 +19,9 @@ mod persist;
 mod pipeline;
 mod recovery;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
