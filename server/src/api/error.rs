@@ -100,6 +100,7 @@ impl From<ReplicaError> for Status {
     fn from(e: ReplicaError) -> Status {
         match e {
             ReplicaError::Unavailable(_) => error(ErrorCode::Unavailable, e),
+            ReplicaError::NotLeader { .. } => error(ErrorCode::NotLeader, e),
             ReplicaError::Timeout { .. } => error(ErrorCode::Timeout, e),
         }
     }

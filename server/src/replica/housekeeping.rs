@@ -1,4 +1,4 @@
-//! Background duties of the replica: every tick, propose the expiry of sessions whose
+//! Background duties of the replica: every tick, on the leader, propose the expiry of sessions whose
 //! deadline passed and the reaping of empty containers and expired TTL nodes; and
 //! write snapshots handed over by the pipeline, purge what they make obsolete, and
 //! hand them back so the Zab core drops the log they cover.
@@ -30,6 +30,10 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
         };
         if shared.stop.borrow().is_some() {
             return;
+        }
+        // Only the leader expires sessions and reaps nodes.
+        if !*shared.serving.borrow() {
+            continue;
         }
         let replica = Replica { shared };
         expire_sessions(&replica);

@@ -43,6 +43,10 @@ pub enum ReplicaError {
     /// The server is stopping, or its storage failed: it serves no more writes.
     #[error("server unavailable: {0}")]
     Unavailable(String),
+    /// This server does not lead; `leader` is the one it follows, if known. Retry
+    /// there (forwarding comes later).
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<u64> },
     /// The wait for a zxid to be applied ran out of time.
     #[error("timed out waiting for zxid {zxid:#x} (applied {applied:#x})")]
     Timeout { zxid: Zxid, applied: Zxid },
@@ -103,6 +107,15 @@ struct Shared {
     /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
     /// watches it and ends.
     stop: watch::Sender<Option<String>>,
+}
+
+impl From<crate::zab::ZabError> for ReplicaError {
+    fn from(e: crate::zab::ZabError) -> ReplicaError {
+        match e {
+            crate::zab::ZabError::NotLeader { hint } => ReplicaError::NotLeader { leader: hint },
+            crate::zab::ZabError::EpochExhausted => ReplicaError::Unavailable(e.to_string()),
+        }
+    }
 }
 
 impl Replica {
@@ -170,6 +183,11 @@ impl Replica {
     /// The newest committed zxid.
     pub fn committed_zxid(&self) -> Zxid {
         self.shared.committed.load(Ordering::Acquire)
+    }
+
+    /// Whether this server leads an established epoch (it accepts writes).
+    pub fn is_leader(&self) -> bool {
+        *self.shared.serving.borrow()
     }
 
     pub fn epoch(&self) -> u32 {

@@ -24,9 +24,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::persist::PersistJob;
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
+use crate::peer::PeerHandle;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
-use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
+use crate::zab::{Message, Node, ReadState, Ready, Role, ServerId, Snapshot, Status};
 
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
 pub(super) type SnapshotJob = DataTree;
@@ -39,6 +40,8 @@ pub(super) struct Inputs {
     pub(super) persisted: mpsc::UnboundedReceiver<Result<u64, String>>,
     /// Snapshots written by the snapshotter, for `Node::compact`.
     pub(super) compacted: mpsc::Receiver<Snapshot>,
+    /// Messages from the other servers (None: an ensemble of one).
+    pub(super) peers: Option<mpsc::Receiver<(ServerId, Message)>>,
 }
 
 /// The task's state.
@@ -60,6 +63,10 @@ pub(super) struct Pipeline {
     pub(super) snapshot_every_txns: u64,
     pub(super) batch_txns_max: usize,
     pub(super) tick_ms: u64,
+    /// Where messages to the other servers go (None: an ensemble of one).
+    pub(super) peers: Option<PeerHandle>,
+    /// The role last reported: learners take writes only to refuse them.
+    pub(super) role: Role,
 }
 
 impl Pipeline {
@@ -71,11 +78,13 @@ impl Pipeline {
         let mut batch = Vec::with_capacity(self.batch_txns_max);
         let mut running = self.handle_readies();
         while running {
-            let serving = *self.shared.serving.borrow();
+            // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
+            let learner = matches!(self.role, Role::Following | Role::Observing);
+            let take = *self.shared.serving.borrow() || learner;
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => self.node.tick(),
-                n = inputs.proposals.recv_many(&mut batch, self.batch_txns_max), if serving => {
+                n = inputs.proposals.recv_many(&mut batch, self.batch_txns_max), if take => {
                     if n == 0 {
                         break;
                     }
@@ -90,12 +99,16 @@ impl Pipeline {
                     }
                 },
                 Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
+                Some((from, msg)) = recv_peer(&mut inputs.peers) => self.node.step(from, msg),
             }
             running = self.handle_readies();
         }
         // Stopping: waiting callers and queued proposals are dropped unanswered,
         // so callers see Unavailable.
         self.fail_waiting("the write pipeline has stopped");
+        if let Some(peers) = &self.peers {
+            peers.shutdown().await;
+        }
     }
 
     /// Hands a batch of client writes to the core, remembering each caller.
@@ -119,7 +132,7 @@ impl Pipeline {
                     self.waiting.insert(zxid, p.reply);
                 }
                 Err(e) => {
-                    let _ = p.reply.send(Err(ReplicaError::Unavailable(e.to_string())));
+                    let _ = p.reply.send(Err(e.into()));
                 }
             }
         }
@@ -134,7 +147,7 @@ impl Pipeline {
                 self.reading.insert(id, waiter);
             }
             Err(e) => {
-                let _ = waiter.send(Err(ReplicaError::Unavailable(e.to_string())));
+                let _ = waiter.send(Err(e.into()));
             }
         }
     }
@@ -154,7 +167,11 @@ impl Pipeline {
 
     /// One Ready, in the order the core requires.
     fn handle(&mut self, ready: Ready) -> bool {
-        // Messages: an ensemble of one has no peers to send to.
+        if let Some(peers) = &self.peers {
+            for env in ready.messages {
+                peers.send(env);
+            }
+        }
         if let Some(snapshot) = ready.persist.iter().rev().find_map(|op| match op {
             crate::zab::PersistOp::Snapshot(s) => Some(s.clone()),
             _ => None,
@@ -249,6 +266,7 @@ impl Pipeline {
     /// "outcome unknown" (their txns may still commit).
     fn on_status(&mut self, status: Status) {
         let serving = status.role == Role::Leading && status.serving;
+        self.role = status.role;
         tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
         self.shared.epoch.store(status.epoch, Ordering::Release);
         let was = self.shared.serving.send_replace(serving);
@@ -260,9 +278,7 @@ impl Pipeline {
     fn answer_reads(&mut self, reads: Vec<ReadState>) {
         for read in reads {
             if let Some(waiter) = self.reading.remove(&read.id) {
-                let answer = read
-                    .result
-                    .map_err(|e| ReplicaError::Unavailable(e.to_string()));
+                let answer = read.result.map_err(ReplicaError::from);
                 let _ = waiter.send(answer);
             }
         }
@@ -275,6 +291,16 @@ impl Pipeline {
         for (_, waiter) in self.reading.drain() {
             let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));
         }
+    }
+}
+
+/// The next message from a peer; never resolves without peers.
+async fn recv_peer(
+    inbox: &mut Option<mpsc::Receiver<(ServerId, Message)>>,
+) -> Option<(ServerId, Message)> {
+    match inbox {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -16,13 +16,17 @@ use tokio::sync::{mpsc, watch};
 
 use super::pipeline::{Inputs, Pipeline};
 use super::{housekeeping, persist, Replica, Shared};
-use crate::config::Config;
+use crate::config::{Config, Role};
+use crate::peer::{PeerConfig, PeerHandle, PeerTransport};
 use crate::session::SessionTracker;
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
 use crate::watch::{WatchConfig, WatchHub};
-use crate::zab::{self, Node, Restored, Snapshot};
+use crate::zab::{self, Message, Node, Restored, ServerId, Snapshot};
+
+/// The transport's handle and the channel its messages arrive on.
+type Peers = (PeerHandle, mpsc::Receiver<(ServerId, Message)>);
 
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";
@@ -78,9 +82,41 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         accepted_epoch = recovered.restored.accepted_epoch,
         "recovered"
     );
-    let replica = launch(config, recovered)?;
-    wait_established(&replica, last_zxid).await?;
+    let ensemble = config.ensemble();
+    let peers = if ensemble.iter().any(|m| m.id != config.server_id) {
+        Some(start_peers(config).await?)
+    } else {
+        None
+    };
+    let alone = peers.is_none();
+    let replica = launch(config, recovered, peers)?;
+    if alone {
+        wait_established(&replica, last_zxid).await?;
+    }
     Ok(replica)
+}
+
+/// The transport to the other members, listening on `config.peer_addr`.
+async fn start_peers(config: &Config) -> Result<Peers, StartError> {
+    let listener = tokio::net::TcpListener::bind(config.peer_addr)
+        .await
+        .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
+    let peer_config = PeerConfig::new(config.server_id, config.cluster_id, config.ensemble());
+    PeerTransport::start(peer_config, listener)
+        .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
+}
+
+/// The voters and observers of the ensemble, for the Zab core.
+fn zab_config(config: &Config) -> zab::Config {
+    let ensemble = config.ensemble();
+    let ids = |role| {
+        ensemble
+            .iter()
+            .filter(|m| m.role == role)
+            .map(|m| m.id)
+            .collect::<Vec<_>>()
+    };
+    zab::Config::new(config.server_id, ids(Role::Voter), ids(Role::Observer))
 }
 
 /// Waits until the core leads and has applied the whole recovered log.
@@ -200,14 +236,17 @@ fn seed(server_id: u64) -> u64 {
 }
 
 /// Builds the shared state and spawns the pipeline, persister and housekeeping tasks.
-fn launch(config: &Config, recovered: Recovered) -> Result<Replica, StartError> {
+fn launch(
+    config: &Config,
+    recovered: Recovered,
+    peers: Option<Peers>,
+) -> Result<Replica, StartError> {
     let Recovered {
         storage,
         tree,
         restored,
     } = recovered;
-    let zab_config = zab::Config::new(config.server_id, vec![config.server_id], vec![]);
-    let node = Node::new(zab_config, restored, seed(config.server_id))
+    let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
     let snapshot_zxid = tree.last_zxid();
@@ -261,12 +300,15 @@ fn launch(config: &Config, recovered: Recovered) -> Result<Replica, StartError> 
         snapshot_every_txns: config.snapshot_every_txns,
         batch_txns_max: config.batch_txns_max,
         tick_ms: config.tick_ms,
+        peers: peers.as_ref().map(|(handle, _)| handle.clone()),
+        role: crate::zab::Role::Looking,
     };
     let inputs = Inputs {
         proposals: proposals_rx,
         reads: reads_rx,
         persisted: persisted_rx,
         compacted: compacted_rx,
+        peers: peers.map(|(_, inbox)| inbox),
     };
     tokio::spawn(persist::run(storage, persist_rx, persisted_tx));
     tokio::spawn(pipeline.run(inputs));

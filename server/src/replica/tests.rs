@@ -172,3 +172,64 @@ fn restart_rebuilds_the_tree_from_snapshot_and_log() {
         assert!(c.zxid > last);
     });
 }
+
+/// A free loopback port (bound then released; good enough for a test).
+fn free_addr() -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_elect_a_leader_and_replicate_its_writes() {
+    use crate::config::{Member, Role};
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members: Vec<Member> = (1..=3u64)
+        .map(|id| Member {
+            id,
+            client_addr: free_addr(),
+            peer_addr: free_addr(),
+            role: Role::Voter,
+        })
+        .collect();
+    let mut replicas = Vec::new();
+    for (m, dir) in members.iter().zip(&dirs) {
+        let config = Config {
+            server_id: m.id,
+            client_addr: m.client_addr,
+            peer_addr: m.peer_addr,
+            members: members.clone(),
+            ..config(dir.path())
+        };
+        replicas.push(Replica::start(&config).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
+            break r.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let c = leader.submit(0, 0, create("/x")).await.unwrap();
+    assert!(c.result.is_ok(), "{:?}", c.result);
+    for r in &replicas {
+        r.wait_applied(c.zxid, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(
+            r.read(|t| t.get("/x").is_some()),
+            "server {}",
+            r.server_id()
+        );
+        if r.server_id() != leader.server_id() {
+            let refused = r.submit(0, 0, create("/y")).await;
+            let expected = super::ReplicaError::NotLeader {
+                leader: Some(leader.server_id()),
+            };
+            assert_eq!(refused, Err(expected));
+        }
+    }
+    for r in &replicas {
+        r.shutdown();
+    }
+}
