@@ -391,3 +391,41 @@ fn collect(
         }
     })
 }
+
+/// A Get of `path` with default read options.
+pub fn get_req(path: impl Into<String>) -> pb::GetRequest {
+    pb::GetRequest {
+        path: path.into(),
+        ..Default::default()
+    }
+}
+
+/// An Exists of `path` with default read options.
+pub fn exists_req(path: impl Into<String>) -> pb::ExistsRequest {
+    pb::ExistsRequest {
+        path: path.into(),
+        ..Default::default()
+    }
+}
+
+/// A Delete of `path` expecting `version` (-1: any).
+pub fn delete_req(path: impl Into<String>, version: i32) -> pb::DeleteRequest {
+    pb::DeleteRequest {
+        path: path.into(),
+        version,
+        ..Default::default()
+    }
+}
+
+impl Server {
+    /// Whether `path` exists, read from this server.
+    pub async fn exists(&self, path: &str) -> bool {
+        self.tree()
+            .await
+            .exists(exists_req(path))
+            .await
+            .unwrap()
+            .into_inner()
+            .exists
+    }
+}

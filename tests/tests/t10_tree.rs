@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use concord_proto::v1 as pb;
-use concord_tests::{code_of, Server, ServerOptions};
+use concord_tests::{code_of, delete_req, exists_req, get_req, Server, ServerOptions};
 
 fn create(path: &str, data: &str, mode: pb::CreateMode) -> pb::CreateRequest {
     pb::CreateRequest {
@@ -60,22 +60,9 @@ async fn t10_create_get_set_delete_with_stats() {
     assert_eq!(&got.data[..], b"v1");
 
     // Stale version, then any version.
-    let err = tree
-        .delete(pb::DeleteRequest {
-            path: "/app".into(),
-            version: 0,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = tree.delete(delete_req("/app", 0)).await.unwrap_err();
     assert_eq!(code_of(&err), "BAD_VERSION");
-    tree.delete(pb::DeleteRequest {
-        path: "/app".into(),
-        version: -1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    tree.delete(delete_req("/app", -1)).await.unwrap();
     let exists = tree
         .exists(pb::ExistsRequest {
             path: "/app".into(),
@@ -99,10 +86,7 @@ async fn t10_error_cases_change_nothing() {
         .await
         .unwrap();
     let before = tree
-        .get(pb::GetRequest {
-            path: "/p".into(),
-            ..Default::default()
-        })
+        .get(get_req("/p"))
         .await
         .unwrap()
         .into_inner()
@@ -149,31 +133,11 @@ async fn t10_error_cases_change_nothing() {
         code_of(&tree.create(big).await.unwrap_err()),
         "DATA_TOO_LARGE"
     );
-    let err = tree
-        .delete(pb::DeleteRequest {
-            path: "/p".into(),
-            version: -1,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = tree.delete(delete_req("/p", -1)).await.unwrap_err();
     assert_eq!(code_of(&err), "NOT_EMPTY");
-    let err = tree
-        .delete(pb::DeleteRequest {
-            path: "/".into(),
-            version: -1,
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = tree.delete(delete_req("/", -1)).await.unwrap_err();
     assert_eq!(code_of(&err), "BAD_PATH");
-    let err = tree
-        .get(pb::GetRequest {
-            path: "/nope".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let err = tree.get(get_req("/nope")).await.unwrap_err();
     assert_eq!(code_of(&err), "NO_NODE");
     let err = tree
         .set(pb::SetRequest {
@@ -186,10 +150,7 @@ async fn t10_error_cases_change_nothing() {
     assert_eq!(code_of(&err), "BAD_VERSION");
 
     let after = tree
-        .get(pb::GetRequest {
-            path: "/p".into(),
-            ..Default::default()
-        })
+        .get(get_req("/p"))
         .await
         .unwrap()
         .into_inner()
@@ -272,14 +233,7 @@ async fn t10_multi_is_all_or_nothing() {
     let err = tree.multi(failing).await.unwrap_err();
     assert_eq!(code_of(&err), "BAD_VERSION");
     assert!(err.message().contains("op 1"), "{}", err.message());
-    let exists = tree
-        .exists(pb::ExistsRequest {
-            path: "/m/a".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let exists = tree.exists(exists_req("/m/a")).await.unwrap().into_inner();
     assert!(!exists.exists, "a failed multi applied its first op");
 
     let ok = pb::MultiRequest {
@@ -302,14 +256,7 @@ async fn t10_multi_is_all_or_nothing() {
     };
     let r = tree.multi(ok).await.unwrap().into_inner();
     assert_eq!(r.results.len(), 3);
-    let got = tree
-        .get(pb::GetRequest {
-            path: "/m/a".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let got = tree.get(get_req("/m/a")).await.unwrap().into_inner();
     assert_eq!((&got.data[..], got.stat.unwrap().version), (&b"x"[..], 1));
 }
 
@@ -378,38 +325,16 @@ async fn t10_container_and_ttl_nodes_are_reaped() {
     );
 
     // A container with a child stays; once the child goes, the server reaps it.
-    let exists = |path: &'static str| {
-        let server = &server;
-        async move {
-            server
-                .tree()
-                .await
-                .exists(pb::ExistsRequest {
-                    path: path.into(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .exists
-        }
-    };
-    assert!(exists("/ct").await);
-    tree.delete(pb::DeleteRequest {
-        path: "/ct/a".into(),
-        version: -1,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    assert!(server.exists("/ct").await);
+    tree.delete(delete_req("/ct/a", -1)).await.unwrap();
     concord_tests::eventually(
         "the empty container is reaped",
         Duration::from_secs(5),
-        || async { (!exists("/ct").await).then_some(()) },
+        || async { (!server.exists("/ct").await).then_some(()) },
     )
     .await;
     concord_tests::eventually("the TTL node is reaped", Duration::from_secs(5), || async {
-        (!exists("/ttl").await).then_some(())
+        (!server.exists("/ttl").await).then_some(())
     })
     .await;
 }

@@ -33,20 +33,6 @@ async fn create_ephemeral(server: &Server, path: &str, session_id: u64) {
         .unwrap();
 }
 
-async fn exists(server: &Server, path: &str) -> bool {
-    server
-        .tree()
-        .await
-        .exists(pb::ExistsRequest {
-            path: path.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .exists
-}
-
 #[tokio::test]
 async fn t20_ttl_is_clamped_to_tick_range() {
     // tick 50 ms: TTLs are clamped to [100, 1000] ms.
@@ -92,7 +78,7 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
             .unwrap();
         assert!(!reply.expired);
         assert_eq!(reply.ttl_ms, 300);
-        assert!(exists(&server, "/alive").await, "expired while pinged");
+        assert!(server.exists("/alive").await, "expired while pinged");
         tokio::time::sleep(Duration::from_millis(60)).await;
     }
     // Stop pinging: the session expires and takes its node.
@@ -100,7 +86,7 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
     eventually(
         "the ephemeral is deleted",
         Duration::from_secs(5),
-        || async { (!exists(&server, "/alive").await).then_some(()) },
+        || async { (!server.exists("/alive").await).then_some(()) },
     )
     .await;
     let err = server
@@ -140,7 +126,7 @@ async fn t20_close_deletes_ephemerals_at_once() {
         .close(pb::CloseSessionRequest { session_id: sid })
         .await
         .unwrap();
-    assert!(!exists(&server, "/a").await && !exists(&server, "/b").await);
+    assert!(!server.exists("/a").await && !server.exists("/b").await);
     let err = server
         .session()
         .await
@@ -171,12 +157,12 @@ async fn t20_sessions_survive_restart_with_a_fresh_ttl() {
         .session
         .unwrap();
     assert!(info.remaining_ms > 500, "remaining {}", info.remaining_ms);
-    assert!(exists(&server, "/kept").await);
+    assert!(server.exists("/kept").await);
     // Without keep-alives it then expires.
     eventually(
         "the ephemeral is deleted",
         Duration::from_secs(5),
-        || async { (!exists(&server, "/kept").await).then_some(()) },
+        || async { (!server.exists("/kept").await).then_some(()) },
     )
     .await;
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
-use concord_tests::{Server, ServerOptions};
+use concord_tests::{exists_req, get_req, Server, ServerOptions};
 
 const WRITERS: usize = 64;
 
@@ -66,12 +66,7 @@ async fn t40_kill9_under_64_writers_loses_no_acknowledged_write() {
     let mut tree = server.tree().await;
     let mut missing = Vec::new();
     for path in &acked {
-        let r = tree
-            .get(pb::GetRequest {
-                path: path.clone(),
-                ..Default::default()
-            })
-            .await;
+        let r = tree.get(get_req(path.clone())).await;
         match r {
             Ok(r) => assert_eq!(r.into_inner().data, path.as_bytes()),
             Err(_) => missing.push(path.clone()),
@@ -119,24 +114,14 @@ async fn t40_restart_from_snapshot_and_log_with_a_torn_tail() {
     .await;
     for n in 0..99 {
         let r = tree
-            .get(pb::GetRequest {
-                path: format!("/n{n:03}"),
-                ..Default::default()
-            })
+            .get(get_req(format!("/n{n:03}")))
             .await
             .unwrap()
             .into_inner();
         assert_eq!(r.data, vec![n as u8]);
     }
     // The torn entry was cut, not applied; the server keeps serving writes.
-    let gone = tree
-        .exists(pb::ExistsRequest {
-            path: "/n099".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let gone = tree.exists(exists_req("/n099")).await.unwrap().into_inner();
     assert!(!gone.exists);
     let status = server
         .cluster()
