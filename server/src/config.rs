@@ -51,7 +51,8 @@ pub struct Config {
     pub snapshots_keep: usize,
     /// Most txns in one group commit.
     pub batch_txns_max: usize,
-    /// Writes waiting to be sequenced before callers are made to wait.
+    /// Writes waiting to be sequenced before callers are made to wait; also the most
+    /// writes in flight (proposed, not yet answered).
     pub proposal_queue_max: usize,
     /// Per-watch-stream queue, in txns; a consumer this far behind is cut off.
     pub watch_queue_txns_max: usize,

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -69,10 +69,7 @@ fn expire_sessions(replica: &Replica) {
 }
 
 fn reap_nodes(replica: &Replica, reaping: &Arc<Mutex<HashSet<String>>>) {
-    let wall_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
+    let wall_ms = super::wall_ms();
     let candidates = replica.read(|tree| tree.reapable(wall_ms));
     let mut started = 0;
     for path in candidates {

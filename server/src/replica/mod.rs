@@ -109,6 +109,14 @@ struct Shared {
     stop: watch::Sender<Option<String>>,
 }
 
+/// The wall clock in milliseconds since the Unix epoch (leader txn times, TTL reaping).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 impl From<crate::zab::ZabError> for ReplicaError {
     fn from(e: crate::zab::ZabError) -> ReplicaError {
         match e {

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -62,6 +62,10 @@ pub(super) struct Pipeline {
     pub(super) since_snapshot: u64,
     pub(super) snapshot_every_txns: u64,
     pub(super) batch_txns_max: usize,
+    /// Most proposals in flight (proposed, not yet answered). Bounds the callers
+    /// waiting here and, with them, the persist queue: a flood of writes waits in
+    /// the bounded proposal queue instead.
+    pub(super) inflight_max: usize,
     pub(super) tick_ms: u64,
     /// Where messages to the other servers go (None: an ensemble of one).
     pub(super) peers: Option<PeerHandle>,
@@ -80,11 +84,13 @@ impl Pipeline {
         while running {
             // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
             let learner = matches!(self.role, Role::Following | Role::Observing);
-            let take = *self.shared.serving.borrow() || learner;
+            let room = self.inflight_max.saturating_sub(self.waiting.len());
+            let take = (*self.shared.serving.borrow() && room > 0) || learner;
+            let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => self.node.tick(),
-                n = inputs.proposals.recv_many(&mut batch, self.batch_txns_max), if take => {
+                n = inputs.proposals.recv_many(&mut batch, take_max), if take => {
                     if n == 0 {
                         break;
                     }
@@ -113,11 +119,7 @@ impl Pipeline {
 
     /// Hands a batch of client writes to the core, remembering each caller.
     fn propose(&mut self, batch: &mut Vec<Proposal>) {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
-        self.last_time_ms = self.last_time_ms.max(now_ms);
+        self.last_time_ms = self.last_time_ms.max(super::wall_ms());
         for p in batch.drain(..) {
             let txn = Txn {
                 zxid: 0,

@@ -299,6 +299,7 @@ fn launch(
         since_snapshot: 0,
         snapshot_every_txns: config.snapshot_every_txns,
         batch_txns_max: config.batch_txns_max,
+        inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
         role: crate::zab::Role::Looking,
