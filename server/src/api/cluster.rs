@@ -12,13 +12,19 @@ use concord_proto::v1::ErrorCode;
 
 pub struct ClusterService {
     replica: Replica,
+    /// Voters and observers in the configured ensemble (1 for a lone server).
+    ensemble_size: u32,
     /// For the lock and election wake-up counter.
     recipes: Recipes,
 }
 
 impl ClusterService {
-    pub fn new(replica: Replica, recipes: Recipes) -> Self {
-        ClusterService { replica, recipes }
+    pub fn new(replica: Replica, recipes: Recipes, ensemble_size: u32) -> Self {
+        ClusterService {
+            replica,
+            ensemble_size,
+            recipes,
+        }
     }
 }
 
@@ -48,19 +54,28 @@ impl Cluster for ClusterService {
         Ok(Response::new(pb::StatusResponse {
             header: header(r.server_id(), zxid),
             server_id: r.server_id(),
-            // An ensemble of one: this server leads it.
-            role: pb::Role::Leader.into(),
+            role: role(r.role()).into(),
             zxid,
             commit_zxid: r.committed_zxid(),
             epoch: r.epoch(),
             node_count,
             session_count,
             watch_count: r.hub().watch_count() as u64,
-            ensemble_size: 1,
+            ensemble_size: self.ensemble_size,
             version: env!("CARGO_PKG_VERSION").to_owned(),
             oldest_resumable_zxid,
             watch_history_oldest_zxid,
             queue_wakeups: self.recipes.wakeups(),
         }))
+    }
+}
+
+fn role(role: crate::zab::Role) -> pb::Role {
+    use crate::zab::Role as R;
+    match role {
+        R::Looking => pb::Role::Looking,
+        R::Leading => pb::Role::Leader,
+        R::Following => pb::Role::Follower,
+        R::Observing => pb::Role::Observer,
     }
 }

@@ -66,9 +66,11 @@ pub fn routes(replica: &Replica, config: &Config) -> Routes {
     let watch =
         WatchServer::new(watch::WatchService::new(replica.clone())).max_encoding_message_size(max);
     let recipes = Recipes::new(replica.clone());
+    let ensemble_size = u32::try_from(config.ensemble().len()).unwrap_or(u32::MAX);
     let cluster = ClusterServer::new(cluster::ClusterService::new(
         replica.clone(),
         recipes.clone(),
+        ensemble_size,
     ));
     let lock = LockServer::new(lock::LockService::new(recipes.clone()));
     let election = ElectionServer::new(election::ElectionService::new(recipes, limits))

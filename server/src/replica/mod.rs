@@ -93,6 +93,8 @@ struct Shared {
     epoch: AtomicU32,
     /// Whether this server leads an established epoch (accepts writes and reads).
     serving: watch::Sender<bool>,
+    /// This server's part in the ensemble, as the core last reported it.
+    role: watch::Sender<crate::zab::Role>,
     /// Writes waiting for the pipeline (bounded: callers wait when it is full).
     proposals: mpsc::Sender<Proposal>,
     /// Linearizable reads waiting for the pipeline to ask the core for a read index.
@@ -196,6 +198,11 @@ impl Replica {
     /// Whether this server leads an established epoch (it accepts writes).
     pub fn is_leader(&self) -> bool {
         *self.shared.serving.borrow()
+    }
+
+    /// This server's part in the ensemble (looking, leading, following, observing).
+    pub fn role(&self) -> crate::zab::Role {
+        *self.shared.role.borrow()
     }
 
     pub fn epoch(&self) -> u32 {

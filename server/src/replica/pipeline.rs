@@ -69,8 +69,6 @@ pub(super) struct Pipeline {
     pub(super) tick_ms: u64,
     /// Where messages to the other servers go (None: an ensemble of one).
     pub(super) peers: Option<PeerHandle>,
-    /// The role last reported: learners take writes only to refuse them.
-    pub(super) role: Role,
 }
 
 impl Pipeline {
@@ -83,7 +81,11 @@ impl Pipeline {
         let mut running = self.handle_readies();
         while running {
             // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
-            let learner = matches!(self.role, Role::Following | Role::Observing);
+            // (The role is the one the core last reported, kept in `Shared`.)
+            let learner = matches!(
+                *self.shared.role.borrow(),
+                Role::Following | Role::Observing
+            );
             let room = self.inflight_max.saturating_sub(self.waiting.len());
             let take = (*self.shared.serving.borrow() && room > 0) || learner;
             let take_max = self.batch_txns_max.min(room.max(1));
@@ -268,7 +270,7 @@ impl Pipeline {
     /// "outcome unknown" (their txns may still commit).
     fn on_status(&mut self, status: Status) {
         let serving = status.role == Role::Leading && status.serving;
-        self.role = status.role;
+        self.shared.role.send_replace(status.role);
         tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
         self.shared.epoch.store(status.epoch, Ordering::Release);
         let was = self.shared.serving.send_replace(serving);

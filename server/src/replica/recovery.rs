@@ -275,6 +275,7 @@ fn launch(
         committed: AtomicU64::new(snapshot_zxid),
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
+        role: watch::Sender::new(crate::zab::Role::Looking),
         proposals: proposals_tx,
         reads: reads_tx,
         hub,
@@ -302,7 +303,6 @@ fn launch(
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
-        role: crate::zab::Role::Looking,
     };
     let inputs = Inputs {
         proposals: proposals_rx,

@@ -221,6 +221,12 @@ async fn three_servers_elect_a_leader_and_replicate_its_writes() {
             "server {}",
             r.server_id()
         );
+        let expected_role = if r.server_id() == leader.server_id() {
+            crate::zab::Role::Leading
+        } else {
+            crate::zab::Role::Following
+        };
+        assert_eq!(r.role(), expected_role, "server {}", r.server_id());
         if r.server_id() != leader.server_id() {
             let refused = r.submit(0, 0, create("/y")).await;
             let expected = super::ReplicaError::NotLeader {
