@@ -162,7 +162,11 @@ impl Node {
             return;
         };
         if n.round == round && !self.cfg.observers.contains(&self.cfg.id) {
-            l.votes.insert(from, n.vote);
+            // A decided server reports its leadership's epoch in place of the vote's
+            // (for lookers joining late), so it agrees with my vote if it names the
+            // same leader and history.
+            let agrees = n.vote.leader == l.vote.leader && n.vote.zxid == l.vote.zxid;
+            l.votes.insert(from, if agrees { l.vote } else { n.vote });
         }
         l.decided.insert(from, (n.vote, n.round, n.state));
         let quorum = self.cfg.quorum();
