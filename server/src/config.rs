@@ -39,8 +39,19 @@ pub struct Config {
     pub members: Vec<Member>,
     /// Folder for the redb file (log, epochs, snapshots).
     pub data_dir: PathBuf,
-    /// The logical clock's period: session TTLs are clamped to [2, 20] x tick.
+    /// The clock's period: Zab heartbeats, and the cadence of session expiry,
+    /// keep-alive reports and reaping.
     pub tick_ms: u64,
+    /// A follower that hears nothing from its leader, or a leader that cannot count
+    /// a quorum heard from, for this many ticks gives up (starts an election).
+    pub sync_limit_ticks: u64,
+    /// Discovery plus synchronization with a new leader must finish within this
+    /// many ticks (a large snapshot to send needs more).
+    pub init_limit_ticks: u64,
+    /// Shortest session TTL granted (at least 2 ticks); shorter requests get it.
+    pub session_ttl_min_ms: u64,
+    /// Longest session TTL granted; longer requests get it.
+    pub session_ttl_max_ms: u64,
     /// TTL granted when a client asks for 0.
     pub session_ttl_default_ms: u64,
     /// Largest node data accepted, in bytes.
@@ -71,7 +82,11 @@ impl Default for Config {
             cluster_id: 0,
             members: Vec::new(),
             data_dir: PathBuf::from("concord-data"),
-            tick_ms: 1000,
+            tick_ms: 100,
+            sync_limit_ticks: 5,
+            init_limit_ticks: 50,
+            session_ttl_min_ms: 2_000,
+            session_ttl_max_ms: 60_000,
             session_ttl_default_ms: 10_000,
             node_data_bytes_max: 1 << 20,
             snapshot_every_txns: 100_000,
@@ -136,9 +151,9 @@ impl Config {
         })
     }
 
-    /// The range a requested session TTL is clamped to: [2, 20] x tick.
+    /// The range a requested session TTL is clamped to.
     pub fn session_ttl_range_ms(&self) -> (u64, u64) {
-        (2 * self.tick_ms, 20 * self.tick_ms)
+        (self.session_ttl_min_ms, self.session_ttl_max_ms)
     }
 
     /// Checks the settings make sense together.
@@ -150,10 +165,19 @@ impl Config {
         if self.tick_ms == 0 {
             return bad("tick_ms must be at least 1");
         }
+        if self.sync_limit_ticks < 2 || self.init_limit_ticks < self.sync_limit_ticks {
+            return bad("sync_limit_ticks must be at least 2, and init_limit_ticks at least that");
+        }
         let (lo, hi) = self.session_ttl_range_ms();
+        if lo < 2 * self.tick_ms || lo > hi {
+            return Err(ConfigError::Invalid(format!(
+                "need 2 x tick_ms ({}) <= session_ttl_min_ms ({lo}) <= session_ttl_max_ms ({hi})",
+                2 * self.tick_ms
+            )));
+        }
         if !(lo..=hi).contains(&self.session_ttl_default_ms) {
             return Err(ConfigError::Invalid(format!(
-                "session_ttl_default_ms must be within [2, 20] x tick_ms = [{lo}, {hi}]"
+                "session_ttl_default_ms must be within [session_ttl_min_ms, session_ttl_max_ms] = [{lo}, {hi}]"
             )));
         }
         if self.batch_txns_max == 0 || self.proposal_queue_max == 0 {
@@ -242,11 +266,25 @@ mod tests {
     fn file_overrides_and_rejects_unknown_keys() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.toml");
-        std::fs::write(&p, "tick_ms = 100\nsession_ttl_default_ms = 1000\n").unwrap();
+        std::fs::write(
+            &p,
+            "tick_ms = 50\nsession_ttl_min_ms = 100\nsession_ttl_max_ms = 2000\nsession_ttl_default_ms = 1000\n",
+        )
+        .unwrap();
         let c = Config::from_file(&p).unwrap();
-        assert_eq!(c.tick_ms, 100);
-        assert_eq!(c.session_ttl_range_ms(), (200, 2000));
+        assert_eq!(c.tick_ms, 50);
+        assert_eq!(c.session_ttl_range_ms(), (100, 2000));
         c.validate().unwrap();
+        let short = Config {
+            session_ttl_min_ms: 99,
+            ..c.clone()
+        };
+        assert!(short.validate().is_err(), "a TTL under two ticks");
+        let hasty = Config {
+            sync_limit_ticks: 1,
+            ..c
+        };
+        assert!(hasty.validate().is_err());
         std::fs::write(&p, "tick = 100\n").unwrap();
         assert!(matches!(
             Config::from_file(&p),

@@ -31,9 +31,15 @@ struct Args {
     /// Folder for the log, epochs and snapshots.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Logical tick; session TTLs are clamped to [2, 20] x tick.
+    /// The tick: Zab heartbeats, session expiry and keep-alive report cadence.
     #[arg(long)]
     tick_ms: Option<u64>,
+    /// Shortest session TTL granted (at least 2 ticks).
+    #[arg(long)]
+    session_ttl_min_ms: Option<u64>,
+    /// Longest session TTL granted.
+    #[arg(long)]
+    session_ttl_max_ms: Option<u64>,
     /// TTL granted when a client asks for 0.
     #[arg(long)]
     session_ttl_default_ms: Option<u64>,
@@ -65,9 +71,17 @@ impl Args {
         }
         if let Some(v) = self.tick_ms {
             c.tick_ms = v;
-            // Keep the default TTL inside the new clamp range unless set explicitly.
+        }
+        if let Some(v) = self.session_ttl_min_ms {
+            c.session_ttl_min_ms = v;
+        }
+        if let Some(v) = self.session_ttl_max_ms {
+            c.session_ttl_max_ms = v;
+        }
+        if self.session_ttl_min_ms.is_some() || self.session_ttl_max_ms.is_some() {
+            // Keep the default TTL inside the new range unless set explicitly.
             let (lo, hi) = c.session_ttl_range_ms();
-            c.session_ttl_default_ms = c.session_ttl_default_ms.clamp(lo, hi);
+            c.session_ttl_default_ms = c.session_ttl_default_ms.clamp(lo, hi.max(lo));
         }
         if let Some(v) = self.session_ttl_default_ms {
             c.session_ttl_default_ms = v;

@@ -6,6 +6,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod ensemble;
+pub use ensemble::{children_at, create_at, tree_at, Ensemble};
+
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -37,6 +40,8 @@ pub fn bin(name: &str) -> PathBuf {
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     pub tick_ms: u64,
+    /// The range session TTLs are clamped to (None: the server's default).
+    pub session_ttl_ms: Option<(u64, u64)>,
     pub snapshot_every_txns: u64,
     /// Extra flags passed as they are.
     pub extra: Vec<String>,
@@ -46,8 +51,21 @@ impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             tick_ms: 50,
+            session_ttl_ms: Some((100, 1000)),
             snapshot_every_txns: 100_000,
             extra: Vec::new(),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// The server's own defaults for the tick and session TTLs, as a user who
+    /// passes no flags gets them.
+    pub fn server_defaults() -> ServerOptions {
+        ServerOptions {
+            tick_ms: 100,
+            session_ttl_ms: None,
+            ..ServerOptions::default()
         }
     }
 }
@@ -66,10 +84,15 @@ pub struct Server {
 impl Server {
     /// Starts a server on a fresh data folder and a free port.
     pub fn start(options: ServerOptions) -> Server {
+        Server::start_on(options, "127.0.0.1:0")
+    }
+
+    /// Starts a server on a fresh data folder, listening for clients on `listen`.
+    pub fn start_on(options: ServerOptions, listen: &str) -> Server {
         let tmp = tempfile::tempdir().unwrap();
         let data_dir = tmp.path().join("data");
         let log_path = tmp.path().join("server.log");
-        let (child, addr) = spawn(&data_dir, "127.0.0.1:0", &options, &log_path);
+        let (child, addr) = spawn(&data_dir, listen, &options, &log_path);
         Server {
             child: Some(child),
             addr,
@@ -117,6 +140,23 @@ impl Server {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Whether the process runs (it was not killed or terminated here).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Sends a signal by name (`STOP`, `CONT`, ...) with `kill`.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().expect("the server is not running").id();
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name} {pid} failed");
     }
 
     /// SIGTERM, then wait (bounded) for a clean exit; returns whether it exited 0.
@@ -184,6 +224,14 @@ fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child
         .arg(o.tick_ms.to_string())
         .arg("--snapshot-every-txns")
         .arg(o.snapshot_every_txns.to_string())
+        .args(o.session_ttl_ms.iter().flat_map(|(lo, hi)| {
+            [
+                "--session-ttl-min-ms".to_owned(),
+                lo.to_string(),
+                "--session-ttl-max-ms".to_owned(),
+                hi.to_string(),
+            ]
+        }))
         .args(&o.extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

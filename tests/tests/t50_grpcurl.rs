@@ -235,12 +235,9 @@ fn readme_lock_commands() -> Vec<String> {
 
 #[tokio::test]
 async fn t50_readme_lock_walkthrough_works_as_written() {
-    // A fresh server with the default tick: the session ids and tokens in the README
+    // A fresh server with the defaults: the session ids and tokens in the README
     // are the ones such a server hands out.
-    let server = Server::start(ServerOptions {
-        tick_ms: 1000,
-        ..ServerOptions::default()
-    });
+    let server = Server::start(ServerOptions::server_defaults());
     let grpcurl = grpcurl_path().display().to_string();
     let addr = server.addr.to_string();
     let commands = readme_lock_commands();
@@ -312,11 +309,8 @@ async fn t50_readme_lock_walkthrough_works_as_written() {
 
 #[tokio::test]
 async fn t50_readme_grpcurl_commands_work_as_written() {
-    // The README runs a server with the default tick (1 s), so a 10 s TTL is granted.
-    let server = Server::start(ServerOptions {
-        tick_ms: 1000,
-        ..ServerOptions::default()
-    });
+    // The README runs a server with the defaults, so a 10 s TTL is granted.
+    let server = Server::start(ServerOptions::server_defaults());
     let commands = readme_grpcurl_commands();
     assert!(
         commands.len() >= 10,

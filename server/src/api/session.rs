@@ -23,7 +23,7 @@ const KEEPALIVE_QUEUE_MAX: usize = 16;
 
 pub struct SessionService {
     replica: Replica,
-    /// Clamp range of granted TTLs, [2, 20] x tick.
+    /// Clamp range of granted TTLs (`session_ttl_min_ms`, `session_ttl_max_ms`).
     ttl_range_ms: (u64, u64),
     ttl_default_ms: u64,
 }
