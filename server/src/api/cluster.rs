@@ -66,6 +66,8 @@ impl Cluster for ClusterService {
             oldest_resumable_zxid,
             watch_history_oldest_zxid,
             queue_wakeups: self.recipes.wakeups(),
+            leader_id: r.leader_id().unwrap_or(0),
+            leader_serving: r.is_leader(),
         }))
     }
 }

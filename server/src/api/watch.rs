@@ -265,6 +265,13 @@ pub(super) fn watch_status(e: WatchError) -> Status {
             ErrorCode::SlowConsumer,
             format!("{e}; resume with start_zxid={last_delivered_zxid}"),
         ),
+        WatchError::Resynchronized {
+            last_delivered_zxid,
+            ..
+        } => error(
+            ErrorCode::Unavailable,
+            format!("{e}; resume with start_zxid={last_delivered_zxid} on another server, or start with initial_snapshot"),
+        ),
         WatchError::BadPath(_) => error(ErrorCode::BadPath, e),
         WatchError::Storage(_) => error(ErrorCode::Internal, e),
         WatchError::Closed => error(ErrorCode::Unavailable, e),

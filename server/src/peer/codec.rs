@@ -1,14 +1,16 @@
-//! Wire encoding of a `zab::Message`: one format byte (`FORMAT_V1`) then postcard,
-//! like `txn.rs`. This is the `payload` of a `concord.peer.v1.Frame`.
+//! Wire encoding of what servers send each other: one format byte (`FORMAT_V1`) then
+//! postcard, like `txn.rs`. A `zab::Message` is the `payload` of a
+//! `concord.peer.v1.Frame`; forwarded writes and their outcomes travel the same way.
 //!
 //! What it must not do: panic on any input. Garbage decodes to an error.
 
-use crate::zab::Message;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// The first byte of every encoded message.
 pub const FORMAT_V1: u8 = 1;
 
-/// A payload that is not a message this server understands.
+/// A payload that is not something this server understands.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("empty message encoding")]
@@ -21,17 +23,17 @@ pub enum DecodeError {
     Trailing(usize),
 }
 
-/// Encodes a message for a frame's payload (never empty: empty is a hello).
-pub fn encode(msg: &Message) -> Vec<u8> {
+/// Encodes a value (never empty: an empty frame payload is a hello).
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Serializing plain data into a Vec cannot fail.
-    match postcard::to_extend(msg, vec![FORMAT_V1]) {
+    match postcard::to_extend(value, vec![FORMAT_V1]) {
         Ok(v) => v,
-        Err(e) => unreachable!("encoding a message into a Vec failed: {e}"),
+        Err(e) => unreachable!("encoding into a Vec failed: {e}"),
     }
 }
 
-/// Decodes a payload written by `encode`; the whole payload must be one message.
-pub fn decode(bytes: &[u8]) -> Result<Message, DecodeError> {
+/// Decodes bytes written by `encode`; they must be exactly one value.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     let (&format, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;
     if format != FORMAT_V1 {
         return Err(DecodeError::UnknownFormat(format));
@@ -49,6 +51,7 @@ mod tests {
 
     use super::*;
     use crate::txn::{Txn, TxnOp};
+    use crate::zab::Message;
     use crate::zab::{LeaderMsg, LearnerMsg, Notification, PeerState, SyncKind, Vote};
 
     fn txn(zxid: u64) -> Txn {
@@ -149,34 +152,40 @@ mod tests {
         for msg in all {
             let bytes = encode(&msg);
             assert_eq!(bytes[0], FORMAT_V1);
-            assert_eq!(decode(&bytes).unwrap(), msg);
+            assert_eq!(decode::<Message>(&bytes).unwrap(), msg);
         }
     }
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(matches!(decode(&[]), Err(DecodeError::Empty)));
+        assert!(matches!(decode::<Message>(&[]), Err(DecodeError::Empty)));
         assert!(matches!(
-            decode(&[9, 0]),
+            decode::<Message>(&[9, 0]),
             Err(DecodeError::UnknownFormat(9))
         ));
         assert!(matches!(
-            decode(&[FORMAT_V1]),
+            decode::<Message>(&[FORMAT_V1]),
             Err(DecodeError::Malformed(_))
         ));
         assert!(matches!(
-            decode(&[FORMAT_V1, 200]),
+            decode::<Message>(&[FORMAT_V1, 200]),
             Err(DecodeError::Malformed(_))
         ));
         let mut long = encode(&Message::Reset { session: 1 });
         long.push(0);
-        assert!(matches!(decode(&long), Err(DecodeError::Trailing(1))));
+        assert!(matches!(
+            decode::<Message>(&long),
+            Err(DecodeError::Trailing(1))
+        ));
         // Every truncation of every message, and a crude fuzz: errors, never panics.
         let mut state = 0x1234_5678_u64;
         for msg in every_message() {
             let bytes = encode(&msg);
             for cut in 0..bytes.len() {
-                assert!(decode(&bytes[..cut]).is_err(), "{msg:?} cut at {cut}");
+                assert!(
+                    decode::<Message>(&bytes[..cut]).is_err(),
+                    "{msg:?} cut at {cut}"
+                );
             }
             for _ in 0..200 {
                 let mut noisy = bytes.clone();
@@ -185,7 +194,7 @@ mod tests {
                     .wrapping_add(1442695040888963407);
                 let at = (state >> 33) as usize % noisy.len();
                 noisy[at] ^= (state >> 13) as u8 | 1;
-                let _ = decode(&noisy);
+                let _ = decode::<Message>(&noisy);
             }
         }
     }

@@ -39,6 +39,7 @@ pub(super) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
     tx: mpsc::Sender<(ServerId, Message)>,
+    beside: tonic::service::Routes,
 ) {
     let senders = shared.peers.keys().copied().collect();
     let service = PeerTransportServer::new(Inbound {
@@ -50,6 +51,7 @@ pub(super) async fn serve(
     let mut stop = shared.stop.subscribe();
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .add_routes(beside)
         .add_service(service)
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
@@ -95,7 +97,7 @@ impl Inbound {
         if frame.payload.is_empty() {
             return Ok((sender, None));
         }
-        let msg = codec::decode(&frame.payload)
+        let msg = codec::decode::<Message>(&frame.payload)
             .map_err(|e| Status::invalid_argument(format!("bad payload: {e}")))?;
         Ok((sender, Some(msg)))
     }

@@ -180,11 +180,14 @@ struct Shared {
 pub struct PeerTransport;
 
 impl PeerTransport {
-    /// Serves `Deliver` on `listener` and returns the handle to send with and the
-    /// channel received messages arrive on. Must be called within a tokio runtime.
+    /// Serves `Deliver` on `listener`, with `beside` (other server-to-server
+    /// services, e.g. the replica's `Forward`), and returns the handle to send with
+    /// and the channel received messages arrive on. Must be called within a tokio
+    /// runtime.
     pub fn start(
         config: PeerConfig,
         listener: TcpListener,
+        beside: tonic::service::Routes,
     ) -> Result<(PeerHandle, mpsc::Receiver<(ServerId, Message)>), PeerError> {
         let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
         let mut peers = HashMap::new();
@@ -211,7 +214,7 @@ impl PeerTransport {
             tasks: Mutex::new(Vec::new()),
             local_addr,
         });
-        let server = inbound::serve(shared.clone(), listener, in_tx);
+        let server = inbound::serve(shared.clone(), listener, in_tx, beside);
         let handle = PeerHandle { shared };
         handle.track(handle.shared.runtime.spawn(server));
         Ok((handle, in_rx))

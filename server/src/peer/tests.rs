@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::time::Duration;
+use tonic::service::Routes;
 
 use bytes::Bytes;
 use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
@@ -67,7 +68,7 @@ async fn ensemble(n: u64) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
         .collect();
     let started = (1..=n)
         .zip(listeners)
-        .map(|(id, l)| PeerTransport::start(config(id, &members), l).unwrap())
+        .map(|(id, l)| PeerTransport::start(config(id, &members), l, Routes::default()).unwrap())
         .collect();
     (members, started)
 }
@@ -154,7 +155,7 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
         queue_messages_max: 4,
         ..config(1, &members)
     };
-    let (a, _a_inbox) = PeerTransport::start(a_config, a_listener).unwrap();
+    let (a, _a_inbox) = PeerTransport::start(a_config, a_listener, Routes::default()).unwrap();
     for n in 1..=100 {
         a.send(envelope(2, n));
     }
@@ -165,7 +166,8 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
     wait_until("a failed connect", || a.metrics().reconnects >= 2).await;
     assert_eq!(a.metrics().sent, 0, "nothing sent while the peer is down");
 
-    let (b, mut b_inbox) = PeerTransport::start(config(2, &members), bind(b_addr).await).unwrap();
+    let (b, mut b_inbox) =
+        PeerTransport::start(config(2, &members), bind(b_addr).await, Routes::default()).unwrap();
     for n in 97..=100 {
         assert_eq!(recv(&mut b_inbox).await, (1, reset(n)));
     }
@@ -189,7 +191,8 @@ async fn t30_restarted_peer_is_reached_again() {
     wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
 
     let b_addr = members[1].peer_addr;
-    let (b2, mut b2_inbox) = PeerTransport::start(config(2, &members), bind(b_addr).await).unwrap();
+    let (b2, mut b2_inbox) =
+        PeerTransport::start(config(2, &members), bind(b_addr).await, Routes::default()).unwrap();
     // Messages sent into the dying stream may be lost; keep sending until one lands.
     let start = Instant::now();
     let mut n = 1;

@@ -1,16 +1,17 @@
-//! Background duties of the replica: every tick, on the leader, propose the expiry of sessions whose
-//! deadline passed and the reaping of empty containers and expired TTL nodes; and
+//! Background duties of the replica: every tick, on the leader, propose the expiry of
+//! sessions whose deadline passed and the reaping of empty containers and expired TTL
+//! nodes; on a follower, report the sessions its clients kept alive to the leader; and
 //! write snapshots handed over by the pipeline, purge what they make obsolete, and
 //! hand them back so the Zab core drops the log they cover.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::pipeline::SnapshotJob;
-use super::{Replica, Shared};
+use super::{lock, Replica, Shared};
 use crate::tree::TreeError;
 use crate::txn::{CloseReason, TxnOp};
 use crate::zab::Snapshot;
@@ -31,13 +32,30 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
         if shared.stop.borrow().is_some() {
             return;
         }
-        // Only the leader expires sessions and reaps nodes.
-        if !*shared.serving.borrow() {
-            continue;
-        }
         let replica = Replica { shared };
-        expire_sessions(&replica);
-        reap_nodes(&replica, &reaping);
+        // Only the leader expires sessions and reaps nodes.
+        if replica.is_leader() {
+            expire_sessions(&replica);
+            reap_nodes(&replica, &reaping);
+        } else {
+            report_touched(&replica).await;
+        }
+    }
+}
+
+/// Tells the leader which sessions were kept alive here since the last report; on
+/// failure they are kept for the next tick.
+async fn report_touched(replica: &Replica) {
+    let Some((forwarder, leader)) = replica.forward_target() else {
+        return;
+    };
+    let touched: Vec<u64> = lock(&replica.shared.touched).drain().collect();
+    if touched.is_empty() {
+        return;
+    }
+    if let Err(e) = forwarder.touch(leader, touched.clone()).await {
+        tracing::debug!(leader, error = %e, "keep-alive report failed; retrying next tick");
+        lock(&replica.shared.touched).extend(touched);
     }
 }
 
@@ -93,10 +111,6 @@ fn reap_nodes(replica: &Replica, reaping: &Arc<Mutex<HashSet<String>>>) {
             lock(&reaping).remove(&path);
         });
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Writes snapshots handed over by the pipeline, then purges old ones and the log

@@ -14,6 +14,7 @@
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
+mod forward;
 mod housekeeping;
 mod persist;
 mod pipeline;
@@ -22,6 +23,7 @@ mod recovery;
 #[cfg(test)]
 mod tests;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -34,6 +36,7 @@ use crate::storage::Storage;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
+use forward::{Forwarder, Write};
 
 pub use recovery::StartError;
 
@@ -43,8 +46,8 @@ pub enum ReplicaError {
     /// The server is stopping, or its storage failed: it serves no more writes.
     #[error("server unavailable: {0}")]
     Unavailable(String),
-    /// This server does not lead; `leader` is the one it follows, if known. Retry
-    /// there (forwarding comes later).
+    /// This server does not lead and could not hand the request to a leader;
+    /// `leader` is the one it follows, if known. Retry.
     #[error("not the leader (leader: {leader:?})")]
     NotLeader { leader: Option<u64> },
     /// The wait for a zxid to be applied ran out of time.
@@ -66,10 +69,7 @@ type ReadWaiter = oneshot::Sender<Result<Zxid, ReplicaError>>;
 
 /// A write waiting to be sequenced.
 struct Proposal {
-    session_id: u64,
-    request_id: u64,
-    fence: Option<Fence>,
-    op: TxnOp,
+    write: Write,
     reply: oneshot::Sender<Result<Committed, ReplicaError>>,
 }
 
@@ -93,6 +93,12 @@ struct Shared {
     epoch: AtomicU32,
     /// Whether this server leads an established epoch (accepts writes and reads).
     serving: watch::Sender<bool>,
+    /// The server this one follows or leads, as the core last reported it (0: none).
+    leader: AtomicU64,
+    /// Hands requests to the leader when this server follows (None: an ensemble of one).
+    forwarder: Option<Forwarder>,
+    /// Sessions kept alive here since the last report to the leader (followers).
+    touched: Mutex<HashSet<u64>>,
     /// This server's part in the ensemble, as the core last reported it.
     role: watch::Sender<crate::zab::Role>,
     /// Writes waiting for the pipeline (bounded: callers wait when it is full).
@@ -117,6 +123,12 @@ fn wall_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+/// Locks a std mutex; a poisoned one is still consistent (no critical section here
+/// can panic midway).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl From<crate::zab::ZabError> for ReplicaError {
@@ -150,7 +162,9 @@ impl Replica {
     }
 
     /// Submits a write that must still hold `fence` when it is applied (checked by the
-    /// tree, in zxid order), and waits until it is committed and applied here.
+    /// tree, in zxid order), and waits until it is committed and applied here. A
+    /// follower forwards it to its leader; a server between leaders holds it until
+    /// it leads, or forwards it once it follows.
     pub async fn submit_fenced(
         &self,
         session_id: u64,
@@ -158,14 +172,34 @@ impl Replica {
         fence: Option<Fence>,
         op: TxnOp,
     ) -> Result<Committed, ReplicaError> {
-        let (reply, rx) = oneshot::channel();
-        let proposal = Proposal {
+        let write = Write {
             session_id,
             request_id,
             fence,
             op,
-            reply,
         };
+        if self.is_leader() {
+            return self.submit_local(write).await;
+        }
+        if let Some((forwarder, leader)) = self.forward_target() {
+            return self.forward(forwarder, leader, &write).await;
+        }
+        // Looking: the pipeline holds the write until an election ends. If this
+        // server then follows, it hands the write back as NotLeader: forward it.
+        match self.submit_local(write.clone()).await {
+            Err(ReplicaError::NotLeader { .. }) => match self.forward_target() {
+                Some((forwarder, leader)) => self.forward(forwarder, leader, &write).await,
+                None => Err(ReplicaError::NotLeader { leader: None }),
+            },
+            done => done,
+        }
+    }
+
+    /// Hands a write to this server's own pipeline (Zab proposes it if this server
+    /// leads; otherwise it is refused as NotLeader).
+    async fn submit_local(&self, write: Write) -> Result<Committed, ReplicaError> {
+        let (reply, rx) = oneshot::channel();
+        let proposal = Proposal { write, reply };
         let stopped = || ReplicaError::Unavailable("the write pipeline has stopped".into());
         self.shared
             .proposals
@@ -200,6 +234,11 @@ impl Replica {
         *self.shared.serving.borrow()
     }
 
+    /// The server this one follows or is, as the Zab core last reported it.
+    pub fn leader_id(&self) -> Option<u64> {
+        Some(self.shared.leader.load(Ordering::Acquire)).filter(|&l| l != 0)
+    }
+
     /// This server's part in the ensemble (looking, leading, following, observing).
     pub fn role(&self) -> crate::zab::Role {
         *self.shared.role.borrow()
@@ -229,8 +268,19 @@ impl Replica {
     }
 
     /// The read index: the leader's commit point, confirmed by a quorum (asked of
-    /// the Zab core; on an ensemble of one it answers at once).
+    /// the Zab core; on an ensemble of one it answers at once). A follower asks its
+    /// leader.
     pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
+        if !self.is_leader() {
+            if let Some((forwarder, leader)) = self.forward_target() {
+                return forwarder.read_index(leader).await;
+            }
+        }
+        self.local_read_index().await
+    }
+
+    /// The read index from this server's own core (NotLeader unless it leads).
+    async fn local_read_index(&self) -> Result<Zxid, ReplicaError> {
         let stopped = || ReplicaError::Unavailable("the server is stopping".into());
         if self.shared.stop.borrow().is_some() {
             return Err(stopped());
@@ -262,11 +312,13 @@ impl Replica {
     }
 
     /// A keep-alive for `session_id`: returns (ttl_ms, remaining_ms), or None if the
-    /// session does not exist.
+    /// session does not exist. A follower also reports it to the leader (next tick).
     pub fn keep_alive(&self, session_id: u64) -> Option<(u64, u64)> {
         let now = self.now_ms();
-        let mut sessions = self.shared.lock_sessions();
-        let ttl = sessions.touch(session_id, now)?;
+        let ttl = self.shared.lock_sessions().touch(session_id, now)?;
+        if !self.is_leader() {
+            lock(&self.shared.touched).insert(session_id);
+        }
         Some((ttl, ttl))
     }
 
@@ -305,7 +357,7 @@ impl Shared {
     }
 
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.sessions)
     }
 
     /// Records that the server must stop because something broke.

@@ -75,9 +75,20 @@ fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError>
         match op {
             PersistOp::AcceptedEpoch(e) => storage.set_u64(ACCEPTED_EPOCH, u64::from(e))?,
             PersistOp::CurrentEpoch(e) => storage.set_u64(CURRENT_EPOCH, u64::from(e))?,
-            PersistOp::Truncate { after } => storage.truncate_after(after)?,
+            PersistOp::Truncate { after } => {
+                // TRUNC: entries past the leader's history (never committed) go.
+                tracing::info!(after = format_args!("{after:#x}"), "truncating the log");
+                storage.truncate_after(after)?;
+            }
             PersistOp::Append(txns) => append(storage, &txns)?,
             PersistOp::Snapshot(s) => {
+                // SNAP: this server was too far behind; the leader's snapshot
+                // replaces its log and state.
+                tracing::info!(
+                    zxid = format_args!("{:#x}", s.zxid),
+                    bytes = s.data.len(),
+                    "installing a snapshot from the leader"
+                );
                 storage.truncate_after(0)?;
                 storage.save_snapshot(s.zxid, &s.data)?;
             }

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::persist::PersistJob;
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::PeerHandle;
+use crate::session::SessionTracker;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::{Message, Node, ReadState, Ready, Role, ServerId, Snapshot, Status};
@@ -126,10 +127,10 @@ impl Pipeline {
             let txn = Txn {
                 zxid: 0,
                 time_ms: self.last_time_ms,
-                session_id: p.session_id,
-                request_id: p.request_id,
-                fence: p.fence,
-                op: p.op,
+                session_id: p.write.session_id,
+                request_id: p.write.request_id,
+                fence: p.write.fence,
+                op: p.write.op,
             };
             match self.node.propose(txn) {
                 Ok(zxid) => {
@@ -207,15 +208,23 @@ impl Pipeline {
         true
     }
 
-    /// A snapshot from the leader replaces the tree (learners far behind).
+    /// A snapshot from the leader replaces the tree (learners far behind): watches
+    /// are told the history jumped, and session deadlines start afresh from it.
     fn install(&mut self, snapshot: &Snapshot) {
         match DataTree::decode_snapshot(&snapshot.data) {
             Ok(tree) => {
+                let now = self.shared.now_ms();
+                let mut sessions = SessionTracker::new();
+                for (id, entry) in tree.sessions() {
+                    sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), now);
+                }
+                *self.shared.lock_sessions() = sessions;
                 *self
                     .shared
                     .tree
                     .write()
                     .unwrap_or_else(PoisonError::into_inner) = tree;
+                self.shared.hub.resynchronize(snapshot.zxid);
                 self.shared.applied.send_replace(snapshot.zxid);
             }
             Err(e) => self.shared.set_fatal(format!(
@@ -273,6 +282,15 @@ impl Pipeline {
         self.shared.role.send_replace(status.role);
         tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
         self.shared.epoch.store(status.epoch, Ordering::Release);
+        self.shared
+            .leader
+            .store(status.leader.unwrap_or(0), Ordering::Release);
+        if serving && !*self.shared.serving.borrow() {
+            // A new leader cannot know which sessions were kept alive elsewhere
+            // while there was none: each gets a full TTL before any expires.
+            let now = self.shared.now_ms();
+            self.shared.lock_sessions().refresh_all(now);
+        }
         let was = self.shared.serving.send_replace(serving);
         if was && !serving {
             self.fail_waiting("leadership lost; the write's outcome is unknown");

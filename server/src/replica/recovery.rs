@@ -7,13 +7,15 @@
 //! A torn or corrupt log tail is cut by the storage layer when it opens, and reported
 //! here; a corrupt snapshot is skipped for an older one if the log still reaches it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
+use tonic::service::Routes;
 
+use super::forward::{ForwardService, Forwarder};
 use super::pipeline::{Inputs, Pipeline};
 use super::{housekeeping, persist, Replica, Shared};
 use crate::config::{Config, Role};
@@ -83,26 +85,26 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         "recovered"
     );
     let ensemble = config.ensemble();
-    let peers = if ensemble.iter().any(|m| m.id != config.server_id) {
-        Some(start_peers(config).await?)
-    } else {
-        None
-    };
-    let alone = peers.is_none();
-    let replica = launch(config, recovered, peers)?;
-    if alone {
+    if ensemble.iter().all(|m| m.id == config.server_id) {
+        let replica = launch(config, recovered, None)?;
         wait_established(&replica, last_zxid).await?;
+        return Ok(replica);
     }
+    let (service, slot) = ForwardService::new(config.server_id, config.cluster_id, &ensemble);
+    let peers = start_peers(config, Routes::new(service)).await?;
+    let replica = launch(config, recovered, Some(peers))?;
+    let _ = slot.set(Arc::downgrade(&replica.shared));
     Ok(replica)
 }
 
-/// The transport to the other members, listening on `config.peer_addr`.
-async fn start_peers(config: &Config) -> Result<Peers, StartError> {
+/// The transport to the other members, listening on `config.peer_addr`, with the
+/// `Forward` service beside it.
+async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartError> {
     let listener = tokio::net::TcpListener::bind(config.peer_addr)
         .await
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
     let peer_config = PeerConfig::new(config.server_id, config.cluster_id, config.ensemble());
-    PeerTransport::start(peer_config, listener)
+    PeerTransport::start(peer_config, listener, forward)
         .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
 }
 
@@ -116,7 +118,11 @@ fn zab_config(config: &Config) -> zab::Config {
             .map(|m| m.id)
             .collect::<Vec<_>>()
     };
-    zab::Config::new(config.server_id, ids(Role::Voter), ids(Role::Observer))
+    zab::Config {
+        sync_limit_ticks: config.sync_limit_ticks,
+        init_limit_ticks: config.init_limit_ticks,
+        ..zab::Config::new(config.server_id, ids(Role::Voter), ids(Role::Observer))
+    }
 }
 
 /// Waits until the core leads and has applied the whole recovered log.
@@ -275,6 +281,11 @@ fn launch(
         committed: AtomicU64::new(snapshot_zxid),
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
+        leader: AtomicU64::new(0),
+        forwarder: peers
+            .is_some()
+            .then(|| Forwarder::new(config.server_id, config.cluster_id, &config.ensemble())),
+        touched: Mutex::new(HashSet::new()),
         role: watch::Sender::new(crate::zab::Role::Looking),
         proposals: proposals_tx,
         reads: reads_tx,

@@ -227,13 +227,41 @@ async fn three_servers_elect_a_leader_and_replicate_its_writes() {
             crate::zab::Role::Following
         };
         assert_eq!(r.role(), expected_role, "server {}", r.server_id());
-        if r.server_id() != leader.server_id() {
-            let refused = r.submit(0, 0, create("/y")).await;
-            let expected = super::ReplicaError::NotLeader {
-                leader: Some(leader.server_id()),
-            };
-            assert_eq!(refused, Err(expected));
-        }
+    }
+    // Followers forward writes and read indexes, and answer once applied locally.
+    let mut last = c.zxid;
+    for r in replicas.iter().filter(|r| !r.is_leader()) {
+        let path = format!("/from{}", r.server_id());
+        let c = r.submit(0, 0, create(&path)).await.unwrap();
+        assert!(c.result.is_ok(), "{:?}", c.result);
+        assert!(c.zxid > last);
+        last = c.zxid;
+        assert!(r.applied_zxid() >= c.zxid, "answered before applying");
+        assert!(r.read(|t| t.get(&path).is_some()));
+        assert!(r.linearize(Duration::from_secs(5)).await.unwrap() >= c.zxid);
+    }
+    // A keep-alive on a follower reaches the leader within a tick or so.
+    let follower = replicas.iter().find(|r| !r.is_leader()).unwrap();
+    let open = TxnOp::OpenSession { ttl_ms: 60_000 };
+    let opened = follower.submit(0, 0, open).await.unwrap();
+    let Ok(crate::tree::TxnResult::SessionOpened { session_id, .. }) = opened.result else {
+        panic!("{:?}", opened.result);
+    };
+    leader
+        .wait_applied(opened.zxid, Duration::from_secs(5))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = leader.session_remaining_ms(session_id).unwrap();
+    assert!(before <= 59_700, "{before}");
+    assert!(follower.keep_alive(session_id).is_some());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while leader.session_remaining_ms(session_id).unwrap() <= before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader never heard the keep-alive"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for r in &replicas {
         r.shutdown();

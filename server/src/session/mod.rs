@@ -65,6 +65,18 @@ impl SessionTracker {
         Some(t.ttl_ms)
     }
 
+    /// Every session gets a full TTL from `now_ms` and may be expired again (a new
+    /// leader does this before it expires any: it cannot know which clients kept
+    /// their sessions alive through other servers while there was no leader).
+    pub fn refresh_all(&mut self, now_ms: u64) {
+        self.by_deadline.clear();
+        for (&id, t) in &mut self.sessions {
+            t.deadline_ms = now_ms.saturating_add(t.ttl_ms);
+            t.closing = false;
+            self.by_deadline.insert((t.deadline_ms, id));
+        }
+    }
+
     /// Milliseconds left before the session's deadline (0 once passed).
     pub fn remaining_ms(&self, session_id: u64, now_ms: u64) -> Option<u64> {
         let t = self.sessions.get(&session_id)?;
@@ -135,6 +147,19 @@ mod tests {
         assert_eq!(t.remaining_ms(7, 20), None);
         assert!(t.take_expired(10_000).is_empty());
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn refresh_all_gives_every_session_a_full_ttl() {
+        let mut t = SessionTracker::new();
+        t.add(1, 1000, 0);
+        t.add(2, 300, 0);
+        assert_eq!(t.take_expired(500), vec![2]);
+        t.refresh_all(2000);
+        assert!(t.take_expired(2299).is_empty());
+        assert_eq!(t.take_expired(2300), vec![2], "closing marks are cleared");
+        assert_eq!(t.remaining_ms(1, 2000), Some(1000));
+        assert_eq!(t.take_expired(3000), vec![1]);
     }
 
     #[test]

@@ -230,6 +230,25 @@ impl WatchHub {
         }
     }
 
+    /// The tree jumped to a snapshot at `zxid` (a learner far behind its leader):
+    /// every watch ends with `Resynchronized` after what it was given, and the
+    /// history restarts, complete after `zxid`.
+    pub fn resynchronize(&self, zxid: Zxid) {
+        let mut st = lock(&self.shared.state);
+        st.index = WatchIndex::default();
+        for (_, slot) in st.watches.drain() {
+            slot.queue.resync(zxid);
+        }
+        st.history = History::new(
+            zxid,
+            st.config.history_txns_max,
+            st.config.history_bytes_max,
+        );
+        st.published_zxid = zxid;
+        drop(st);
+        self.shared.progress.send_replace(zxid);
+    }
+
     /// Ends every watch (each receiver drains its queue, then gets None) and refuses
     /// new ones. Dropping the last hub clone does the same.
     pub fn shutdown(&self) {

@@ -481,3 +481,33 @@ async fn ten_thousand_watches_cost_only_their_matches() {
     drop((receivers, subtree, sibling));
     assert_eq!(hub.watch_count(), 0);
 }
+
+#[tokio::test]
+async fn resynchronize_ends_every_watch_and_restarts_the_history() {
+    let hub = hub(8, 100);
+    hub.publish(1, &[ev(1, EventKind::Created, "/r")]);
+    let mut rx = hub.register(spec("/r", false), 0).unwrap();
+    hub.publish(2, &[ev(2, EventKind::DataChanged, "/r")]);
+    hub.resynchronize(50);
+    assert_eq!(hub.watch_count(), 0);
+    for z in 1..=2 {
+        assert_eq!(next_batch(&mut rx).await.zxid, z);
+    }
+    assert_eq!(
+        next(&mut rx).await,
+        Some(Err(WatchError::Resynchronized {
+            last_delivered_zxid: 2,
+            snapshot_zxid: 50
+        }))
+    );
+    assert!(next(&mut rx).await.is_none());
+    // Before the snapshot nothing can be resumed here; after it, all can.
+    assert!(matches!(
+        hub.register(spec("/r", false), 2),
+        Err(WatchError::Compacted { oldest_zxid: 50 })
+    ));
+    let mut after = hub.register(spec("/r", false), 50).unwrap();
+    hub.publish(51, &[ev(51, EventKind::DataChanged, "/r")]);
+    assert_eq!(next_batch(&mut after).await.zxid, 51);
+    assert_eq!(hub.published_zxid(), 51);
+}

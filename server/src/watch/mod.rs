@@ -149,6 +149,15 @@ pub enum WatchError {
     /// delivered, resume after it.
     #[error("slow consumer: cut off after zxid {last_delivered_zxid:#x}")]
     SlowConsumer { last_delivered_zxid: Zxid },
+    /// This server's tree was replaced by a snapshot from the leader (it had fallen
+    /// too far behind), so the txns before `snapshot_zxid` were never published
+    /// here. Everything up to `last_delivered_zxid` was delivered: resume after it on
+    /// a server whose history reaches back that far, or start with a snapshot.
+    #[error("server resynchronized from a snapshot at zxid {snapshot_zxid:#x}; delivered up to {last_delivered_zxid:#x}")]
+    Resynchronized {
+        last_delivered_zxid: Zxid,
+        snapshot_zxid: Zxid,
+    },
     /// Replaying from storage would produce more than the replay limits allow.
     #[error("replay would exceed {events_max} events or {bytes_max} bytes")]
     ReplayTooLarge { events_max: usize, bytes_max: usize },

@@ -23,6 +23,12 @@ use crate::txn::Zxid;
 enum End {
     /// Report `SlowConsumer`, then finish.
     Cut { last_delivered_zxid: Zxid },
+    /// Report `Resynchronized`, then finish: the server's tree was replaced by a
+    /// snapshot at `snapshot_zxid`, so the txns between were never published here.
+    Resync {
+        last_delivered_zxid: Zxid,
+        snapshot_zxid: Zxid,
+    },
     /// Nothing more will come (once fired, hub shut down, or the cut was reported).
     Finished,
 }
@@ -103,6 +109,20 @@ impl Queue {
         self.notify.notify_one();
     }
 
+    /// The server jumped to a snapshot at `snapshot_zxid`: what is queued is still
+    /// delivered, then `Resynchronized`, then the end.
+    pub(super) fn resync(&self, snapshot_zxid: Zxid) {
+        let mut st = lock(&self.state);
+        if st.end.is_none() {
+            st.end = Some(End::Resync {
+                last_delivered_zxid: st.last_queued_zxid,
+                snapshot_zxid,
+            });
+        }
+        drop(st);
+        self.notify.notify_one();
+    }
+
     /// The next item, or Err(()) if the receiver must wait.
     fn pop(&self) -> Result<Option<Result<WatchBatch, WatchError>>, ()> {
         let mut st = lock(&self.state);
@@ -119,6 +139,16 @@ impl Queue {
                 st.end = Some(End::Finished);
                 Ok(Some(Err(WatchError::SlowConsumer {
                     last_delivered_zxid,
+                })))
+            }
+            Some(End::Resync {
+                last_delivered_zxid,
+                snapshot_zxid,
+            }) => {
+                st.end = Some(End::Finished);
+                Ok(Some(Err(WatchError::Resynchronized {
+                    last_delivered_zxid,
+                    snapshot_zxid,
                 })))
             }
         }
