@@ -1,0 +1,190 @@
+//! Ensembles of real server processes on 127.0.0.1: each member gets its own config
+//! file (the same member list everywhere), data folder and log; members are killed,
+//! stopped and restarted one by one through their `Server`.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+use concord_proto::v1 as pb;
+use tonic::transport::Channel;
+
+use crate::{eventually, Server, ServerOptions};
+
+/// How long the helpers below wait for one call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The servers of one ensemble, all voters; index i is server id i + 1.
+pub struct Ensemble {
+    pub servers: Vec<Server>,
+    _configs: tempfile::TempDir,
+}
+
+impl Ensemble {
+    /// Starts `size` voters with `options` (the tick, TTLs and extra flags apply to
+    /// every member) and returns once every one listens.
+    pub fn start(size: usize, options: ServerOptions) -> Ensemble {
+        let configs = tempfile::tempdir().unwrap();
+        // Hold every listener at once so the ports differ, then free them.
+        let held: Vec<(TcpListener, TcpListener)> = (0..size)
+            .map(|_| (loopback_listener(), loopback_listener()))
+            .collect();
+        let addrs: Vec<(SocketAddr, SocketAddr)> = held
+            .iter()
+            .map(|(c, p)| (c.local_addr().unwrap(), p.local_addr().unwrap()))
+            .collect();
+        drop(held);
+        let members: String = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                format!(
+                    "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"voter\"\n",
+                    i + 1
+                )
+            })
+            .collect();
+        let servers = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, (client, peer))| {
+                let path = configs.path().join(format!("concord-{}.toml", i + 1));
+                let toml = format!(
+                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{members}",
+                    i + 1
+                );
+                std::fs::write(&path, toml).unwrap();
+                let mut o = options.clone();
+                o.extra
+                    .extend(["--config".to_owned(), path.display().to_string()]);
+                Server::start_on(o, &client.to_string())
+            })
+            .collect();
+        Ensemble {
+            servers,
+            _configs: configs,
+        }
+    }
+
+    /// `Cluster/Status` of server `i`, or None if it is down or does not answer
+    /// within a second.
+    pub async fn status(&self, i: usize) -> Option<pb::StatusResponse> {
+        let server = &self.servers[i];
+        if !server.is_running() {
+            return None;
+        }
+        let channel = Channel::from_shared(server.endpoint())
+            .unwrap()
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(1))
+            .connect()
+            .await
+            .ok()?;
+        let mut client = pb::cluster_client::ClusterClient::new(channel);
+        let reply = client.status(pb::StatusRequest {}).await.ok()?;
+        Some(reply.into_inner())
+    }
+
+    /// Waits until a running server leads an established epoch, and every other
+    /// running server in `among` follows it; returns its index.
+    pub async fn leader_among(&self, among: &[usize], timeout: Duration) -> usize {
+        eventually(
+            "an established leader followed by the others",
+            timeout,
+            || async {
+                let mut leader = None;
+                for &i in among {
+                    let status = self.status(i).await?;
+                    if status.leader_serving {
+                        leader = Some(i);
+                    }
+                    if status.leader_id == 0 {
+                        return None;
+                    }
+                }
+                let leader = leader?;
+                for &i in among {
+                    let status = self.status(i).await?;
+                    if status.leader_id != leader as u64 + 1 {
+                        return None;
+                    }
+                }
+                Some(leader)
+            },
+        )
+        .await
+    }
+
+    /// `leader_among` every running server.
+    pub async fn leader(&self, timeout: Duration) -> usize {
+        self.leader_among(&self.running(), timeout).await
+    }
+
+    /// Indexes of the servers whose processes run.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.servers.len())
+            .filter(|&i| self.servers[i].is_running())
+            .collect()
+    }
+
+    /// Waits until server `i` has applied at least `zxid`.
+    pub async fn caught_up(&self, i: usize, zxid: u64, timeout: Duration) {
+        let what = format!("server {} applies zxid {zxid:#x}", i + 1);
+        eventually(&what, timeout, || async {
+            (self.status(i).await?.zxid >= zxid).then_some(())
+        })
+        .await;
+    }
+}
+
+fn loopback_listener() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").unwrap()
+}
+
+/// A Tree client for `endpoint` that connects on first use and gives up on a call
+/// after `timeout` (servers in these tests get killed and stopped).
+pub fn tree_at(endpoint: &str, timeout: Duration) -> pb::tree_client::TreeClient<Channel> {
+    let channel = Channel::from_shared(endpoint.to_owned())
+        .unwrap()
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(timeout)
+        .connect_lazy();
+    pb::tree_client::TreeClient::new(channel)
+}
+
+/// Creates persistent `path` (its data is the path) through `endpoint`; returns
+/// the zxid of the write.
+pub async fn create_at(endpoint: &str, path: &str) -> Result<u64, tonic::Status> {
+    let reply = tree_at(endpoint, CALL_TIMEOUT)
+        .create(pb::CreateRequest {
+            path: path.into(),
+            data: path.to_owned().into(),
+            ..Default::default()
+        })
+        .await?;
+    Ok(reply.into_inner().header.unwrap_or_default().zxid)
+}
+
+/// Every child name of `path` on one server, read at or after `min_zxid`.
+pub async fn children_at(endpoint: &str, path: &str, min_zxid: u64) -> BTreeSet<String> {
+    let mut client = tree_at(endpoint, CALL_TIMEOUT);
+    let mut names = BTreeSet::new();
+    let mut page_token = String::new();
+    loop {
+        let reply = client
+            .children(pb::ChildrenRequest {
+                path: path.into(),
+                page_token,
+                min_zxid,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        names.extend(reply.children.into_iter().map(|c| c.name));
+        if reply.next_page_token.is_empty() {
+            return names;
+        }
+        page_token = reply.next_page_token;
+    }
+}

@@ -1,0 +1,205 @@
+//! A 3-server ensemble of real processes: every server takes writes (followers
+//! forward them), serves reads that honour min_zxid and linearizable reads, and keeps
+//! sessions alive wherever their keep-alives arrive.
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use concord_proto::v1 as pb;
+use concord_tests::{eventually, get_req, Ensemble, ServerOptions};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+
+const LEADER_WAIT: Duration = Duration::from_secs(20);
+
+fn create_req(path: &str, data: &str) -> pb::CreateRequest {
+    pb::CreateRequest {
+        path: path.into(),
+        data: data.to_owned().into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn t80_any_server_takes_writes_and_serves_consistent_reads() {
+    let ensemble = Ensemble::start(3, ServerOptions::default());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let mut last = 0;
+    for (i, server) in ensemble.servers.iter().enumerate() {
+        let path = format!("/via{i}");
+        let reply = server
+            .tree()
+            .await
+            .create(create_req(&path, "x"))
+            .await
+            .unwrap_or_else(|e| panic!("write through server {}: {e}", i + 1))
+            .into_inner();
+        let zxid = reply.header.unwrap().zxid;
+        assert!(zxid > last, "zxids grow across servers");
+        last = zxid;
+        // Answered only once applied where it was sent: a plain read there sees it.
+        assert!(
+            server.exists(&path).await,
+            "server {} answered early",
+            i + 1
+        );
+        // Every other server, asked with min_zxid, waits for it.
+        for other in &ensemble.servers {
+            let got = other
+                .tree()
+                .await
+                .get(pb::GetRequest {
+                    min_zxid: zxid,
+                    ..get_req(&path)
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(got.data, "x");
+            assert!(got.header.unwrap().zxid >= zxid);
+        }
+    }
+    // A linearizable read on a follower sees a write made through the leader.
+    let follower = (leader + 1) % 3;
+    let mut through_leader = ensemble.servers[leader].tree().await;
+    let mut on_follower = ensemble.servers[follower].tree().await;
+    for n in 0..20 {
+        let path = format!("/lin{n}");
+        through_leader.create(create_req(&path, "")).await.unwrap();
+        let read = on_follower
+            .exists(pb::ExistsRequest {
+                path: path.clone(),
+                linearizable: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(read.exists, "linearizable read on a follower missed {path}");
+    }
+}
+
+/// Sends a keep-alive for `session_id` to whichever server the channel names last,
+/// every `every`, until the sender is dropped.
+fn keep_alive(
+    ensemble: &Ensemble,
+    session_id: u64,
+    every: Duration,
+) -> mpsc::UnboundedSender<usize> {
+    let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
+    let (switch, mut to) = mpsc::unbounded_channel::<usize>();
+    tokio::spawn(async move {
+        let Some(mut target) = to.recv().await else {
+            return;
+        };
+        'servers: loop {
+            let channel = tonic::transport::Channel::from_shared(endpoints[target].clone())
+                .unwrap()
+                .connect_lazy();
+            let mut client = pb::session_client::SessionClient::new(channel);
+            let (tx, rx) = mpsc::channel(4);
+            let Ok(replies) = client
+                .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+                .await
+            else {
+                tokio::time::sleep(every).await;
+                continue;
+            };
+            let mut replies = replies.into_inner();
+            loop {
+                tokio::select! {
+                    next = to.recv() => match next {
+                        Some(t) => { target = t; continue 'servers; }
+                        None => return,
+                    },
+                    _ = tokio::time::sleep(every) => {
+                        if tx.send(pb::KeepAliveRequest { session_id }).await.is_err() {
+                            continue 'servers;
+                        }
+                    }
+                    reply = replies.next() => match reply {
+                        Some(Ok(r)) => assert!(!r.expired, "session {session_id:#x} expired"),
+                        _ => continue 'servers,
+                    },
+                }
+            }
+        }
+    });
+    switch
+}
+
+#[tokio::test]
+async fn t80_sessions_live_on_any_server_and_survive_a_leader_change() {
+    // The server's own defaults for timing: tick 100 ms, TTLs from 2 s.
+    let mut ensemble = Ensemble::start(3, ServerOptions::server_defaults());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let a = (leader + 1) % 3;
+    let b = (leader + 2) % 3;
+    let opened = ensemble.servers[a]
+        .session()
+        .await
+        .open(pb::OpenSessionRequest { ttl_ms: 2000 })
+        .await
+        .unwrap()
+        .into_inner();
+    let session_id = opened.session_id;
+    ensemble.servers[a]
+        .tree()
+        .await
+        .create(pb::CreateRequest {
+            mode: pb::CreateMode::Ephemeral.into(),
+            session_id,
+            ..create_req("/eph", "mine")
+        })
+        .await
+        .unwrap();
+    let pinger = keep_alive(&ensemble, session_id, Duration::from_millis(300));
+    pinger.send(a).unwrap();
+    // Kill the leader: the new one gives every session a full TTL, and the
+    // keep-alives that reach server a are reported to it.
+    ensemble.servers[leader].kill9();
+    let new_leader = ensemble.leader_among(&[a, b], LEADER_WAIT).await;
+    let mut seen = 0;
+    let hold = tokio::time::Instant::now() + Duration::from_millis(3 * 2000);
+    while tokio::time::Instant::now() < hold {
+        let got = ensemble.servers[new_leader]
+            .tree()
+            .await
+            .get(get_req("/eph"))
+            .await
+            .expect("the ephemeral vanished while its session was kept alive");
+        seen = seen.max(got.into_inner().header.unwrap().zxid);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The client moves to server b: its session goes with it, and it never reads
+    // older than what it saw (min_zxid).
+    pinger.send(b).unwrap();
+    let hold = tokio::time::Instant::now() + Duration::from_millis(2 * 2000);
+    while tokio::time::Instant::now() < hold {
+        let got = ensemble.servers[b]
+            .tree()
+            .await
+            .get(pb::GetRequest {
+                min_zxid: seen,
+                ..get_req("/eph")
+            })
+            .await
+            .expect("the ephemeral vanished after the client moved");
+        let zxid = got.into_inner().header.unwrap().zxid;
+        assert!(zxid >= seen, "read at {zxid:#x} after seeing {seen:#x}");
+        seen = zxid;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // No more keep-alives: the leader expires the session and its ephemeral goes.
+    drop(pinger);
+    for i in [a, b] {
+        let server = &ensemble.servers[i];
+        eventually(
+            "the ephemeral goes with its expired session",
+            Duration::from_secs(10),
+            || async { (!server.exists("/eph").await).then_some(()) },
+        )
+        .await;
+    }
+}
