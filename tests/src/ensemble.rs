@@ -14,7 +14,8 @@ use crate::{eventually, Server, ServerOptions};
 /// How long the helpers below wait for one call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The servers of one ensemble, all voters; index i is server id i + 1.
+/// The servers of one ensemble; index i is server id i + 1 (voters first, then
+/// observers).
 pub struct Ensemble {
     pub servers: Vec<Server>,
     _configs: tempfile::TempDir,
@@ -24,6 +25,16 @@ impl Ensemble {
     /// Starts `size` voters with `options` (the tick, TTLs and extra flags apply to
     /// every member) and returns once every one listens.
     pub fn start(size: usize, options: ServerOptions) -> Ensemble {
+        Ensemble::start_with_observers(size, 0, options)
+    }
+
+    /// `start`, with `observers` observers after the voters.
+    pub fn start_with_observers(
+        voters: usize,
+        observers: usize,
+        options: ServerOptions,
+    ) -> Ensemble {
+        let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
         // Hold every listener at once so the ports differ, then free them.
         let held: Vec<(TcpListener, TcpListener)> = (0..size)
@@ -38,8 +49,9 @@ impl Ensemble {
             .iter()
             .enumerate()
             .map(|(i, (client, peer))| {
+                let role = if i < voters { "voter" } else { "observer" };
                 format!(
-                    "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"voter\"\n",
+                    "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"{role}\"\n",
                     i + 1
                 )
             })

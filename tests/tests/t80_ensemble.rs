@@ -4,10 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod watch_util;
+
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
-use concord_tests::{eventually, get_req, Ensemble, ServerOptions};
+use concord_tests::{create_at, eventually, get_req, Ensemble, ServerOptions};
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 
@@ -202,4 +204,93 @@ async fn t80_sessions_live_on_any_server_and_survive_a_leader_change() {
         )
         .await;
     }
+}
+
+#[tokio::test]
+async fn t80_a_watch_resumes_on_another_server_without_a_gap() {
+    let ensemble = Ensemble::start(3, ServerOptions::default());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let (a, b) = ((leader + 1) % 3, (leader + 2) % 3);
+    let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
+    create_at(&endpoints[leader], "/w").await.unwrap();
+    let mut request = watch_util::request("/w", true);
+    request.kinds = vec![pb::EventKind::Created.into()];
+    // On follower a: events of writes made through the leader and through b.
+    let mut on_a = watch_util::open(&ensemble.servers[a], request.clone()).await;
+    watch_util::started(&mut on_a).await;
+    let mut written = Vec::new();
+    for n in 0..6 {
+        let through = if n % 2 == 0 { leader } else { b };
+        written.push(
+            create_at(&endpoints[through], &format!("/w/{n}"))
+                .await
+                .unwrap(),
+        );
+    }
+    let got = watch_util::take_events(&mut on_a, 3).await;
+    let seen: Vec<u64> = got.iter().map(|e| e.zxid).collect();
+    assert_eq!(seen, written[..3]);
+    // The client leaves a after three events and resumes on b from the last one.
+    drop(on_a);
+    for n in 6..9 {
+        written.push(
+            create_at(&endpoints[leader], &format!("/w/{n}"))
+                .await
+                .unwrap(),
+        );
+    }
+    request.start_zxid = Some(seen[2]);
+    let mut on_b = watch_util::open(&ensemble.servers[b], request).await;
+    watch_util::started(&mut on_b).await;
+    let rest = watch_util::events_through(&mut on_b, *written.last().unwrap()).await;
+    let rest: Vec<(u64, String)> = rest.into_iter().map(|e| (e.zxid, e.path)).collect();
+    let want: Vec<(u64, String)> = (3..9).map(|n| (written[n], format!("/w/{n}"))).collect();
+    assert_eq!(
+        rest, want,
+        "resumed on another server with a gap or a repeat"
+    );
+}
+
+#[tokio::test]
+async fn t80_an_observer_serves_but_never_counts_toward_a_quorum() {
+    let mut ensemble = Ensemble::start_with_observers(3, 1, ServerOptions::default());
+    let observer = 3;
+    let voters = [0, 1, 2];
+    let leader = ensemble.leader_among(&voters, LEADER_WAIT).await;
+    let endpoint = ensemble.servers[observer].endpoint();
+    let status = eventually("the observer joins", LEADER_WAIT, || async {
+        let s = ensemble.status(observer).await?;
+        (s.leader_id == leader as u64 + 1).then_some(s)
+    })
+    .await;
+    assert_eq!(status.role, i32::from(pb::Role::Observer));
+    // It takes writes (forwarded) and serves what it applied.
+    let zxid = create_at(&endpoint, "/from-observer").await.unwrap();
+    assert!(ensemble.servers[observer].exists("/from-observer").await);
+    ensemble.caught_up(leader, zxid, LEADER_WAIT).await;
+    // With two of three voters gone there is no quorum, observer or not.
+    let down: Vec<usize> = voters.iter().copied().filter(|&v| v != leader).collect();
+    for &v in &down {
+        ensemble.servers[v].kill9();
+    }
+    eventually("the lone voter stops leading", LEADER_WAIT, || async {
+        let s = ensemble.status(leader).await?;
+        (!s.leader_serving).then_some(())
+    })
+    .await;
+    let refused = concord_tests::tree_at(&endpoint, Duration::from_secs(2))
+        .create(create_req("/no-quorum", ""))
+        .await;
+    assert!(
+        refused.is_err(),
+        "a write committed without a quorum of voters"
+    );
+    // One voter back: a quorum again, and the observer's writes go through.
+    ensemble.servers[down[0]].restart();
+    eventually(
+        "writes through the observer resume",
+        LEADER_WAIT,
+        || async { create_at(&endpoint, "/quorum-again").await.ok() },
+    )
+    .await;
 }

@@ -78,6 +78,8 @@ pub fn status_lines(status: &StatusResponse) -> Vec<String> {
     vec![
         format!("server_id = {}", status.server_id),
         format!("role = {role}"),
+        format!("leader_id = {}", status.leader_id),
+        format!("leader_serving = {}", status.leader_serving),
         format!("zxid = {:#x}", status.zxid),
         format!("commit_zxid = {:#x}", status.commit_zxid),
         format!("epoch = {}", status.epoch),
