@@ -3,6 +3,8 @@
 #
 #   bench/peers.sh            full run (10 s per point, 1- and 3-node peers, 1,000,000 nodes)
 #   bench/peers.sh --short    developer run (~3 min: 2 s per point, 1-node only, 10,000 nodes)
+#   3-node runs (full, or --three) add the failover workload: fresh 3-node ensembles
+#   whose leader is killed with kill -9 (3 rounds in short mode, 10 in full).
 #   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
 #   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
 #        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
@@ -13,7 +15,6 @@
 # 127.0.0.1 only, in a scratch folder, with default durability (fsync on), runs every
 # workload against each system, stops every process it started (also on failure or
 # Ctrl-C), then writes docs/benchmarks.md and the charts in docs/benchmarks/.
-# Concord runs as one server: 3-node Concord is added here when Zab lands.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -33,9 +34,9 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$mode" = short ]; then
-  duration=2 warmup=1 fill_count=10000 election_rounds=10
+  duration=2 warmup=1 fill_count=10000 election_rounds=10 failover_rounds=3
 else
-  duration=10 warmup=3 fill_count=1000000 election_rounds=50
+  duration=10 warmup=3 fill_count=1000000 election_rounds=50 failover_rounds=10
 fi
 
 scratch=$(mktemp -d /tmp/concord-peers.XXXXXX)
@@ -84,7 +85,7 @@ install_missing() {
 }
 install_missing
 if [ -z "${CONCORD_BIN:-}" ]; then
-  cargo build --release -p concord-server
+  cargo build --release --bin concord --bin concordctl
   CONCORD_BIN=$root/target/release/concord
 fi
 if [ -z "${BENCH_BIN:-}" ]; then
@@ -101,9 +102,20 @@ wait_for() {  # wait_for SECONDS CMD...: retry CMD until it succeeds
 }
 
 # ---- servers: each start_* sets $pids (space-separated) and $endpoints ---------------
-start_concord() {  # start_concord DIR
-  local dir=$1 port=17191
+start_concord() {  # start_concord DIR N
+  local dir=$1 n=$2 port=17191 i
   mkdir -p "$dir"
+  if [ "$n" -gt 1 ]; then
+    # scripts/ensemble.sh: server i on 17191 + 10 (i - 1); returns once one leads.
+    ENSEMBLE_DIR=$dir BASE_PORT=$port CONCORD_BIN=$(dirname "$CONCORD_BIN") \
+      scripts/ensemble.sh start "$n" >&2
+    pids="" endpoints=""
+    for i in $(seq "$n"); do
+      started+=($(cat "$dir/server-$i.pid")); pids="$pids $(cat "$dir/server-$i.pid")"
+      endpoints="$endpoints${endpoints:+,}http://127.0.0.1:$((port + 10 * (i - 1)))"
+    done
+    return 0
+  fi
   "$CONCORD_BIN" --listen 127.0.0.1:$port --data-dir "$dir/data" > "$dir/out" 2> "$dir/log" &
   started+=($!); pids=$!
   endpoints=http://127.0.0.1:$port
@@ -162,7 +174,7 @@ start_etcd() {  # start_etcd DIR N
 
 start_system() {  # start_system SYSTEM DIR N
   case $1 in
-    concord) start_concord "$2" ;;
+    concord) start_concord "$2" "$3" ;;
     zookeeper) start_zookeeper "$2" "$3" ;;
     etcd) start_etcd "$2" "$3" ;;
   esac
@@ -184,6 +196,41 @@ run_workloads() {  # run_workloads SYSTEM N
   bench "$system" "$n" || echo "bench failed for $system/$n (see rows above)" >&2
   # shellcheck disable=SC2086
   stop_pids $pids
+}
+
+leader_index() {  # leader_index SYSTEM: the 3-node leader's position (1..3), if one leads
+  local i
+  for i in 1 2 3; do
+    case $1 in
+      concord)
+        "$(dirname "$CONCORD_BIN")/concordctl" --endpoint "http://127.0.0.1:$((17191 + 10 * (i - 1)))" \
+          status 2>/dev/null | grep -q '^leader_serving = true' ;;
+      zookeeper) [ "$(zk_mode $((22180 + i)))" = leader ] ;;
+      etcd)
+        etcdctl --endpoints "http://127.0.0.1:$((24790 + i))" endpoint status -w json 2>/dev/null \
+          | /usr/bin/python3 -c 'import json, sys
+s = json.load(sys.stdin)[0]["Status"]
+sys.exit(0 if s["header"]["member_id"] == s["leader"] else 1)' ;;
+    esac && { echo "$i"; return 0; }
+  done
+  return 1
+}
+
+run_failover() {  # run_failover SYSTEM: on fresh 3-node ensembles, kill -9 the leader and
+                  # time until a write is acknowledged again
+  local system=$1 round leader victim since_ms
+  echo "== $system, 3 nodes: failover x$failover_rounds" >&2
+  for round in $(seq $failover_rounds); do
+    start_system "$system" "$scratch/$system-failover-$round" 3
+    wait_for 60 leader_index "$system"
+    leader=$(leader_index "$system")
+    victim=$(echo "$pids" | cut -d' ' -f"$leader")
+    since_ms=$(date +%s%3N)
+    kill -9 "$victim"
+    bench "$system" 3 failover --since-ms "$since_ms" || echo "failover probe failed for $system" >&2
+    # shellcheck disable=SC2086
+    stop_pids $pids
+  done
 }
 
 run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
@@ -221,8 +268,10 @@ for system in "${wanted[@]}"; do
 done
 if [ $three = 1 ]; then
   for system in "${wanted[@]}"; do
-    [ "$system" = concord ] && continue  # 3-node Concord comes with Zab
     run_workloads "$system" 3
+  done
+  for system in "${wanted[@]}"; do
+    run_failover "$system"
   done
 fi
 for system in "${wanted[@]}"; do

@@ -79,11 +79,14 @@ What each workload measures:
 - **CPU**: utime+stime from /proc of the bench process (client) and of every server
   process (summed), over the measured window, in percent of one core.
 
-Not yet measured: **Concord 3-node** (Concord runs only as a single server until Zab
-is wired into the server; the script starts 3-node ZooKeeper and etcd ensembles
-already, and Concord's 3-node runs are added here when replication exists), and
-**failover** (kill -9 of the leader on 3-node ensembles). The targets of issue 5 are
-ratios on 3-node ensembles, so they cannot be judged from 1-node numbers.
+- **failover** (3-node runs only): on a fresh 3-node ensemble of each system, the
+  leader is killed with kill -9; writes are then tried through the ensemble, each on a
+  fresh client bounded to 250 ms, until one is acknowledged. The time is from the kill to
+  that acknowledgement; 3 rounds in short mode, 10 in a full run.
+
+On 3-node ensembles every system gets the whole endpoint list: ZooKeeper's and etcd's
+clients pick servers themselves, and Concord's bench driver spreads its connections
+over the servers in turn (followers forward writes to the leader).
 """
 
 
@@ -238,6 +241,27 @@ def election_section(rows):
     return out
 
 
+def failover_section(rows):
+    by_system = defaultdict(list)
+    for r in rows:
+        by_system[(r["system"], r["nodes"])].append(r)
+    out = ["### failover", "",
+           "kill -9 of the leader of a fresh 3-node ensemble (default settings), then writes "
+           "through the ensemble, each on a fresh client and bounded to 250 ms, until one is "
+           "acknowledged; the time is from the kill to that acknowledgement.", "",
+           "| system | nodes | rounds ok | p50 ms | max ms | each ms | notes |",
+           "|---|---:|---:|---:|---:|---|---|"]
+    for (system, nodes), rs in sorted(by_system.items(), key=lambda kv: ORDER.get(kv[0][0], 9)):
+        ms = sorted(r["failover_ms"] for r in rs if r.get("failover_ms") is not None)
+        notes = "; ".join(sorted({r.get("note", "") for r in rs if r.get("note")}))
+        p50 = ms[len(ms) // 2] if ms else None
+        each = ", ".join(fmt(m, 0) for m in ms)
+        out.append(f"| {system} | {nodes} | {len(ms)} | {fmt(p50, 0)} | "
+                   f"{fmt(ms[-1] if ms else None, 0)} | {each} | {notes} |")
+    out.append("")
+    return out
+
+
 def memory_section(rows, charts, rel):
     fills = {r["system"]: r for r in rows if r["workload"] == "memory"}
     restarts = {r["system"]: r for r in rows if r["workload"] == "restart"}
@@ -307,6 +331,9 @@ def main():
     elections = [r for r in rows if r["workload"].startswith("election")]
     if elections:
         out += election_section(elections)
+    failovers = [r for r in rows if r["workload"] == "failover"]
+    if failovers:
+        out += failover_section(failovers)
     mem = [r for r in rows if r["workload"] in ("memory", "restart")]
     if mem:
         out += memory_section(mem, a.charts, rel)

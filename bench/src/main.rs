@@ -6,11 +6,13 @@
 //! Workloads (see `workloads`, `lock`, `memory`): write, read, read-linearizable,
 //! create (ephemeral-sequential), watch (fan-out), lock (hand-off), election (failover
 //! after the leader's session closes or it resigns); `fill` and `probe`
-//! for memory and restart time. Results print as Markdown rows and append as JSON lines
+//! for memory and restart time; `failover` for the time writes take to resume after
+//! the script kills an ensemble's leader. Results print as Markdown rows and append as JSON lines
 //! to `--out` for bench/report.py.
 
 mod drivers;
 mod election;
+mod failover;
 mod lock;
 mod memory;
 mod report;
@@ -115,6 +117,15 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         timeout_s: u64,
     },
+    /// Write until one write is acknowledged; report the time since --since-ms.
+    Failover {
+        /// Unix time in ms when the leader was killed.
+        #[arg(long)]
+        since_ms: u128,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60)]
+        timeout_s: u64,
+    },
 }
 
 #[tokio::main]
@@ -175,6 +186,13 @@ async fn run<D: Driver>(args: &Args) -> Result<(), BenchError> {
             let (_, key) = memory::fill_paths(*count);
             let timeout = Duration::from_secs(*timeout_s);
             emit(memory::probe::<D>(&cfg, &key, *since_ms, timeout).await?)?;
+        }
+        Some(Command::Failover {
+            since_ms,
+            timeout_s,
+        }) => {
+            let timeout = Duration::from_secs(*timeout_s);
+            emit(failover::probe::<D>(&cfg, *since_ms, timeout).await?)?;
         }
     }
     Ok(())

@@ -79,9 +79,13 @@ impl Concord {
 impl Driver for Concord {
     const NAME: &'static str = "concord";
 
+    /// Each connection goes to the next server of the list in turn, so clients spread
+    /// over an ensemble as ZooKeeper's and etcd's do (followers forward writes).
     async fn connect(endpoints: &str) -> Result<Self> {
-        let first = endpoints.split(',').next().unwrap_or(endpoints);
-        let channel = Channel::from_shared(first.to_owned())
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let list: Vec<&str> = endpoints.split(',').collect();
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len();
+        let channel = Channel::from_shared(list[i].to_owned())
             .map_err(err)?
             .connect()
             .await
