@@ -97,7 +97,7 @@ async fn t84_mutual_exclusion_with_clients_on_every_server() {
     for server in &ensemble.servers {
         let node = client(server)
             .await
-            .get("/counter", linearizable.clone())
+            .get("/counter", linearizable)
             .await
             .unwrap();
         assert_eq!(
