@@ -97,7 +97,7 @@ async fn wait_members(server: &Server, name: &str, n: usize) -> Vec<pb::LockEntr
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn t70_mutual_exclusion_with_fenced_counter() {
     const CLIENTS: usize = 16;
-    const CYCLES: usize = 64;
+    const CYCLES: usize = 128;
     let server = Server::start(ServerOptions::default());
     let c = client(&server).await;
     c.create("/counter", "0", Default::default()).await.unwrap();

@@ -227,3 +227,105 @@ async fn t84_an_election_fails_over_across_servers_and_observe_sees_it_all() {
         assert_eq!(got.leader.unwrap().participant_id, who);
     }
 }
+
+/// Lock `name`'s queue as server `i` sees it.
+async fn queue(ensemble: &Ensemble, i: usize, name: &str) -> Vec<pb::LockEntry> {
+    LockClient::new(ensemble.servers[i].channel().await)
+        .waiters(pb::WaitersRequest { name: name.into() })
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+}
+
+/// Waiters woken by a predecessor's removal, summed over the servers.
+async fn wakeups(ensemble: &Ensemble) -> u64 {
+    let mut sum = 0;
+    for i in 0..ensemble.servers.len() {
+        sum += ensemble.status(i).await.unwrap().queue_wakeups;
+    }
+    sum
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn t84_waiters_on_every_server_are_woken_one_at_a_time_in_order() {
+    const WAITERS: usize = 60;
+    const HAND_OFFS: usize = 6;
+    let ensemble = Ensemble::start(3, ServerOptions::default());
+    ensemble.leader(LEADER_WAIT).await;
+    let c = client(&ensemble.servers[0]).await;
+    let session = c.open_session(1000).await.unwrap();
+    let sid = session.id();
+    let mut l = LockClient::new(ensemble.servers[0].channel().await);
+    let (mut key, mut token) = acquire(&mut l, "herd", sid, "holder").await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..WAITERS {
+        let mut l = LockClient::new(ensemble.servers[i % 3].channel().await);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let got = acquire(&mut l, "herd", sid, &format!("w{i:03}")).await;
+            let _ = tx.send(got);
+        });
+    }
+    let queued = concord_tests::eventually("every waiter queued", LEADER_WAIT, || async {
+        let q = queue(&ensemble, 1, "herd").await;
+        (q.len() == WAITERS + 1).then_some(q)
+    })
+    .await;
+    let before = wakeups(&ensemble).await;
+    for (n, successor) in queued.iter().enumerate().skip(1).take(HAND_OFFS) {
+        release(&mut l, &key, token).await;
+        let next = rx.recv().await.unwrap();
+        assert_eq!(next.0, successor.key, "FIFO hand-off");
+        assert!(next.1 > token);
+        // Exactly one waiter in the whole ensemble woke for each release.
+        assert_eq!(wakeups(&ensemble).await - before, n as u64, "herd");
+        (key, token) = next;
+    }
+    assert!(rx.try_recv().is_err(), "nobody else got the lock");
+    // A waiter whose session expires leaves the queue; the others keep their order.
+    let doomed = client(&ensemble.servers[2])
+        .await
+        .open_session(100)
+        .await
+        .unwrap();
+    let mut l3 = LockClient::new(ensemble.servers[2].channel().await);
+    let doomed_call = tokio::spawn({
+        let id = doomed.id();
+        async move {
+            l3.acquire(pb::AcquireRequest {
+                name: "herd".into(),
+                session_id: id,
+                owner_id: "doomed".into(),
+                ..Default::default()
+            })
+            .await
+        }
+    });
+    let before: Vec<String> =
+        concord_tests::eventually("the doomed waiter queued", LEADER_WAIT, || async {
+            let q = queue(&ensemble, 0, "herd").await;
+            q.iter().any(|e| e.owner_id == "doomed").then_some(q)
+        })
+        .await
+        .into_iter()
+        .map(|e| e.owner_id)
+        .filter(|o| o != "doomed")
+        .collect();
+    drop(doomed);
+    let err = doomed_call.await.unwrap().unwrap_err();
+    assert_eq!(concord_tests::code_of(&err), "SESSION_EXPIRED", "{err}");
+    for i in 0..3 {
+        let what = format!("server {} sees the rest of the queue in order", i + 1);
+        concord_tests::eventually(&what, LEADER_WAIT, || async {
+            let after: Vec<String> = queue(&ensemble, i, "herd")
+                .await
+                .into_iter()
+                .map(|e| e.owner_id)
+                .collect();
+            (after == before).then_some(())
+        })
+        .await;
+    }
+    session.close().await.unwrap();
+}
