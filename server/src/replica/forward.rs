@@ -4,8 +4,9 @@
 //! tree once it has applied far enough.
 //!
 //! ```text
-//!   follower: submit ─Submit─▶ leader: local proposal ─▶ committed, applied there
-//!             ◀── zxid + outcome ──┘
+//!   follower: submit ─▶ [queue, bounded] ─▶ batcher: every write queued meanwhile
+//!             ─Submit(batch)─▶ leader: local proposals ─▶ committed, applied there
+//!             ◀── (zxid, outcome) per write ──┘
 //!             wait until applied here ≥ zxid ─▶ answer the client
 //!   follower: linearize ─ReadIndex─▶ leader: quorum-confirmed commit point
 //!             wait until applied here ≥ it ─▶ read locally
@@ -25,9 +26,11 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use concord_proto::peer::v1 as pb;
+use futures::future::join_all;
 use pb::forward_client::ForwardClient;
 use pb::forward_server::{Forward, ForwardServer};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
@@ -38,6 +41,12 @@ use crate::tree::{TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
 use crate::zab::ServerId;
 
+/// Writes waiting to be forwarded; callers wait when it is full.
+const QUEUE_WRITES_MAX: usize = 4096;
+/// Most writes in one Submit.
+const BATCH_WRITES_MAX: usize = 256;
+/// Most Submit calls in flight at once (the next batch gathers meanwhile).
+const BATCHES_IN_FLIGHT_MAX: usize = 4;
 /// Longest a forwarded write or read index may take at the leader.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a keep-alive report may take (a later tick reports again).
@@ -58,16 +67,32 @@ pub(super) struct Write {
     pub(super) op: TxnOp,
 }
 
-/// The calling side: one lazily connected channel per leader it has forwarded to.
+/// The calling side: a queue of writes that a batcher task forwards, and the
+/// channels to leaders.
 pub(super) struct Forwarder {
+    queue: mpsc::Sender<Queued>,
+    calls: Arc<Calls>,
+}
+
+/// One lazily connected channel per leader forwarded to.
+struct Calls {
     caller: pb::Caller,
     addrs: HashMap<ServerId, SocketAddr>,
     clients: Mutex<HashMap<ServerId, ForwardClient<Channel>>>,
 }
 
+/// A write waiting for the batcher.
+struct Queued {
+    leader: ServerId,
+    write: Write,
+    reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+}
+
 impl Forwarder {
+    /// Must be called within a tokio runtime: it starts the batcher, which ends
+    /// when the forwarder is dropped.
     pub(super) fn new(id: ServerId, cluster_id: u64, members: &[Member]) -> Forwarder {
-        Forwarder {
+        let calls = Arc::new(Calls {
             caller: pb::Caller {
                 from: id,
                 cluster_id,
@@ -78,9 +103,76 @@ impl Forwarder {
                 .map(|m| (m.id, m.peer_addr))
                 .collect(),
             clients: Mutex::new(HashMap::new()),
-        }
+        });
+        let (queue, rx) = mpsc::channel(QUEUE_WRITES_MAX);
+        tokio::spawn(batcher(calls.clone(), rx));
+        Forwarder { queue, calls }
     }
 
+    /// Has `leader` sequence `write`; returns its zxid and outcome once committed.
+    pub(super) async fn submit(
+        &self,
+        leader: ServerId,
+        write: Write,
+    ) -> Result<Committed, ReplicaError> {
+        let (reply, rx) = oneshot::channel();
+        let stopped = || ReplicaError::Unavailable("the server is stopping".into());
+        let queued = Queued {
+            leader,
+            write,
+            reply,
+        };
+        self.queue.send(queued).await.map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+
+    /// The leader's quorum-confirmed commit point.
+    pub(super) async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
+        self.calls.read_index(leader).await
+    }
+
+    /// Reports sessions kept alive here.
+    pub(super) async fn touch(
+        &self,
+        leader: ServerId,
+        session_ids: Vec<u64>,
+    ) -> Result<(), ReplicaError> {
+        self.calls.touch(leader, session_ids).await
+    }
+}
+
+/// Forwards every write queued while earlier batches were in flight as one batch per
+/// leader, with at most `BATCHES_IN_FLIGHT_MAX` batches in flight.
+async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
+    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT_MAX));
+    let mut taken = Vec::with_capacity(BATCH_WRITES_MAX);
+    loop {
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        if queue.recv_many(&mut taken, BATCH_WRITES_MAX).await == 0 {
+            return;
+        }
+        // Usually one leader; after a change, writes queued for the old one go
+        // there too (it refuses them, and their clients retry).
+        let mut by_leader: Vec<(ServerId, Vec<Queued>)> = Vec::new();
+        for q in taken.drain(..) {
+            match by_leader.iter_mut().find(|(l, _)| *l == q.leader) {
+                Some((_, batch)) => batch.push(q),
+                None => by_leader.push((q.leader, vec![q])),
+            }
+        }
+        let calls = calls.clone();
+        tokio::spawn(async move {
+            for (leader, batch) in by_leader {
+                calls.submit(leader, batch).await;
+            }
+            drop(permit);
+        });
+    }
+}
+
+impl Calls {
     fn client(&self, leader: ServerId) -> Result<ForwardClient<Channel>, ReplicaError> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(c) = clients.get(&leader) {
@@ -103,34 +195,37 @@ impl Forwarder {
         Ok(client)
     }
 
-    /// Has `leader` sequence `write`; returns its zxid and outcome once committed.
-    pub(super) async fn submit(
-        &self,
-        leader: ServerId,
-        write: &Write,
-    ) -> Result<Committed, ReplicaError> {
+    /// Has `leader` sequence a batch of writes, and answers each one's caller.
+    async fn submit(&self, leader: ServerId, batch: Vec<Queued>) {
         let mut request = Request::new(pb::SubmitRequest {
             caller: Some(self.caller),
-            write: encode(write).into(),
+            writes: batch.iter().map(|q| encode(&q.write).into()).collect(),
         });
         request.set_timeout(CALL_TIMEOUT);
-        let reply = self
-            .client(leader)?
-            .submit(request)
-            .await
-            .map_err(|s| from_status(leader, &s))?
-            .into_inner();
-        let result: Result<TxnResult, TreeError> = decode(&reply.outcome).map_err(|e| {
-            ReplicaError::Unavailable(format!("leader {leader} sent a bad outcome: {e}"))
-        })?;
-        Ok(Committed {
-            zxid: reply.zxid,
-            result,
-        })
+        let reply = match self.client(leader) {
+            Ok(mut client) => client
+                .submit(request)
+                .await
+                .map_err(|s| from_status(leader, &s)),
+            Err(e) => Err(e),
+        };
+        let outcomes = match reply {
+            Ok(reply) if reply.get_ref().outcomes.len() == batch.len() => {
+                reply.into_inner().outcomes
+            }
+            Ok(_) => {
+                let e = format!("leader {leader} answered a batch with the wrong count");
+                return fail_all(batch, &ReplicaError::Unavailable(e));
+            }
+            Err(e) => return fail_all(batch, &e),
+        };
+        for (q, outcome) in batch.into_iter().zip(outcomes) {
+            let _ = q.reply.send(committed(leader, outcome));
+        }
     }
 
     /// The leader's quorum-confirmed commit point.
-    pub(super) async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
+    async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
         let mut request = Request::new(pb::ReadIndexRequest {
             caller: Some(self.caller),
         });
@@ -144,11 +239,7 @@ impl Forwarder {
     }
 
     /// Reports sessions kept alive here.
-    pub(super) async fn touch(
-        &self,
-        leader: ServerId,
-        session_ids: Vec<u64>,
-    ) -> Result<(), ReplicaError> {
+    async fn touch(&self, leader: ServerId, session_ids: Vec<u64>) -> Result<(), ReplicaError> {
         let mut request = Request::new(pb::TouchRequest {
             caller: Some(self.caller),
             session_ids,
@@ -160,6 +251,29 @@ impl Forwarder {
             .map_err(|s| from_status(leader, &s))?;
         Ok(())
     }
+}
+
+fn fail_all(batch: Vec<Queued>, e: &ReplicaError) {
+    for q in batch {
+        let _ = q.reply.send(Err(e.clone()));
+    }
+}
+
+/// One write's outcome as the leader reported it.
+fn committed(leader: ServerId, outcome: pb::Outcome) -> Result<Committed, ReplicaError> {
+    if outcome.not_leader {
+        return Err(ReplicaError::NotLeader { leader: None });
+    }
+    if !outcome.error.is_empty() {
+        return Err(ReplicaError::Unavailable(outcome.error));
+    }
+    let result: Result<TxnResult, TreeError> = decode(&outcome.outcome).map_err(|e| {
+        ReplicaError::Unavailable(format!("leader {leader} sent a bad outcome: {e}"))
+    })?;
+    Ok(Committed {
+        zxid: outcome.zxid,
+        result,
+    })
 }
 
 /// A failed call, as the client of this server should see it.
@@ -190,7 +304,7 @@ impl Replica {
         &self,
         forwarder: &Forwarder,
         leader: ServerId,
-        write: &Write,
+        write: Write,
     ) -> Result<Committed, ReplicaError> {
         let committed = forwarder.submit(leader, write).await?;
         self.wait_applied(committed.zxid, APPLY_WAIT_MAX).await?;
@@ -271,13 +385,34 @@ impl Forward for ForwardService {
     ) -> Result<Response<pb::SubmitReply>, Status> {
         let request = request.into_inner();
         let replica = self.leader(request.caller.as_ref())?;
-        let write: Write = decode(&request.write)
+        let writes: Vec<Write> = request
+            .writes
+            .iter()
+            .map(|w| decode(w))
+            .collect::<Result<_, _>>()
             .map_err(|e| Status::invalid_argument(format!("bad write: {e}")))?;
-        let committed = replica.submit_local(write).await.map_err(to_status)?;
-        Ok(Response::new(pb::SubmitReply {
-            zxid: committed.zxid,
-            outcome: encode(&committed.result).into(),
-        }))
+        // All queued before any is awaited, so they share a proposal batch.
+        let results = join_all(writes.into_iter().map(|w| replica.submit_local(w))).await;
+        let outcomes = results
+            .into_iter()
+            .map(|r| match r {
+                Ok(c) => pb::Outcome {
+                    zxid: c.zxid,
+                    outcome: encode(&c.result).into(),
+                    ..Default::default()
+                },
+                Err(ReplicaError::NotLeader { .. }) => pb::Outcome {
+                    not_leader: true,
+                    error: NOT_LEADER.into(),
+                    ..Default::default()
+                },
+                Err(e) => pb::Outcome {
+                    error: e.to_string(),
+                    ..Default::default()
+                },
+            })
+            .collect();
+        Ok(Response::new(pb::SubmitReply { outcomes }))
     }
 
     async fn read_index(

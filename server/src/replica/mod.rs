@@ -182,13 +182,13 @@ impl Replica {
             return self.submit_local(write).await;
         }
         if let Some((forwarder, leader)) = self.forward_target() {
-            return self.forward(forwarder, leader, &write).await;
+            return self.forward(forwarder, leader, write).await;
         }
         // Looking: the pipeline holds the write until an election ends. If this
         // server then follows, it hands the write back as NotLeader: forward it.
         match self.submit_local(write.clone()).await {
             Err(ReplicaError::NotLeader { .. }) => match self.forward_target() {
-                Some((forwarder, leader)) => self.forward(forwarder, leader, &write).await,
+                Some((forwarder, leader)) => self.forward(forwarder, leader, write).await,
                 None => Err(ReplicaError::NotLeader { leader: None }),
             },
             done => done,
