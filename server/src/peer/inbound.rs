@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{codec, Counters, Shared};
+use super::{codec, Counters, Inbound as Delivery, Shared};
 use crate::zab::{Message, ServerId};
 
 /// The `Deliver` handler's state.
@@ -31,14 +31,14 @@ struct Inbound {
     /// Ids allowed to send: every member but this server.
     senders: HashSet<ServerId>,
     /// Where received messages go (the runtime's inbound channel).
-    tx: mpsc::Sender<(ServerId, Message)>,
+    tx: mpsc::Sender<Delivery>,
 }
 
 /// The server task: serves until shutdown, then drains.
 pub(super) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
-    tx: mpsc::Sender<(ServerId, Message)>,
+    tx: mpsc::Sender<Delivery>,
     beside: tonic::service::Routes,
 ) {
     let senders = shared.peers.keys().copied().collect();
@@ -110,32 +110,52 @@ impl PeerTransportService for Inbound {
         request: Request<Streaming<Frame>>,
     ) -> Result<Response<DeliverReply>, Status> {
         let mut frames = request.into_inner();
-        let mut stop = self.shared.stop.subscribe();
         let mut from = None;
         let mut frames_received = 0;
+        let ended = self
+            .pump(&mut frames, &mut from, &mut frames_received)
+            .await;
+        // Unless this server is stopping, tell the runtime the sender went quiet
+        // (a kill -9 of the peer ends up here at once, through the reset socket).
+        if let (Some(sender), false) = (from, *self.shared.stop.borrow()) {
+            let _ = self.tx.try_send(Delivery::StreamLost(sender));
+        }
+        ended.map(|()| Response::new(DeliverReply { frames_received }))
+    }
+}
+
+impl Inbound {
+    /// Hands the stream's messages to the runtime until the stream ends, this
+    /// server stops, or the runtime stops listening; `from` is the sender once known.
+    async fn pump(
+        &self,
+        frames: &mut Streaming<Frame>,
+        from: &mut Option<ServerId>,
+        frames_received: &mut u64,
+    ) -> Result<(), Status> {
+        let mut stop = self.shared.stop.subscribe();
         loop {
             let frame = tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
+                _ = stop.wait_for(|s| *s) => return Ok(()),
                 frame = frames.message() => frame?,
             };
-            let Some(frame) = frame else { break };
-            let (sender, msg) = self.accept(&frame, from).inspect_err(|status| {
+            let Some(frame) = frame else { return Ok(()) };
+            let (sender, msg) = self.accept(&frame, *from).inspect_err(|status| {
                 tracing::warn!(from = frame.from, %status, "peer stream refused");
                 Counters::add(&self.shared.counters.rejected, 1);
             })?;
-            from = Some(sender);
-            frames_received += 1;
+            *from = Some(sender);
+            *frames_received += 1;
             let Some(msg) = msg else { continue };
             let delivered = tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
-                sent = self.tx.send((sender, msg)) => sent.is_ok(),
+                _ = stop.wait_for(|s| *s) => return Ok(()),
+                sent = self.tx.send(Delivery::Message(sender, msg)) => sent.is_ok(),
             };
             if !delivered {
                 // The runtime dropped its receiver: nobody listens any more.
-                break;
+                return Ok(());
             }
             Counters::add(&self.shared.counters.received, 1);
         }
-        Ok(Response::new(DeliverReply { frames_received }))
     }
 }

@@ -6,8 +6,8 @@
 //! ```text
 //!   runtime ──send(Envelope)──▶ DropOldest queue (per peer) ──▶ outbound task ──gRPC──┐
 //!      ▲                        never blocks; full: drop oldest  reconnect w/ back-off │
-//!      └── inbound: mpsc::Receiver<(from, Message)> ◀── Deliver handler ◀─────────────┘
-//!                                                     (checks the sender is a member)
+//!      └── inbound: mpsc::Receiver<Inbound> ◀── Deliver handler ◀─────────────────────┘
+//!          (messages; a stream's end)           (checks the sender is a member)
 //! ```
 //!
 //! Delivery is best effort, by design: Zab's logical streams tolerate loss,
@@ -99,6 +99,17 @@ pub enum PeerError {
     Listener(std::io::Error),
 }
 
+/// What the transport hands the runtime.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inbound {
+    /// A message from a member.
+    Message(ServerId, Message),
+    /// The stream from this member ended or broke (its process died, stopped, or
+    /// the connection failed): the runtime may stop waiting for it to speak.
+    /// Best effort, like everything here: it may come late or not at all.
+    StreamLost(ServerId),
+}
+
 /// Counters since start, for tests and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Metrics {
@@ -188,7 +199,7 @@ impl PeerTransport {
         config: PeerConfig,
         listener: TcpListener,
         beside: tonic::service::Routes,
-    ) -> Result<(PeerHandle, mpsc::Receiver<(ServerId, Message)>), PeerError> {
+    ) -> Result<(PeerHandle, mpsc::Receiver<Inbound>), PeerError> {
         let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
         let mut peers = HashMap::new();
         for m in &config.members {

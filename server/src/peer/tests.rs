@@ -19,7 +19,7 @@ use crate::config::Role;
 /// Upper bound for anything that should happen "soon" on loopback.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-type Inbox = mpsc::Receiver<(ServerId, Message)>;
+type Inbox = mpsc::Receiver<Inbound>;
 
 fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
     Member {
@@ -84,11 +84,15 @@ fn envelope(to: ServerId, session: u64) -> Envelope {
     }
 }
 
+/// The next message (lost streams are skipped).
 async fn recv(inbox: &mut Inbox) -> (ServerId, Message) {
-    match timeout(DEADLINE, inbox.recv()).await {
-        Ok(Some(got)) => got,
-        Ok(None) => panic!("inbox closed"),
-        Err(_) => panic!("nothing received within {DEADLINE:?}"),
+    loop {
+        match timeout(DEADLINE, inbox.recv()).await {
+            Ok(Some(Inbound::Message(from, msg))) => return (from, msg),
+            Ok(Some(Inbound::StreamLost(_))) => continue,
+            Ok(None) => panic!("inbox closed"),
+            Err(_) => panic!("nothing received within {DEADLINE:?}"),
+        }
     }
 }
 
@@ -181,11 +185,16 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
 async fn t30_restarted_peer_is_reached_again() {
     let (members, mut s) = ensemble(2).await;
     let (b, mut b_inbox) = s.pop().unwrap();
-    let (a, _a_inbox) = s.pop().unwrap();
+    let (a, mut a_inbox) = s.pop().unwrap();
     a.send(envelope(2, 1));
     assert_eq!(recv(&mut b_inbox).await, (1, reset(1)));
+    b.send(envelope(1, 1));
+    assert_eq!(recv(&mut a_inbox).await, (2, reset(1)));
 
     b.shutdown().await;
+    // a hears that b's stream to it ended (b itself, stopping, reports nothing).
+    let lost = timeout(DEADLINE, a_inbox.recv()).await.unwrap();
+    assert_eq!(lost, Some(Inbound::StreamLost(2)));
     b.send(envelope(1, 0));
     assert_eq!(b.metrics().dropped, 1, "send after shutdown is dropped");
     wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
@@ -201,9 +210,9 @@ async fn t30_restarted_peer_is_reached_again() {
         n += 1;
         a.send(envelope(2, n));
         match timeout(Duration::from_millis(50), b2_inbox.recv()).await {
-            Ok(Some(got)) => break got,
+            Ok(Some(Inbound::Message(from, msg))) => break (from, msg),
+            Ok(Some(Inbound::StreamLost(_))) | Err(_) => continue,
             Ok(None) => panic!("inbox closed"),
-            Err(_) => continue,
         }
     };
     assert_eq!(got.0, 1);

@@ -24,11 +24,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::persist::PersistJob;
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
-use crate::peer::PeerHandle;
+use crate::peer::{Inbound, PeerHandle};
 use crate::session::SessionTracker;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
-use crate::zab::{Message, Node, ReadState, Ready, Role, ServerId, Snapshot, Status};
+use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
 
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
 pub(super) type SnapshotJob = DataTree;
@@ -42,7 +42,7 @@ pub(super) struct Inputs {
     /// Snapshots written by the snapshotter, for `Node::compact`.
     pub(super) compacted: mpsc::Receiver<Snapshot>,
     /// Messages from the other servers (None: an ensemble of one).
-    pub(super) peers: Option<mpsc::Receiver<(ServerId, Message)>>,
+    pub(super) peers: Option<mpsc::Receiver<Inbound>>,
 }
 
 /// The task's state.
@@ -108,7 +108,10 @@ impl Pipeline {
                     }
                 },
                 Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
-                Some((from, msg)) = recv_peer(&mut inputs.peers) => self.node.step(from, msg),
+                Some(inbound) = recv_peer(&mut inputs.peers) => match inbound {
+                    Inbound::Message(from, msg) => self.node.step(from, msg),
+                    Inbound::StreamLost(from) => self.node.peer_lost(from),
+                },
             }
             running = self.handle_readies();
         }
@@ -317,9 +320,7 @@ impl Pipeline {
 }
 
 /// The next message from a peer; never resolves without peers.
-async fn recv_peer(
-    inbox: &mut Option<mpsc::Receiver<(ServerId, Message)>>,
-) -> Option<(ServerId, Message)> {
+async fn recv_peer(inbox: &mut Option<mpsc::Receiver<Inbound>>) -> Option<Inbound> {
     match inbox {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -19,16 +19,16 @@ use super::forward::{ForwardService, Forwarder};
 use super::pipeline::{Inputs, Pipeline};
 use super::{housekeeping, persist, Replica, Shared};
 use crate::config::{Config, Role};
-use crate::peer::{PeerConfig, PeerHandle, PeerTransport};
+use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
 use crate::session::SessionTracker;
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
 use crate::watch::{WatchConfig, WatchHub};
-use crate::zab::{self, Message, Node, Restored, ServerId, Snapshot};
+use crate::zab::{self, Node, Restored, Snapshot};
 
 /// The transport's handle and the channel its messages arrive on.
-type Peers = (PeerHandle, mpsc::Receiver<(ServerId, Message)>);
+type Peers = (PeerHandle, mpsc::Receiver<Inbound>);
 
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";

@@ -97,6 +97,10 @@
 //!   steps down and picks its next epoch above that (ZooKeeper leaves such a voter
 //!   unable to join until the next election). Observers promise no epoch: they
 //!   follow any leader's epoch, since they never vote.
+//! - A learner told by the transport that its leader's stream broke (`peer_lost`:
+//!   the process died) goes looking at once, as a ZooKeeper follower does when its
+//!   leader's socket closes; silence for `sync_limit_ticks` remains the rule for a
+//!   leader that is alive but mute.
 //! - Elections do not time out into new rounds on their own; a leader that is not
 //!   established within `init_limit_ticks`, or a learner not synchronized within it,
 //!   goes back to looking with a higher round.

@@ -116,6 +116,20 @@ impl Node {
         }
     }
 
+    /// The transport lost its stream from `id` (its process died or stopped, or
+    /// the connection broke). A learner whose leader it is looks for a new one at
+    /// once instead of waiting `sync_limit_ticks`; if the leader is in fact alive,
+    /// the election finds it again. Anything else ignores it: quorums are counted
+    /// from messages heard, never from connections.
+    pub fn peer_lost(&mut self, id: ServerId) {
+        if self.failed {
+            return;
+        }
+        if matches!(&self.state, State::Learning(f) if f.leader == id) {
+            self.enter_looking();
+        }
+    }
+
     /// Handles one message from `from`. Messages from unknown servers are ignored.
     pub fn step(&mut self, from: ServerId, msg: Message) {
         if self.failed || from == self.cfg.id {

@@ -195,6 +195,36 @@ fn a_leader_without_quorum_steps_down_and_refuses() {
 }
 
 #[test]
+fn a_follower_whose_leader_stream_is_lost_elects_a_new_leader_at_once() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    h.down = vec![leader];
+    // No tick passes: only the lost streams tell the followers.
+    for id in [1, 2, 3].into_iter().filter(|&i| i != leader) {
+        let node = h.nodes.get_mut(&id).unwrap();
+        node.peer_lost(9); // not its leader: ignored
+        assert_eq!(node.status().role, Role::Following);
+        node.peer_lost(leader);
+        assert_eq!(node.status().role, Role::Looking);
+    }
+    // The vote finalizes after one tick; discovery and sync need no more.
+    h.ticks(2);
+    let new = h.leader().expect("a new leader within two ticks");
+    assert_ne!(new, leader);
+    // A follower told of a lost stream from its live leader costs an election, not
+    // the ensemble: a leader serves again and it follows.
+    let other = [1, 2, 3]
+        .into_iter()
+        .find(|&i| i != leader && i != new)
+        .unwrap();
+    h.nodes.get_mut(&other).unwrap().peer_lost(new);
+    h.ticks(30);
+    let again = h.leader().expect("a leader again");
+    assert_eq!(h.nodes[&other].status().leader, Some(again));
+}
+
+#[test]
 fn uncommitted_tail_is_truncated_and_lagging_server_gets_snap() {
     let mut h = Harness::new(&[1, 2, 3], &[]);
     h.ticks(3);
