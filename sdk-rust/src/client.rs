@@ -9,6 +9,8 @@
 //! Calls are sent once: this module never retries (the caller decides, with
 //! [`Error::is_retry_safe`] and [`Error::is_indeterminate`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use concord_proto::v1::{
@@ -28,12 +30,20 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
 /// Bound on the pages `children_all` follows, so a faulty server cannot loop it forever.
 const CHILDREN_PAGES_MAX: usize = 1_000_000;
 
-/// A connection to one Concord server. Cheap to clone: clones share one channel,
-/// which reconnects by itself after a broken connection.
+/// A connection to a Concord server, or to an ensemble's servers. Cheap to clone:
+/// clones share one channel, which reconnects by itself after a broken connection,
+/// and one record of the newest zxid seen.
+///
+/// Reads never go back in time: every read asks for at least the newest zxid any
+/// earlier answer to this client (or its clones) reflected (`min_zxid`), so a client
+/// whose calls land on another server of the ensemble never sees older data than it
+/// already saw, its own writes included.
 #[derive(Debug, Clone)]
 pub struct Client {
     /// The shared HTTP/2 channel every call and stream goes through.
     channel: Channel,
+    /// The newest zxid an answer reflected.
+    seen: Arc<AtomicU64>,
 }
 
 /// The answer to a create.
@@ -112,26 +122,62 @@ pub struct SessionGrant {
 
 impl Client {
     /// Connects to `endpoint` (`http://host:port`; a bare `host:port` gets `http://`).
-    /// Fails with UNAVAILABLE when no server answers.
+    /// A comma-separated list names an ensemble's servers: calls are spread over
+    /// those that answer, as ZooKeeper's connection strings are. Fails with
+    /// UNAVAILABLE when no server answers (a list: when the first does not).
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
-        let endpoint = endpoint_of(endpoint.into())?;
-        let channel = endpoint.connect().await.map_err(|e| {
-            Error::from_status(&tonic::Status::from_error(Box::new(e)), CallKind::Read)
-        })?;
-        Ok(Client { channel })
+        let endpoints = endpoints_of(&endpoint.into())?;
+        if endpoints.len() > 1 {
+            let client = Client::from_channel(Channel::balance_list(endpoints.clone().into_iter()));
+            // Fail early, as for one server, if the list is unreachable.
+            if let Some(first) = endpoints.first() {
+                first.connect().await.map_err(connect_err)?;
+            }
+            return Ok(client);
+        }
+        let endpoint = endpoints.into_iter().next().ok_or_else(no_endpoint)?;
+        let channel = endpoint.connect().await.map_err(connect_err)?;
+        Ok(Client::from_channel(channel))
     }
 
     /// As [`Client::connect`], but connects on the first call instead of now.
     pub fn connect_lazy(endpoint: impl Into<String>) -> Result<Client, Error> {
-        let endpoint = endpoint_of(endpoint.into())?;
-        Ok(Client {
-            channel: endpoint.connect_lazy(),
-        })
+        let endpoints = endpoints_of(&endpoint.into())?;
+        if endpoints.len() > 1 {
+            return Ok(Client::from_channel(Channel::balance_list(
+                endpoints.into_iter(),
+            )));
+        }
+        let endpoint = endpoints.into_iter().next().ok_or_else(no_endpoint)?;
+        Ok(Client::from_channel(endpoint.connect_lazy()))
     }
 
     /// A client over an existing channel (custom TLS, interceptors, tests).
     pub fn from_channel(channel: Channel) -> Client {
-        Client { channel }
+        Client {
+            channel,
+            seen: Arc::default(),
+        }
+    }
+
+    /// The newest zxid an answer to this client reflected; reads ask for at least it.
+    pub fn last_seen_zxid(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
+
+    /// Records the zxid an answer reflected; returns it.
+    pub(crate) fn saw(&self, header: &Option<ResponseHeader>) -> u64 {
+        let z = zxid(header);
+        self.seen.fetch_max(z, Ordering::AcqRel);
+        z
+    }
+
+    /// `read`, asking for at least what this client has seen.
+    fn not_older(&self, read: ReadOptions) -> ReadOptions {
+        ReadOptions {
+            min_zxid: read.min_zxid.max(self.last_seen_zxid()),
+            ..read
+        }
     }
 
     /// The underlying channel, for the generated clients of services not wrapped here.
@@ -165,24 +211,24 @@ impl Client {
         Ok(Created {
             path: resp.path,
             stat: resp.stat.unwrap_or_default(),
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
     /// Reads a node's data and stat. Errors: NO_NODE, BAD_PATH.
     pub async fn get(&self, path: &str, read: ReadOptions) -> Result<NodeData, Error> {
-        let req = options::get_request(path, read);
+        let req = options::get_request(path, self.not_older(read));
         let resp = self.tree().get(req).await.map_err(read_err)?.into_inner();
         Ok(NodeData {
             data: resp.data.to_vec(),
             stat: resp.stat.unwrap_or_default(),
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
     /// Whether the node exists (with its stat). Never fails with NO_NODE.
     pub async fn exists(&self, path: &str, read: ReadOptions) -> Result<Exists, Error> {
-        let req = options::exists_request(path, read);
+        let req = options::exists_request(path, self.not_older(read));
         let resp = self
             .tree()
             .exists(req)
@@ -196,7 +242,7 @@ impl Client {
         };
         Ok(Exists {
             stat,
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
@@ -224,7 +270,7 @@ impl Client {
         let resp = self.tree().set(req).await.map_err(write_err)?.into_inner();
         Ok(Updated {
             stat: resp.stat.unwrap_or_default(),
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
@@ -249,12 +295,16 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(zxid(&resp.header))
+        Ok(self.saw(&resp.header))
     }
 
     /// One page of a node's children (all of them when `page_size` is 0).
     pub async fn children(&self, path: &str, options: &ChildrenOptions) -> Result<Children, Error> {
-        let req = options::children_request(path, options);
+        let options = ChildrenOptions {
+            read: self.not_older(options.read),
+            ..options.clone()
+        };
+        let req = options::children_request(path, &options);
         let resp = self
             .tree()
             .children(req)
@@ -264,7 +314,7 @@ impl Client {
         Ok(Children {
             children: resp.children,
             stat: resp.stat.unwrap_or_default(),
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
             next_page_token: resp.next_page_token,
         })
     }
@@ -309,7 +359,7 @@ impl Client {
             .into_inner();
         Ok(MultiResult {
             results: resp.results,
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
@@ -320,7 +370,7 @@ impl Client {
             path: path.to_string(),
         };
         let resp = self.tree().sync(req).await.map_err(read_err)?.into_inner();
-        Ok(zxid(&resp.header))
+        Ok(self.saw(&resp.header))
     }
 
     /// Opens a session without keeping it alive (see [`Client::open_session`] for that).
@@ -336,7 +386,7 @@ impl Client {
         Ok(SessionGrant {
             session_id: resp.session_id,
             ttl_ms: resp.ttl_ms,
-            zxid: zxid(&resp.header),
+            zxid: self.saw(&resp.header),
         })
     }
 
@@ -350,7 +400,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(zxid(&resp.header))
+        Ok(self.saw(&resp.header))
     }
 
     /// Describes one session, its ephemerals included. Errors: SESSION_EXPIRED.
@@ -390,6 +440,23 @@ impl Client {
 
 /// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
 /// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
+/// The endpoints of a comma-separated list (one, usually).
+fn endpoints_of(list: &str) -> Result<Vec<Endpoint>, Error> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| endpoint_of(e.to_owned()))
+        .collect()
+}
+
+fn no_endpoint() -> Error {
+    Error::client(ErrorCode::BadArguments, "no endpoint given")
+}
+
+fn connect_err(e: tonic::transport::Error) -> Error {
+    Error::from_status(&tonic::Status::from_error(Box::new(e)), CallKind::Read)
+}
+
 fn endpoint_of(endpoint: String) -> Result<Endpoint, Error> {
     let uri = if endpoint.contains("://") {
         endpoint

@@ -87,6 +87,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
+        self.saw(&resp.header);
         Ok(LockHold::from(resp))
     }
 
@@ -103,6 +104,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
+        self.saw(&resp.header);
         Ok(LockHold::from(resp))
     }
 
@@ -117,7 +119,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(zxid(&resp.header))
+        Ok(self.saw(&resp.header))
     }
 
     /// The holders of lock `name`.
@@ -179,7 +181,7 @@ impl Client {
             value: value.into().into(),
         };
         let resp = self.elections().proclaim(req).await.map_err(write_err)?;
-        Ok(zxid(&resp.into_inner().header))
+        Ok(self.saw(&resp.into_inner().header))
     }
 
     /// Gives up leadership or candidacy. Errors: NO_NODE.
@@ -189,7 +191,7 @@ impl Client {
             term,
         };
         let resp = self.elections().resign(req).await.map_err(write_err)?;
-        Ok(zxid(&resp.into_inner().header))
+        Ok(self.saw(&resp.into_inner().header))
     }
 
     /// The current leader of election `name`, if any.

@@ -7,7 +7,8 @@ use concord::{CreateMode, DEFAULT_ENDPOINT};
 #[derive(Debug, Parser)]
 #[command(name = "concordctl", version, about)]
 pub struct Cli {
-    /// Server to talk to (`http://host:port` or `host:port`).
+    /// Server to talk to (`http://host:port` or `host:port`), or a comma-separated
+    /// list of an ensemble's servers.
     #[arg(long, global = true, env = "CONCORD_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     pub endpoint: String,
     #[command(subcommand)]
