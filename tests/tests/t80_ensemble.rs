@@ -212,7 +212,9 @@ async fn t80_a_watch_resumes_on_another_server_without_a_gap() {
     let leader = ensemble.leader(LEADER_WAIT).await;
     let (a, b) = ((leader + 1) % 3, (leader + 2) % 3);
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
-    create_at(&endpoints[leader], "/w").await.unwrap();
+    let parent = create_at(&endpoints[leader], "/w").await.unwrap();
+    // Watches start at what their server applied: let a apply the parent first.
+    ensemble.caught_up(a, parent, LEADER_WAIT).await;
     let mut request = watch_util::request("/w", true);
     request.kinds = vec![pb::EventKind::Created.into()];
     // On follower a: events of writes made through the leader and through b.
@@ -239,6 +241,8 @@ async fn t80_a_watch_resumes_on_another_server_without_a_gap() {
                 .unwrap(),
         );
     }
+    // A resume may not ask for a zxid the server has not applied yet.
+    ensemble.caught_up(b, seen[2], LEADER_WAIT).await;
     request.start_zxid = Some(seen[2]);
     let mut on_b = watch_util::open(&ensemble.servers[b], request).await;
     watch_util::started(&mut on_b).await;

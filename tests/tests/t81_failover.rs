@@ -88,7 +88,19 @@ async fn kill_leaders(size: usize, rounds: usize, writers: usize) -> Vec<Duratio
                 }
             }
         };
-        failovers.push(killed.elapsed());
+        let took = killed.elapsed();
+        if took >= FAILOVER_MAX {
+            // Shown if the test fails: what each server went through meanwhile.
+            for (i, server) in ensemble.servers.iter().enumerate() {
+                let log = server.log();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                println!("--- server {} (killed: {}) ---", i + 1, i == leader);
+                for line in tail.iter().rev() {
+                    println!("{line}");
+                }
+            }
+        }
+        failovers.push(took);
         // Bring the old leader back and let it catch up before the next kill, so
         // each kill leaves a quorum.
         ensemble.servers[leader].restart();

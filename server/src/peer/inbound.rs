@@ -144,6 +144,11 @@ impl Inbound {
                 tracing::warn!(from = frame.from, %status, "peer stream refused");
                 Counters::add(&self.shared.counters.rejected, 1);
             })?;
+            if from.is_none() {
+                if let Some(peer) = self.shared.peers.get(&sender) {
+                    peer.back.notify_one();
+                }
+            }
             *from = Some(sender);
             *frames_received += 1;
             let Some(msg) = msg else { continue };

@@ -168,6 +168,9 @@ struct Peer {
     queue: DropOldest,
     /// Whether its outbound task runs (started on the first message).
     started: AtomicBool,
+    /// Signalled when a stream from this peer opens: it is back, so a reconnect
+    /// waiting out its back-off tries at once.
+    back: tokio::sync::Notify,
 }
 
 /// State shared by the handle and every task.
@@ -208,6 +211,7 @@ impl PeerTransport {
                 addr: m.peer_addr,
                 queue: DropOldest::new(config.queue_messages_max),
                 started: AtomicBool::new(false),
+                back: tokio::sync::Notify::new(),
             });
             if peers.insert(m.id, peer).is_some() {
                 return Err(PeerError::Duplicate(m.id));

@@ -1,6 +1,7 @@
 //! One outbound task per peer: opens a `Deliver` stream, pumps the peer's queue into
 //! it, and when the stream fails to open or breaks, waits a capped exponential
-//! back-off with jitter and opens it again, until shutdown.
+//! back-off with jitter (cut short when the peer opens a stream to this server: it
+//! is back) and opens it again, until shutdown.
 //!
 //! ```text
 //!   queue.pop_all() ──encode──▶ mpsc (frames) ──▶ tonic client stream ──▶ peer
@@ -88,6 +89,8 @@ pub(super) async fn run(shared: Arc<Shared>, peer: Arc<Peer>) {
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(backoff.pause()) => {}
+            // The peer opened a stream to us: it is up again (say, restarted).
+            () = peer.back.notified() => backoff.reset(),
         }
     }
 }

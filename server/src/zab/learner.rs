@@ -195,7 +195,10 @@ impl Node {
         let State::Learning(f) = &self.state else {
             return;
         };
-        let silent = now.saturating_sub(f.last_heard) > self.cfg.sync_limit_ticks;
+        // Until the leader first answers, it may still be finishing its own
+        // election: wait for it as long as a sync may take, as ZooKeeper does.
+        let silent = f.phase > FollowPhase::Registering
+            && now.saturating_sub(f.last_heard) > self.cfg.sync_limit_ticks;
         let slow = f.phase < FollowPhase::UpToDate
             && now.saturating_sub(f.started) > self.cfg.init_limit_ticks;
         if silent || slow {
