@@ -45,6 +45,11 @@ pub struct TailCut {
     pub reason: String,
 }
 
+/// redb's page cache. Its default (1 GiB) would hold the whole log and snapshots in
+/// memory for nothing: the log is appended and read back only on recovery, SNAP and
+/// old watch resumes, and the tree itself lives in memory already.
+const CACHE_BYTES: usize = 64 << 20;
+
 impl RedbStorage {
     /// Opens the store at `path`, creating it if absent, and repairs it: incomplete
     /// snapshots are deleted and the log after the newest complete snapshot is
@@ -52,7 +57,10 @@ impl RedbStorage {
     /// durably. Both are reported (and logged with `tracing::warn`).
     pub fn open(path: &Path) -> Result<(RedbStorage, OpenReport), StorageError> {
         let what = format!("open {}", path.display());
-        let db = Database::create(path).map_err(redb_err(&what))?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(redb_err(&what))?;
         write_durably(&db, &what, |wtx| {
             wtx.open_table(LOG).map_err(redb_err("create log"))?;
             wtx.open_table(META).map_err(redb_err("create meta"))?;
