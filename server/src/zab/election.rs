@@ -12,8 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use super::leader::Leader;
-use super::learner::Learner;
+use super::leader::{Leader, LeaderPhase};
+use super::learner::{FollowPhase, Learner};
 use super::message::{Message, Notification, PeerState, ServerId, Vote};
 use super::node::{Node, State};
 
@@ -110,6 +110,8 @@ impl Node {
             if n.state == PeerState::Looking {
                 let mine = self.my_notification();
                 self.out.send(from, Message::Notification(mine));
+            } else if self.yields_to(from, &n) {
+                self.enter_looking();
             }
             return;
         };
@@ -120,6 +122,32 @@ impl Node {
             PeerState::Looking => self.on_looking_vote(from, n),
             PeerState::Following | PeerState::Leading => self.on_decided_vote(from, n),
             PeerState::Observing => {}
+        }
+    }
+
+    /// Whether this server lost an election race and should look again, rather
+    /// than hold out for `init_limit_ticks` and keep its vote from the others:
+    /// - it leads an epoch not yet established, and voter `from` has decided on a
+    ///   better leader (the better vote wins, so two such leaders never knock each
+    ///   other out);
+    /// - it waits for its chosen leader's first answer, and that server says it
+    ///   does not lead.
+    fn yields_to(&self, from: ServerId, n: &Notification) -> bool {
+        let decided = matches!(n.state, PeerState::Leading | PeerState::Following);
+        match &self.state {
+            State::Leading(l) => {
+                l.phase != LeaderPhase::Broadcast
+                    && self.cfg.is_voter(from)
+                    && decided
+                    && n.vote.leader != self.cfg.id
+                    && n.vote > self.my_notification().vote
+            }
+            State::Learning(f) => {
+                f.phase == FollowPhase::Registering
+                    && from == f.leader
+                    && n.state != PeerState::Leading
+            }
+            State::Looking(_) => false,
         }
     }
 

@@ -196,9 +196,13 @@ impl Node {
             return;
         };
         // Until the leader first answers, it may still be finishing its own
-        // election: wait for it as long as a sync may take, as ZooKeeper does.
-        let silent = f.phase > FollowPhase::Registering
-            && now.saturating_sub(f.last_heard) > self.cfg.sync_limit_ticks;
+        // election: give it twice as long (a dead one costs no more than that).
+        let patience = if f.phase == FollowPhase::Registering {
+            2 * self.cfg.sync_limit_ticks
+        } else {
+            self.cfg.sync_limit_ticks
+        };
+        let silent = now.saturating_sub(f.last_heard) > patience;
         let slow = f.phase < FollowPhase::UpToDate
             && now.saturating_sub(f.started) > self.cfg.init_limit_ticks;
         if silent || slow {

@@ -101,9 +101,10 @@
 //!   the process died) goes looking at once, as a ZooKeeper follower does when its
 //!   leader's socket closes; silence for `sync_limit_ticks` remains the rule for a
 //!   leader that is alive but mute.
-//! - A learner waits for the leader it chose for up to `init_limit_ticks` until the
-//!   leader first answers (it may still be finishing its own election), and only
-//!   then holds it to `sync_limit_ticks` of silence; ZooKeeper does the same.
+//! - A learner gives the leader it chose twice `sync_limit_ticks` to first answer
+//!   (it may still be finishing its own election), then holds it to
+//!   `sync_limit_ticks` of silence. ZooKeeper waits `initLimit` instead, which
+//!   stalls an election for that long when the chosen leader is dead.
 //! - Elections do not time out into new rounds on their own; a leader that is not
 //!   established within `init_limit_ticks`, or a learner not synchronized within it,
 //!   goes back to looking with a higher round.
