@@ -3,45 +3,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod lock_util;
+
 use std::time::Duration;
 
-use concord::{Client, ReadOptions, Session, WriteOptions};
+use concord::{ReadOptions, Session};
 use concord_proto::v1 as pb;
 use concord_proto::v1::lock_client::LockClient;
 use concord_tests::{code_of, eventually, Server, ServerOptions};
+use lock_util::{acquire, acquire_req, client, lock_client, release, PauseRound};
 use tonic::transport::Channel;
-
-async fn lock_client(server: &Server) -> LockClient<Channel> {
-    LockClient::new(server.channel().await)
-}
-
-fn acquire_req(name: &str, session_id: u64, owner: &str, timeout_ms: i64) -> pb::AcquireRequest {
-    pb::AcquireRequest {
-        name: name.into(),
-        session_id,
-        timeout_ms,
-        owner_id: owner.into(),
-        permits: 0,
-    }
-}
-
-async fn acquire(l: &mut LockClient<Channel>, name: &str, sid: u64, owner: &str) -> (String, u64) {
-    let r = l
-        .acquire(acquire_req(name, sid, owner, 0))
-        .await
-        .unwrap()
-        .into_inner();
-    (r.key, r.token)
-}
-
-async fn release(l: &mut LockClient<Channel>, key: &str, token: u64) {
-    l.release(pb::ReleaseRequest {
-        key: key.into(),
-        token,
-    })
-    .await
-    .unwrap();
-}
 
 async fn members(l: &mut LockClient<Channel>, name: &str) -> Vec<pb::LockEntry> {
     l.waiters(pb::WaitersRequest { name: name.into() })
@@ -60,20 +31,6 @@ async fn wakeups(server: &Server) -> u64 {
         .unwrap()
         .into_inner()
         .queue_wakeups
-}
-
-fn fenced(key: &str, token: u64) -> WriteOptions {
-    WriteOptions {
-        fence: Some(pb::Fence {
-            key: key.into(),
-            token,
-        }),
-        ..WriteOptions::default()
-    }
-}
-
-async fn client(server: &Server) -> Client {
-    Client::connect(server.endpoint()).await.unwrap()
 }
 
 /// Waits until lock `name` has exactly `n` members.
@@ -101,45 +58,17 @@ async fn t70_mutual_exclusion_with_fenced_counter() {
     let server = Server::start(ServerOptions::default());
     let c = client(&server).await;
     c.create("/counter", "0", Default::default()).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..CLIENTS {
-        let c = client(&server).await;
-        let mut l = lock_client(&server).await;
-        tasks.push(tokio::spawn(async move {
-            let session = c.open_session(1000).await.unwrap();
-            let mut held = Vec::new();
-            for _ in 0..CYCLES {
-                let (key, token) = acquire(&mut l, "counter", session.id(), &format!("c{i}")).await;
-                let node = c.get("/counter", ReadOptions::default()).await.unwrap();
-                let n: u64 = String::from_utf8(node.data).unwrap().parse().unwrap();
-                c.set_with("/counter", (n + 1).to_string(), -1, &fenced(&key, token))
-                    .await
-                    .unwrap();
-                held.push((n + 1, token));
-                release(&mut l, &key, token).await;
-            }
-            held
-        }));
+    let mut contenders = Vec::new();
+    for _ in 0..CLIENTS {
+        contenders.push((client(&server).await, lock_client(&server).await));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
+    lock_util::fenced_counter(contenders, CYCLES).await;
     let node = c.get("/counter", ReadOptions::default()).await.unwrap();
-    let total = (CLIENTS * CYCLES) as u64;
+    let total = CLIENTS * CYCLES;
     assert_eq!(
         String::from_utf8(node.data).unwrap(),
         total.to_string(),
         "lost update"
-    );
-    // Each value was written once, and tokens grow in the order the lock was held:
-    // holders were served in the order they queued (FIFO).
-    all.sort();
-    let values: Vec<u64> = all.iter().map(|(v, _)| *v).collect();
-    assert_eq!(values, (1..=total).collect::<Vec<_>>());
-    assert!(
-        all.windows(2).all(|w| w[0].1 < w[1].1),
-        "tokens not increasing"
     );
 }
 
@@ -150,38 +79,18 @@ async fn t70_paused_holder_is_fenced() {
     let c = client(&server).await;
     c.create("/res", "", Default::default()).await.unwrap();
     let b_session = c.open_session(1000).await.unwrap();
-    let mut l = lock_client(&server).await;
-    let mut rejections = 0;
+    let (mut la, mut lb) = (lock_client(&server).await, lock_client(&server).await);
     for round in 0..ROUNDS {
-        // A holds the lock and writes through its fence.
-        let a_session = c.open_session(100).await.unwrap();
-        let (a_key, a_token) = acquire(&mut l, "res", a_session.id(), "a").await;
-        c.set_with("/res", format!("a{round}"), -1, &fenced(&a_key, a_token))
-            .await
-            .unwrap();
-        // A freezes: its keep-alives stop. B waits in line and gets the lock once A's
-        // session expires.
-        drop(a_session);
-        let (b_key, b_token) = acquire(&mut l, "res", b_session.id(), "b").await;
-        assert!(b_token > a_token);
-        c.set_with("/res", format!("b{round}"), -1, &fenced(&b_key, b_token))
-            .await
-            .unwrap();
-        // A wakes up and writes with its old token over a fresh session.
-        let fresh = c.open_session(1000).await.unwrap();
-        let stale = WriteOptions {
-            session_id: fresh.id(),
-            ..fenced(&a_key, a_token)
+        let r = PauseRound {
+            a: &c,
+            a_locks: &mut la,
+            b: &c,
+            b_locks: &mut lb,
+            b_session: b_session.id(),
+            late: &c,
         };
-        let err = c.set_with("/res", "a-late", -1, &stale).await.unwrap_err();
-        assert_eq!(err.code(), pb::ErrorCode::Fenced, "{err}");
-        rejections += 1;
-        let data = c.get("/res", ReadOptions::default()).await.unwrap().data;
-        assert_eq!(String::from_utf8(data).unwrap(), format!("b{round}"));
-        release(&mut l, &b_key, b_token).await;
-        fresh.close().await.unwrap();
+        lock_util::paused_holder_round(r, round).await;
     }
-    assert_eq!(rejections, ROUNDS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

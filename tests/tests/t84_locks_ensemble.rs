@@ -5,54 +5,19 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod lock_util;
+
 use std::time::Duration;
 
-use concord::{Client, ReadOptions, WriteOptions};
+use concord::ReadOptions;
 use concord_proto::v1 as pb;
 use concord_proto::v1::election_client::ElectionClient;
-use concord_proto::v1::lock_client::LockClient;
-use concord_tests::{Ensemble, Server, ServerOptions};
+use concord_tests::{Ensemble, ServerOptions};
+use lock_util::{acquire, acquire_req, client, lock_client, release, PauseRound};
 use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
 const LEADER_WAIT: Duration = Duration::from_secs(20);
-
-async fn client(server: &Server) -> Client {
-    Client::connect(server.endpoint()).await.unwrap()
-}
-
-async fn acquire(l: &mut LockClient<Channel>, name: &str, sid: u64, owner: &str) -> (String, u64) {
-    let r = l
-        .acquire(pb::AcquireRequest {
-            name: name.into(),
-            session_id: sid,
-            owner_id: owner.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    (r.key, r.token)
-}
-
-async fn release(l: &mut LockClient<Channel>, key: &str, token: u64) {
-    l.release(pb::ReleaseRequest {
-        key: key.into(),
-        token,
-    })
-    .await
-    .unwrap();
-}
-
-fn fenced(key: &str, token: u64) -> WriteOptions {
-    WriteOptions {
-        fence: Some(pb::Fence {
-            key: key.into(),
-            token,
-        }),
-        ..WriteOptions::default()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn t84_mutual_exclusion_with_clients_on_every_server() {
@@ -60,40 +25,22 @@ async fn t84_mutual_exclusion_with_clients_on_every_server() {
     const CYCLES: usize = 100;
     let ensemble = Ensemble::start(3, ServerOptions::default());
     ensemble.leader(LEADER_WAIT).await;
-    let c = client(&ensemble.servers[0]).await;
-    c.create("/counter", "0", Default::default()).await.unwrap();
-    let mut tasks = Vec::new();
+    client(&ensemble.servers[0])
+        .await
+        .create("/counter", "0", Default::default())
+        .await
+        .unwrap();
+    let mut contenders = Vec::new();
     for i in 0..CLIENTS {
         let server = &ensemble.servers[i % 3];
-        let c = client(server).await;
-        let mut l = LockClient::new(server.channel().await);
-        tasks.push(tokio::spawn(async move {
-            let session = c.open_session(1000).await.unwrap();
-            let mut held = Vec::new();
-            for _ in 0..CYCLES {
-                let (key, token) = acquire(&mut l, "counter", session.id(), &format!("c{i}")).await;
-                // A plain read on this server: it applied the grant, so it applied
-                // every write made under the lock before it.
-                let node = c.get("/counter", ReadOptions::default()).await.unwrap();
-                let n: u64 = String::from_utf8(node.data).unwrap().parse().unwrap();
-                c.set_with("/counter", (n + 1).to_string(), -1, &fenced(&key, token))
-                    .await
-                    .unwrap();
-                held.push((n + 1, token));
-                release(&mut l, &key, token).await;
-            }
-            held
-        }));
+        contenders.push((client(server).await, lock_client(server).await));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    let total = (CLIENTS * CYCLES) as u64;
+    lock_util::fenced_counter(contenders, CYCLES).await;
     let linearizable = ReadOptions {
         linearizable: true,
         ..ReadOptions::default()
     };
+    let total = CLIENTS * CYCLES;
     for server in &ensemble.servers {
         let node = client(server)
             .await
@@ -106,13 +53,6 @@ async fn t84_mutual_exclusion_with_clients_on_every_server() {
             "lost update"
         );
     }
-    all.sort();
-    let values: Vec<u64> = all.iter().map(|(v, _)| *v).collect();
-    assert_eq!(values, (1..=total).collect::<Vec<_>>());
-    assert!(
-        all.windows(2).all(|w| w[0].1 < w[1].1),
-        "tokens not increasing in lock order"
-    );
 }
 
 #[tokio::test]
@@ -124,37 +64,19 @@ async fn t84_a_dead_holder_is_fenced_and_its_lock_passes_across_servers() {
     let (c1, c2, c3) = (client(s1).await, client(s2).await, client(s3).await);
     c1.create("/res", "", Default::default()).await.unwrap();
     let b_session = c2.open_session(1000).await.unwrap();
-    let (mut l1, mut l2) = (
-        LockClient::new(s1.channel().await),
-        LockClient::new(s2.channel().await),
-    );
+    let (mut l1, mut l2) = (lock_client(s1).await, lock_client(s2).await);
     for round in 0..ROUNDS {
-        // A holds the lock through server 1 and writes with its token.
-        let a_session = c1.open_session(100).await.unwrap();
-        let (a_key, a_token) = acquire(&mut l1, "res", a_session.id(), "a").await;
-        c1.set_with("/res", format!("a{round}"), -1, &fenced(&a_key, a_token))
-            .await
-            .unwrap();
-        // A stops (no more keep-alives); B, waiting through server 2, gets the lock
-        // once the leader expires A's session.
-        drop(a_session);
-        let (b_key, b_token) = acquire(&mut l2, "res", b_session.id(), "b").await;
-        assert!(b_token > a_token);
-        c2.set_with("/res", format!("b{round}"), -1, &fenced(&b_key, b_token))
-            .await
-            .unwrap();
-        // A comes back through server 3 with its old token: refused, B's data stays.
-        let fresh = c3.open_session(1000).await.unwrap();
-        let stale = WriteOptions {
-            session_id: fresh.id(),
-            ..fenced(&a_key, a_token)
+        // A holds through server 1, B waits through server 2, A comes back late
+        // through server 3.
+        let r = PauseRound {
+            a: &c1,
+            a_locks: &mut l1,
+            b: &c2,
+            b_locks: &mut l2,
+            b_session: b_session.id(),
+            late: &c3,
         };
-        let err = c3.set_with("/res", "a-late", -1, &stale).await.unwrap_err();
-        assert_eq!(err.code(), pb::ErrorCode::Fenced, "{err}");
-        let data = c3.get("/res", ReadOptions::default()).await.unwrap().data;
-        assert_eq!(String::from_utf8(data).unwrap(), format!("b{round}"));
-        release(&mut l2, &b_key, b_token).await;
-        fresh.close().await.unwrap();
+        lock_util::paused_holder_round(r, round).await;
     }
 }
 
@@ -230,7 +152,8 @@ async fn t84_an_election_fails_over_across_servers_and_observe_sees_it_all() {
 
 /// Lock `name`'s queue as server `i` sees it.
 async fn queue(ensemble: &Ensemble, i: usize, name: &str) -> Vec<pb::LockEntry> {
-    LockClient::new(ensemble.servers[i].channel().await)
+    lock_client(&ensemble.servers[i])
+        .await
         .waiters(pb::WaitersRequest { name: name.into() })
         .await
         .unwrap()
@@ -256,11 +179,11 @@ async fn t84_waiters_on_every_server_are_woken_one_at_a_time_in_order() {
     let c = client(&ensemble.servers[0]).await;
     let session = c.open_session(1000).await.unwrap();
     let sid = session.id();
-    let mut l = LockClient::new(ensemble.servers[0].channel().await);
+    let mut l = lock_client(&ensemble.servers[0]).await;
     let (mut key, mut token) = acquire(&mut l, "herd", sid, "holder").await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..WAITERS {
-        let mut l = LockClient::new(ensemble.servers[i % 3].channel().await);
+        let mut l = lock_client(&ensemble.servers[i % 3]).await;
         let tx = tx.clone();
         tokio::spawn(async move {
             let got = acquire(&mut l, "herd", sid, &format!("w{i:03}")).await;
@@ -289,18 +212,10 @@ async fn t84_waiters_on_every_server_are_woken_one_at_a_time_in_order() {
         .open_session(100)
         .await
         .unwrap();
-    let mut l3 = LockClient::new(ensemble.servers[2].channel().await);
+    let mut l3 = lock_client(&ensemble.servers[2]).await;
     let doomed_call = tokio::spawn({
         let id = doomed.id();
-        async move {
-            l3.acquire(pb::AcquireRequest {
-                name: "herd".into(),
-                session_id: id,
-                owner_id: "doomed".into(),
-                ..Default::default()
-            })
-            .await
-        }
+        async move { l3.acquire(acquire_req("herd", id, "doomed", 0)).await }
     });
     let before: Vec<String> =
         concord_tests::eventually("the doomed waiter queued", LEADER_WAIT, || async {
