@@ -65,6 +65,12 @@ impl LockHold {
 pub type Leader = LeaderInfo;
 
 impl Client {
+    /// The hold an Acquire or TryAcquire answered with (its zxid is seen).
+    fn held(&self, resp: concord_proto::v1::AcquireResponse) -> LockHold {
+        self.saw(&resp.header);
+        LockHold::from(resp)
+    }
+
     fn locks(&self) -> LockClient<Channel> {
         LockClient::new(self.channel().clone())
     }
@@ -87,8 +93,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        self.saw(&resp.header);
-        Ok(LockHold::from(resp))
+        Ok(self.held(resp))
     }
 
     /// Takes lock `name` only if a permit is free now. Errors: LOCK_HELD.
@@ -104,8 +109,7 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        self.saw(&resp.header);
-        Ok(LockHold::from(resp))
+        Ok(self.held(resp))
     }
 
     /// Releases a hold (or leaves the queue); returns the zxid. Errors: NO_NODE.

@@ -125,6 +125,16 @@ fn wall_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Deadlines for every session in `tree`, each a full TTL from `now_ms` (after a
+/// restart, or a snapshot from the leader).
+fn deadlines_of(tree: &DataTree, now_ms: u64) -> SessionTracker {
+    let mut sessions = SessionTracker::new();
+    for (id, entry) in tree.sessions() {
+        sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), now_ms);
+    }
+    sessions
+}
+
 /// Locks a std mutex; a poisoned one is still consistent (no critical section here
 /// can panic midway).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -271,12 +281,10 @@ impl Replica {
     /// the Zab core; on an ensemble of one it answers at once). A follower asks its
     /// leader.
     pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
-        if !self.is_leader() {
-            if let Some((forwarder, leader)) = self.forward_target() {
-                return forwarder.read_index(leader).await;
-            }
+        match self.forward_target() {
+            Some((forwarder, leader)) => forwarder.read_index(leader).await,
+            None => self.local_read_index().await,
         }
-        self.local_read_index().await
     }
 
     /// The read index from this server's own core (NotLeader unless it leads).

@@ -25,7 +25,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::persist::PersistJob;
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, PeerHandle};
-use crate::session::SessionTracker;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
@@ -216,12 +215,7 @@ impl Pipeline {
     fn install(&mut self, snapshot: &Snapshot) {
         match DataTree::decode_snapshot(&snapshot.data) {
             Ok(tree) => {
-                let now = self.shared.now_ms();
-                let mut sessions = SessionTracker::new();
-                for (id, entry) in tree.sessions() {
-                    sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), now);
-                }
-                *self.shared.lock_sessions() = sessions;
+                *self.shared.lock_sessions() = super::deadlines_of(&tree, self.shared.now_ms());
                 *self
                     .shared
                     .tree

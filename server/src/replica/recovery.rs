@@ -20,7 +20,6 @@ use super::pipeline::{Inputs, Pipeline};
 use super::{housekeeping, persist, Replica, Shared};
 use crate::config::{Config, Role};
 use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
-use crate::session::SessionTracker;
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
@@ -269,10 +268,7 @@ fn launch(
     let started = tokio::time::Instant::now();
     // Every recovered session gets a fresh full TTL (those opened in the log after
     // the snapshot are added as the log is applied).
-    let mut sessions = SessionTracker::new();
-    for (id, entry) in tree.sessions() {
-        sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), 0);
-    }
+    let sessions = super::deadlines_of(&tree, 0);
     let shared = Arc::new(Shared {
         server_id: config.server_id,
         tick_ms: config.tick_ms,

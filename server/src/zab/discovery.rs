@@ -159,27 +159,15 @@ impl Node {
 
     /// Learner: NEWEPOCH from the leader I registered with.
     pub(crate) fn on_new_epoch(&mut self, epoch: u32) -> bool {
+        // Observers never vote, so they promise nothing: they follow any epoch, and
+        // their ack never counts.
         let observer = matches!(&self.state, State::Learning(f) if f.observer);
-        if observer {
-            // Observers never vote, so they promise nothing: follow any epoch.
-            if let State::Learning(f) = &mut self.state {
-                f.epoch = epoch;
-            }
-            self.set_learner_phase(FollowPhase::EpochAcked);
-            let ack = LearnerMsg::AckEpoch {
-                current_epoch: self.current_epoch,
-                last_zxid: self.log.last_zxid(),
-                counts: false,
-            };
-            self.send_leader(ack);
-            return true;
-        }
-        if epoch < self.accepted_epoch {
+        if !observer && epoch < self.accepted_epoch {
             // That leader is behind what I promised: elect again.
             self.enter_looking();
             return true;
         }
-        let counts = epoch > self.accepted_epoch;
+        let counts = !observer && epoch > self.accepted_epoch;
         if counts {
             self.persist_accepted_epoch(epoch);
         }
