@@ -2,10 +2,14 @@
 //! pipeline's loop, and reports `persisted(number)` back to it.
 //!
 //! ```text
-//!   pipeline ─(Ready number, ops)─▶ [queue] ─▶ persister: take every queued job,
-//!      merge adjacent appends, run them on a blocking thread (one storage.append,
-//!      one fsync) ─▶ highest number done ─▶ pipeline: node.persisted(number)
+//!   pipeline ─(Ready number, ops)─▶ [queue] ─▶ persister thread: take every queued
+//!      job, merge adjacent appends, write them (one storage.append, one fsync)
+//!      ─▶ highest number done ─▶ pipeline: node.persisted(number)
 //! ```
+//!
+//! The persister is a thread of its own, not a task: each batch would otherwise hop
+//! from a task to a blocking thread and back, and every hop is on the latency of
+//! every write (on the leader and on each follower).
 //!
 //! Group commit: while one batch's fsync runs, the Readies produced meanwhile queue
 //! up and are written together next, so throughput grows with concurrency.
@@ -14,6 +18,7 @@
 //! durable, or touch the tree.
 
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use tokio::sync::mpsc;
 
@@ -29,27 +34,72 @@ pub(super) struct PersistJob {
     pub(super) ops: Vec<PersistOp>,
 }
 
+/// The persister thread and its job queue. Dropping it closes the queue and waits for
+/// the thread to finish the batch in hand, so the storage is released by the time
+/// the pipeline that owns it is gone (a restart may open the same file at once).
+pub(super) struct Persister {
+    jobs: Option<mpsc::UnboundedSender<PersistJob>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Persister {
+    /// Starts the thread; it reports to `done` as `run` does.
+    pub(super) fn start(
+        storage: Arc<dyn Storage>,
+        done: mpsc::UnboundedSender<Result<u64, String>>,
+    ) -> std::io::Result<Persister> {
+        let (jobs, queue) = mpsc::unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("concord-persist".into())
+            .spawn(move || run(storage, queue, done))?;
+        Ok(Persister {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues a job; false if the thread has stopped (storage failed).
+    pub(super) fn send(&self, job: PersistJob) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok())
+    }
+}
+
+impl Drop for Persister {
+    fn drop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            // A panic on the thread was already reported by the panic hook.
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Most Readies written in one batch.
 const JOBS_PER_BATCH_MAX: usize = 4096;
 
-/// Runs until the job queue closes. Sends `Ok(number)` once every job up to
-/// `number` is durable, or `Err` once (then stops): storage failed.
-pub(super) async fn run(
+/// Runs on its own thread until the job queue closes. Sends `Ok(number)` once every
+/// job up to `number` is durable, or `Err` once (then stops): storage failed.
+pub(super) fn run(
     storage: Arc<dyn Storage>,
     mut jobs: mpsc::UnboundedReceiver<PersistJob>,
     done: mpsc::UnboundedSender<Result<u64, String>>,
 ) {
     let mut batch = Vec::new();
-    while jobs.recv_many(&mut batch, JOBS_PER_BATCH_MAX).await > 0 {
+    while let Some(first) = jobs.blocking_recv() {
+        batch.push(first);
+        while batch.len() < JOBS_PER_BATCH_MAX {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
         let Some(number) = batch.last().map(|j| j.number) else {
             continue;
         };
-        let ops = merge(std::mem::take(&mut batch));
-        let storage = storage.clone();
-        let written = tokio::task::spawn_blocking(move || write(storage.as_ref(), ops))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
+        let written = write(storage.as_ref(), merge(std::mem::take(&mut batch)))
+            .map_err(|e| format!("storage failed: {e}"));
         let failed = written.is_err();
         if done.send(written.map(|()| number)).is_err() || failed {
             return;

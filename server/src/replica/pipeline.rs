@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::persist::PersistJob;
+use super::persist::{PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, PeerHandle};
 use crate::tree::{DataTree, TreeError, TxnResult};
@@ -55,8 +55,8 @@ pub(super) struct Pipeline {
     pub(super) next_read_id: u64,
     /// The last wall time stamped, so txn times never go backwards.
     pub(super) last_time_ms: i64,
-    /// Where persist ops go (the persister task).
-    pub(super) persist: mpsc::UnboundedSender<PersistJob>,
+    /// Where persist ops go (the persister thread).
+    pub(super) persist: Persister,
     /// Where snapshot requests go (the snapshotter task; one at a time).
     pub(super) snapshots: mpsc::Sender<SnapshotJob>,
     pub(super) since_snapshot: u64,
@@ -190,7 +190,7 @@ impl Pipeline {
                 number: ready.number,
                 ops: ready.persist,
             };
-            if self.persist.send(job).is_err() {
+            if !self.persist.send(job) {
                 self.shared.set_fatal("the persister has stopped".into());
                 return false;
             }

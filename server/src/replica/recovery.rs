@@ -16,8 +16,9 @@ use tokio::sync::{mpsc, watch};
 use tonic::service::Routes;
 
 use super::forward::{ForwardService, Forwarder};
+use super::persist::Persister;
 use super::pipeline::{Inputs, Pipeline};
-use super::{housekeeping, persist, Replica, Shared};
+use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
 use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
 use crate::storage::{RedbStorage, Storage, StorageError};
@@ -293,8 +294,9 @@ fn launch(
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
-    let (persist_tx, persist_rx) = mpsc::unbounded_channel();
     let (persisted_tx, persisted_rx) = mpsc::unbounded_channel();
+    let persist = Persister::start(storage, persisted_tx)
+        .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;
     let pipeline = Pipeline {
         shared: shared.clone(),
         node,
@@ -302,7 +304,7 @@ fn launch(
         reading: HashMap::new(),
         next_read_id: 0,
         last_time_ms: 0,
-        persist: persist_tx,
+        persist,
         snapshots: snap_tx,
         since_snapshot: 0,
         snapshot_every_txns: config.snapshot_every_txns,
@@ -318,7 +320,6 @@ fn launch(
         compacted: compacted_rx,
         peers: peers.map(|(_, inbox)| inbox),
     };
-    tokio::spawn(persist::run(storage, persist_rx, persisted_tx));
     tokio::spawn(pipeline.run(inputs));
     tokio::spawn(housekeeping::snapshotter(
         Arc::downgrade(&shared),

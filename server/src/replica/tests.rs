@@ -81,12 +81,15 @@ async fn readies_queued_during_a_write_share_one_append() {
         let ops = vec![PersistOp::Append(vec![txn(number)])];
         assert!(jobs_tx.send(PersistJob { number, ops }).is_ok());
     }
-    let task = tokio::spawn(persist::run(storage.clone(), jobs_rx, done_tx));
+    let thread = std::thread::spawn({
+        let storage = storage.clone();
+        move || persist::run(storage, jobs_rx, done_tx)
+    });
     assert_eq!(done_rx.recv().await, Some(Ok(3)));
     assert_eq!(storage.appends.load(Ordering::SeqCst), 1);
     assert_eq!(storage.read_after(0, 10).unwrap().len(), 3);
     drop(jobs_tx);
-    assert!(task.await.is_ok());
+    assert!(thread.join().is_ok());
 }
 
 fn config(dir: &std::path::Path) -> Config {
