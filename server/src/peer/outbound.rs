@@ -1,10 +1,10 @@
-//! One outbound task per peer: opens a `Deliver` stream, pumps the peer's queue into
-//! it, and when the stream fails to open or breaks, waits a capped exponential
+//! One outbound task per peer: opens a `Deliver` stream, feeds it from the peer's
+//! queue, and when the stream fails to open or breaks, waits a capped exponential
 //! back-off with jitter (cut short when the peer opens a stream to this server: it
 //! is back) and opens it again, until shutdown.
 //!
 //! ```text
-//!   queue.pop_all() ──encode──▶ mpsc (frames) ──▶ tonic client stream ──▶ peer
+//!   queue.pop_all() ──encode──▶ frames, polled by the tonic client stream ──▶ peer
 //!        ▲ waits while disconnected: the queue keeps the newest messages
 //! ```
 //!
@@ -16,15 +16,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
 use concord_proto::peer::v1::Frame;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use futures::stream::{self, Stream, StreamExt};
 use tonic::transport::Endpoint;
 
 use super::{codec, Counters, Peer, Shared};
 use crate::zab::rng::Rng;
-
-/// Frames buffered between the pump and the gRPC stream.
-const FRAMES_IN_FLIGHT_MAX: usize = 64;
 
 /// Why one stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -95,8 +91,8 @@ pub(super) async fn run(shared: Arc<Shared>, peer: Arc<Peer>) {
     }
 }
 
-/// Opens one stream and pumps the queue into it until it breaks.
-async fn one_stream(shared: &Shared, peer: &Peer) -> StreamError {
+/// Opens one stream and feeds it from the queue until it breaks.
+async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
     let config = &shared.config;
     let keepalive = Duration::from_millis(config.keepalive_ms.max(1));
     let endpoint = match Endpoint::from_shared(format!("http://{}", peer.addr)) {
@@ -116,47 +112,40 @@ async fn one_stream(shared: &Shared, peer: &Peer) -> StreamError {
         Err(e) => return e.into(),
     };
     let mut client = PeerTransportClient::new(channel);
-    let (tx, rx) = mpsc::channel(FRAMES_IN_FLIGHT_MAX);
-    let frame = |payload: Bytes| Frame {
-        from: config.id,
+    match client.deliver(frames(shared.clone(), peer.clone())).await {
+        Ok(_) => StreamError::Closed,
+        Err(status) => status.into(),
+    }
+}
+
+/// The frames of one stream: a hello (the peer checks the header at once, even
+/// before any message), then the queue's messages as they come. The gRPC stream
+/// polls it directly, so a message goes from the queue to the connection with no
+/// task in between. Messages taken from the queue when the stream breaks are lost.
+fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + Send + 'static {
+    let frame = |shared: &Shared, peer: &Peer, payload: Bytes| Frame {
+        from: shared.config.id,
         to: peer.id,
-        cluster_id: config.cluster_id,
+        cluster_id: shared.config.cluster_id,
         payload,
     };
-    // The hello: the peer checks the header at once, even before any message.
-    if tx.try_send(frame(Bytes::new())).is_err() {
-        return StreamError::Closed;
-    }
-    let call = client.deliver(ReceiverStream::new(rx));
-    tokio::pin!(call);
-    loop {
-        let msgs = tokio::select! {
-            biased;
-            ended = &mut call => return ended.err().map_or(StreamError::Closed, Into::into),
-            msgs = peer.queue.pop_all() => msgs,
-        };
-        let mut unsent = msgs.len() as u64;
+    let hello = frame(&shared, &peer, Bytes::new());
+    let messages = stream::unfold((shared, peer), move |(shared, peer)| async move {
+        let msgs = peer.queue.pop_all().await;
+        let mut batch = Vec::with_capacity(msgs.len());
         for msg in msgs {
             let payload = codec::encode(&msg);
-            unsent -= 1;
-            if payload.len() > config.frame_bytes_max {
+            if payload.len() > shared.config.frame_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");
                 Counters::add(&shared.counters.dropped, 1);
                 continue;
             }
-            let sent = tokio::select! {
-                biased;
-                ended = &mut call => Err(ended.err().map_or(StreamError::Closed, Into::into)),
-                sent = tx.send(frame(Bytes::from(payload))) => sent.map_err(|_| StreamError::Closed),
-            };
-            if let Err(e) = sent {
-                // This message and the rest of the batch are lost with the stream.
-                Counters::add(&shared.counters.dropped, unsent + 1);
-                return e;
-            }
-            Counters::add(&shared.counters.sent, 1);
+            batch.push(frame(&shared, &peer, Bytes::from(payload)));
         }
-    }
+        Counters::add(&shared.counters.sent, batch.len() as u64);
+        Some((stream::iter(batch), (shared, peer)))
+    });
+    stream::once(async move { hello }).chain(messages.flatten())
 }
 
 #[cfg(test)]
