@@ -2,7 +2,7 @@
 # Side-by-side benchmark: Concord, ZooKeeper and etcd on this machine, in one run.
 #
 #   bench/peers.sh            full run (10 s per point, 1- and 3-node peers, 1,000,000 nodes)
-#   bench/peers.sh --short    developer run (~3 min: 2 s per point, 1-node only, 10,000 nodes)
+#   bench/peers.sh --short    developer run (~2 min: 1 s per point, 1-node only, 10,000 nodes)
 #   3-node runs (full, or --three) add the failover workload: fresh 3-node ensembles
 #   whose leader is killed with kill -9 (3 rounds in short mode, 10 in full).
 #   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$mode" = short ]; then
-  duration=2 warmup=1 fill_count=10000 election_rounds=10 failover_rounds=3
+  duration=1 warmup=1 fill_count=10000 election_rounds=10 failover_rounds=3
 else
   duration=10 warmup=3 fill_count=1000000 election_rounds=50 failover_rounds=10
 fi
