@@ -10,7 +10,6 @@
 //! A crash between commits leaves chunks without an index record: invisible, and
 //! removed by the next `open`. What it must not do: interpret snapshot bytes.
 
-use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use ::redb::{ReadableDatabase, ReadableTable, WriteTransaction};
@@ -25,8 +24,8 @@ pub(super) const CHUNK_BYTES: usize = 1 << 20;
 const CHUNKS_PER_COMMIT: usize = 4;
 /// Most bytes `load` reserves up front from an index record not yet verified.
 const PREALLOC_BYTES_MAX: u64 = 64 << 20;
-/// Log entries deleted per commit by `purge`, for the same reason.
-const PURGE_ENTRIES_PER_COMMIT: usize = 10_000;
+/// Log entries deleted per commit by `purge`, for the same reason (a few ms each).
+pub(super) const PURGE_ENTRIES_PER_COMMIT: usize = 1_000;
 
 /// Writes a snapshot in several commits, publishing its index record last.
 pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
@@ -188,21 +187,20 @@ pub(super) fn remove_chunks(wtx: &WriteTransaction, zxid: Zxid) -> Result<(), St
         .map_err(redb_err("remove chunks"))
 }
 
-/// Removes up to `PURGE_ENTRIES_PER_COMMIT` log entries at or below `zxid`; true if
-/// there may be more.
+/// Removes up to `PURGE_ENTRIES_PER_COMMIT` log entries at or below `zxid`, in one
+/// range deletion; true if there may be more.
 fn remove_log_through(wtx: &WriteTransaction, zxid: Zxid) -> Result<bool, StorageError> {
     let what = "purge log";
     let mut log = wtx.open_table(LOG).map_err(redb_err(what))?;
-    let mut keys = Vec::new();
-    for entry in log
-        .range::<u64>((Bound::Unbounded, Bound::Included(zxid)))
+    // The last entry this commit removes: the batch's last, or `zxid` if fewer remain.
+    let last = log
+        .range::<u64>(..=zxid)
         .map_err(redb_err(what))?
-        .take(PURGE_ENTRIES_PER_COMMIT)
-    {
-        keys.push(entry.map_err(redb_err(what))?.0.value());
-    }
-    for key in &keys {
-        log.remove(*key).map_err(redb_err(what))?;
-    }
-    Ok(keys.len() == PURGE_ENTRIES_PER_COMMIT)
+        .nth(PURGE_ENTRIES_PER_COMMIT - 1)
+        .transpose()
+        .map_err(redb_err(what))?
+        .map_or(zxid, |(key, _)| key.value());
+    log.retain_in::<u64, _>(..=last, |_, _| false)
+        .map_err(redb_err(what))?;
+    Ok(last < zxid)
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use ::redb::{Database, ReadableDatabase, ReadableTable};
 use tempfile::TempDir;
 
-use super::snapshot::CHUNK_BYTES;
+use super::snapshot::{CHUNK_BYTES, PURGE_ENTRIES_PER_COMMIT};
 use super::{write_durably, RedbStorage, LOG, SNAP_CHUNKS};
 use crate::storage::conformance::{conformance_tests, pattern, txn, txns};
 use crate::storage::{tear_last_log_entry, Storage, StorageError, TailCut};
@@ -48,6 +48,27 @@ fn a_batch_is_one_commit() {
         s.commits_total() - before,
         1,
         "a rejected batch commits nothing"
+    );
+}
+
+#[test]
+fn purge_removes_a_long_log_in_bounded_commits() {
+    let (s, _dir) = make_store();
+    let n = PURGE_ENTRIES_PER_COMMIT as u64;
+    let cut = 2 * n + n / 2;
+    s.append(&txns(1..=cut + 5)).unwrap();
+    s.save_snapshot(cut, b"state").unwrap();
+    let before = s.commits_total();
+    s.purge(1).unwrap();
+    // One commit raises log_start, then three delete n, n and n / 2 entries.
+    assert_eq!(s.commits_total() - before, 4);
+    assert_eq!(zxids(&s), (cut + 1..=cut + 5).collect::<Vec<_>>());
+    assert_eq!(s.log_start().unwrap(), cut);
+    s.purge(1).unwrap();
+    assert_eq!(
+        zxids(&s).len(),
+        5,
+        "a second purge finds nothing more to remove"
     );
 }
 
