@@ -17,6 +17,7 @@
 //! What it must not do: reorder ops, report a number before every op up to it is
 //! durable, or touch the tree.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -98,8 +99,12 @@ pub(super) fn run(
         let Some(number) = batch.last().map(|j| j.number) else {
             continue;
         };
-        let written = write(storage.as_ref(), merge(std::mem::take(&mut batch)))
-            .map_err(|e| format!("storage failed: {e}"));
+        let ops = merge(std::mem::take(&mut batch));
+        // A panic in the storage engine is a storage failure, reported like one: the
+        // pipeline must hear of it rather than wait for a number that never comes.
+        let written = std::panic::catch_unwind(AssertUnwindSafe(|| write(storage.as_ref(), ops)))
+            .map_err(|_| "storage panicked".to_string())
+            .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
         let failed = written.is_err();
         if done.send(written.map(|()| number)).is_err() || failed {
             return;

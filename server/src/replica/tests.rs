@@ -8,21 +8,33 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::persist::{self, PersistJob};
+use super::persist::{self, PersistJob, Persister};
 use super::Replica;
 use crate::config::Config;
 use crate::storage::{MemStorage, Storage, StorageError};
 use crate::txn::{zxid_epoch, CreateMode, CreateOp, Txn, TxnOp, Zxid};
 use crate::zab::PersistOp;
 
-/// A storage that counts appends (each is one durable commit).
+/// A storage that counts appends (each is one durable commit), or panics in them.
 struct Counting {
     inner: MemStorage,
     appends: AtomicUsize,
+    panics: bool,
+}
+
+impl Counting {
+    fn new(panics: bool) -> Counting {
+        Counting {
+            inner: MemStorage::new(),
+            appends: AtomicUsize::new(0),
+            panics,
+        }
+    }
 }
 
 impl Storage for Counting {
     fn append(&self, txns: &[Txn]) -> Result<(), StorageError> {
+        assert!(!self.panics, "a storage engine bug");
         self.appends.fetch_add(1, Ordering::SeqCst);
         self.inner.append(txns)
     }
@@ -71,10 +83,7 @@ fn txn(zxid: Zxid) -> Txn {
 
 #[tokio::test]
 async fn readies_queued_during_a_write_share_one_append() {
-    let storage = Arc::new(Counting {
-        inner: MemStorage::new(),
-        appends: AtomicUsize::new(0),
-    });
+    let storage = Arc::new(Counting::new(false));
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
     for number in 1..=3u64 {
@@ -90,6 +99,26 @@ async fn readies_queued_during_a_write_share_one_append() {
     assert_eq!(storage.read_after(0, 10).unwrap().len(), 3);
     drop(jobs_tx);
     assert!(thread.join().is_ok());
+}
+
+#[test]
+fn a_panic_in_storage_is_a_reported_failure_and_dropping_the_persister_joins_it() {
+    let storage = Arc::new(Counting::new(true));
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let persister = Persister::start(storage.clone(), done_tx).unwrap();
+    let ops = vec![PersistOp::Append(vec![txn(1)])];
+    assert!(persister.send(PersistJob { number: 1, ops }));
+    let reported = done_rx.blocking_recv();
+    assert!(
+        matches!(&reported, Some(Err(e)) if e.contains("panicked")),
+        "{reported:?}"
+    );
+    drop(persister);
+    assert_eq!(
+        Arc::strong_count(&storage),
+        1,
+        "the thread let go of the storage"
+    );
 }
 
 fn config(dir: &std::path::Path) -> Config {
