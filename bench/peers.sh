@@ -199,12 +199,14 @@ run_workloads() {  # run_workloads SYSTEM N
 }
 
 leader_index() {  # leader_index SYSTEM: the 3-node leader's position (1..3), if one leads
+  # (grep without -q: it must read all of concordctl's output, or concordctl's write to
+  # the closed pipe fails and, under pipefail, so does the check)
   local i
   for i in 1 2 3; do
     case $1 in
       concord)
         "$(dirname "$CONCORD_BIN")/concordctl" --endpoint "http://127.0.0.1:$((17191 + 10 * (i - 1)))" \
-          status 2>/dev/null | grep -q '^leader_serving = true' ;;
+          status 2>/dev/null | grep '^leader_serving = true' >/dev/null ;;
       zookeeper) [ "$(zk_mode $((22180 + i)))" = leader ] ;;
       etcd)
         etcdctl --endpoints "http://127.0.0.1:$((24790 + i))" endpoint status -w json 2>/dev/null \

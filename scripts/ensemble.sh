@@ -62,12 +62,14 @@ EOF
     "$bin/concord" --config "$dir/concord-$i.toml" >"$dir/server-$i.out" 2>"$dir/server-$i.log" &
     echo $! >"$dir/server-$i.pid"
   done
-  # Wait (bounded) until a server reports that it leads an established epoch.
+  # Wait (bounded) until a server reports that it leads an established epoch. (grep
+  # reads all of concordctl's output: with -q it could exit first, and concordctl's
+  # failed write to the closed pipe would fail the pipeline under pipefail.)
   local deadline=$((SECONDS + 30))
   while ((SECONDS < deadline)); do
     for ((i = 1; i <= n; i++)); do
       if "$bin/concordctl" --endpoint "http://127.0.0.1:$(client_port "$i")" status 2>/dev/null |
-        grep -q "^leader_serving = true"; then
+        grep "^leader_serving = true" >/dev/null; then
         echo "ensemble of $n on 127.0.0.1: server $i leads; clients on ports $(client_port 1) to $(client_port "$n")"
         return 0
       fi
