@@ -71,7 +71,8 @@ impl Drop for Persister {
     fn drop(&mut self) {
         self.jobs = None;
         if let Some(thread) = self.thread.take() {
-            // A panic on the thread was already reported by the panic hook.
+            // The thread catches storage panics; any other panic in it was already
+            // reported by the panic hook.
             let _ = thread.join();
         }
     }
@@ -89,16 +90,13 @@ pub(super) fn run(
 ) {
     let mut batch = Vec::new();
     while let Some(first) = jobs.blocking_recv() {
+        let mut number = first.number;
         batch.push(first);
         while batch.len() < JOBS_PER_BATCH_MAX {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
+            let Ok(job) = jobs.try_recv() else { break };
+            number = job.number;
+            batch.push(job);
         }
-        let Some(number) = batch.last().map(|j| j.number) else {
-            continue;
-        };
         let ops = merge(std::mem::take(&mut batch));
         // A panic in the storage engine is a storage failure, reported like one: the
         // pipeline must hear of it rather than wait for a number that never comes.
