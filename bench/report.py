@@ -262,6 +262,71 @@ def failover_section(rows):
     return out
 
 
+# Issue 5's targets, each a ratio on the 3-node ensembles of one run:
+# (what, workload, clients, field, the better direction, {peer: threshold}).
+TARGETS = [
+    ("writes at 64 clients", "write", 64, "ops_s", "higher", {"zookeeper": 1.5, "etcd": 2.5}),
+    ("default reads at 64 clients", "read", 64, "ops_s", "higher", {"zookeeper": 1.0}),
+    ("create-ephemeral-sequential at 64 clients", "create-ephemeral-seq", 64, "ops_s", "higher",
+     {"zookeeper": 1.5}),
+    ("watch fan-out p99 to 100 watchers", "watch-100", 1, "p99_ms", "lower", {"zookeeper": 0.5}),
+    ("lock hand-offs per second", "lock-handoff", 8, "ops_s", "higher",
+     {"zookeeper": 2.0, "etcd": 10.0}),
+]
+FAILOVER_TARGET_MS = 1000
+
+
+def targets_section(rows):
+    """The targets table, from this run's 3-node rows; empty without them."""
+    three = [r for r in rows if r["nodes"] == 3]
+    if not three:
+        return []
+
+    def value(system, workload, clients, field):
+        for r in three:
+            if (r["system"], r["workload"], r["clients"]) == (system, workload, clients):
+                return r.get(field)
+        return None
+
+    unit = {"ops_s": "/s", "p99_ms": " ms"}
+    out = ["### against the targets of issue 5 (3-node)", "",
+           "Each target is a ratio of Concord to a peer in this run (for latency, lower is "
+           "better: Concord's p99 over the peer's).", "",
+           "| target | concord | zookeeper | etcd | ratio | met |",
+           "|---|---:|---:|---:|---|---|"]
+    for what, workload, clients, field, better, wanted in TARGETS:
+        vals = {s: value(s, workload, clients, field) for s in ("concord", "zookeeper", "etcd")}
+        digits = 0 if field == "ops_s" else 2
+        cells = [fmt(v, digits) + unit[field] if v is not None else "-" for v in vals.values()]
+        ratios, met = [], True
+        for peer, threshold in wanted.items():
+            c, p = vals["concord"], vals[peer]
+            if not c or not p:
+                ratios.append(f"{peer}: -")
+                met = False
+                continue
+            ratio = c / p
+            ok = ratio >= threshold if better == "higher" else ratio <= threshold
+            met = met and ok
+            sign = "≥" if better == "higher" else "≤"
+            ratios.append(f"{ratio:.2f}× {peer} (target {sign} {threshold:g}×)")
+        out.append(f"| {what} | {' | '.join(cells)} | {'; '.join(ratios)} | "
+                   f"{'yes' if met else 'no'} |")
+    spans = {}
+    for s in ("concord", "zookeeper", "etcd"):
+        ms = sorted(r["failover_ms"] for r in three
+                    if r["workload"] == "failover" and r["system"] == s
+                    and r.get("failover_ms") is not None)
+        spans[s] = ms
+    if any(spans.values()):
+        cells = [f"{fmt(ms[0], 0)}–{fmt(ms[-1], 0)} ms" if ms else "-" for ms in spans.values()]
+        ok = bool(spans["concord"]) and spans["concord"][-1] < FAILOVER_TARGET_MS
+        out.append(f"| failover after kill -9 of the leader, every round | {' | '.join(cells)} "
+                   f"| target < {FAILOVER_TARGET_MS:,} ms | {'yes' if ok else 'no'} |")
+    out.append("")
+    return out
+
+
 def memory_section(rows, charts, rel):
     fills = {r["system"]: r for r in rows if r["workload"] == "memory"}
     restarts = {r["system"]: r for r in rows if r["workload"] == "restart"}
@@ -316,6 +381,7 @@ def main():
            f"variant.", ""]
     if a.note:
         out += [a.note, ""]
+    out += targets_section(rows)
     for name, title in CLOSED_LOOP:
         sel = [r for r in rows if r["workload"] == name]
         if sel:
