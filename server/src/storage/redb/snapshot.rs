@@ -24,7 +24,8 @@ pub(super) const CHUNK_BYTES: usize = 1 << 20;
 const CHUNKS_PER_COMMIT: usize = 4;
 /// Most bytes `load` reserves up front from an index record not yet verified.
 const PREALLOC_BYTES_MAX: u64 = 64 << 20;
-/// Log entries deleted per commit by `purge`, for the same reason (a few ms each).
+/// Log entries deleted per commit by `purge`, for the same reason: appends wait for
+/// redb's write lock behind each of these commits.
 pub(super) const PURGE_ENTRIES_PER_COMMIT: usize = 1_000;
 
 /// Writes a snapshot in several commits, publishing its index record last.
