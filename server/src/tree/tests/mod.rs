@@ -1,6 +1,7 @@
 //! Unit tests of the data tree, with a small driver that stamps txns.
 
 mod fuzz;
+mod memory;
 mod multi;
 mod ops;
 mod paths;
