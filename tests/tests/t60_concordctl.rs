@@ -1,7 +1,8 @@
 //! The real `concordctl` against the real server: every everyday command, its output
 //! and exit status, an ephemeral node that lives exactly as long as the command, a
-//! recursive watch that keeps going across a kill -9 and restart of the server, and the
-//! concordctl lines of README.md as written.
+//! recursive watch that keeps going across a kill -9 and restart of the server, a watch
+//! whose reader goes away (it ends quietly, with status 0), and the concordctl lines of
+//! README.md as written.
 
 #![allow(clippy::unwrap_used)]
 
@@ -321,6 +322,42 @@ async fn t60_watch_keeps_going_across_a_server_restart() {
 }
 
 /// The concordctl command lines of README.md, in order.
+/// Watch count on the server (one per open Watch stream).
+async fn watch_count(server: &Server) -> u64 {
+    let s = server
+        .cluster()
+        .await
+        .status(pb::StatusRequest::default())
+        .await;
+    s.unwrap().into_inner().watch_count
+}
+
+#[tokio::test]
+async fn t60_a_watch_whose_reader_goes_away_ends_quietly() {
+    let server = Server::start(ServerOptions::default());
+    write(&server, "/gone", true).await;
+    // `true` reads nothing and exits: the first event concordctl prints meets a closed
+    // pipe. Under pipefail the pipeline's status is concordctl's.
+    let line = format!(
+        "set -o pipefail; {} --endpoint {} watch /gone | true",
+        bin("concordctl").display(),
+        server.endpoint()
+    );
+    let mut pipeline = Background::spawn(Command::new("bash").arg("-c").arg(&line));
+    eventually("the watch is registered", WAIT, || async {
+        (watch_count(&server).await == 1).then_some(())
+    })
+    .await;
+    eventually("concordctl stops at the closed pipe", WAIT, || async {
+        write(&server, "/gone", false).await;
+        (watch_count(&server).await == 0).then_some(())
+    })
+    .await;
+    let status = pipeline.wait_exit(WAIT).await;
+    assert!(status.success(), "exit {status:?}: {}", pipeline.stderr());
+    assert_eq!(pipeline.stderr(), "", "nothing on stderr");
+}
+
 fn readme_concordctl_commands() -> Vec<String> {
     let readme = std::fs::read_to_string(workspace_dir().join("README.md")).unwrap();
     readme

@@ -3,7 +3,8 @@
 //! Long-running commands (ephemeral create, session open, watch) end on ctrl-c; the
 //! first two close their session on the way out so that nothing lingers for a TTL.
 
-use std::io::{Read, Write};
+use std::fmt::Display;
+use std::io::{ErrorKind, Read, Write};
 
 use concord::proto::watch_response::Msg;
 use concord::{
@@ -14,6 +15,11 @@ use concord::{
 use crate::args::{Cli, Command, CreateArgs, LsArgs, SessionCommand, WatchArgs};
 use crate::output;
 
+/// The message of the error a print returns once stdout's reader has gone
+/// (`concordctl watch /a | head -1`): the command stops, letting go of what it holds,
+/// and concordctl exits 0 without a word, as a writer into `head` should.
+pub const STDOUT_CLOSED: &str = "stdout closed";
+
 /// Runs `cli.command`.
 pub async fn run(cli: Cli) -> Result<(), Error> {
     let client = Client::connect_lazy(cli.endpoint)?;
@@ -21,11 +27,10 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Create(args) => create(&client, args).await,
         Command::Get(args) => {
             let node = client.get(&args.path, ReadOptions::default()).await?;
-            let mut out = std::io::stdout().lock();
-            write_out(&mut out, &node.data)?;
-            write_out(&mut out, b"\n")?;
+            write_out(&node.data)?;
+            write_out(b"\n")?;
             if args.stat {
-                print_lines(output::stat_lines(&node.stat));
+                print_lines(output::stat_lines(&node.stat))?;
             }
             Ok(())
         }
@@ -40,10 +45,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             .await?
             .stat
         {
-            Some(stat) => {
-                print_lines(output::stat_lines(&stat));
-                Ok(())
-            }
+            Some(stat) => print_lines(output::stat_lines(&stat)),
             None => Err(Error::client(
                 ErrorCode::NoNode,
                 format!("{} does not exist", args.path),
@@ -51,10 +53,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         },
         Command::Watch(args) => watch(&client, args).await,
         Command::Session(cmd) => session(&client, cmd).await,
-        Command::Status => {
-            print_lines(output::status_lines(&client.status().await?));
-            Ok(())
-        }
+        Command::Status => print_lines(output::status_lines(&client.status().await?)),
         Command::Lock(args) => super::locks::lock(&client, args).await,
         Command::Elect(args) => super::locks::elect(&client, args).await,
     }
@@ -69,8 +68,7 @@ async fn create(client: &Client, args: CreateArgs) -> Result<(), Error> {
     options.ttl_ms = args.ttl.unwrap_or(0);
     if !args.ephemeral {
         let created = client.create(&args.path, data, options).await?;
-        println!("{}", created.path);
-        return Ok(());
+        return print_line(&created.path);
     }
     let session = client.open_session(args.session_ttl).await?;
     options.session_id = session.id();
@@ -82,7 +80,15 @@ async fn create(client: &Client, args: CreateArgs) -> Result<(), Error> {
             return Err(err);
         }
     };
-    println!("{}", created.path);
+    print_then_hold(&created.path, session).await
+}
+
+/// Prints `line`, then holds `session` (closing it at once if stdout is gone).
+async fn print_then_hold(line: &str, session: Session) -> Result<(), Error> {
+    if let Err(err) = print_line(line) {
+        let _ = session.close().await;
+        return Err(err);
+    }
     hold_session(session).await
 }
 
@@ -113,8 +119,8 @@ async fn ls(client: &Client, args: LsArgs) -> Result<(), Error> {
     while let Some((path, shown, stat)) = stack.pop() {
         if let Some(shown) = &shown {
             match (&stat, args.with_stats) {
-                (Some(stat), true) => println!("{}", output::long_child_line(shown, stat)),
-                _ => println!("{shown}"),
+                (Some(stat), true) => print_line(output::long_child_line(shown, stat))?,
+                _ => print_line(shown)?,
             }
             let has_children = stat.as_ref().is_none_or(|s| s.num_children > 0);
             if !args.recursive || !has_children {
@@ -158,7 +164,7 @@ async fn watch(client: &Client, args: WatchArgs) -> Result<(), Error> {
             None => return Ok(()),
             Some(Err(err)) => return Err(err),
             Some(Ok(Msg::Event(event))) => {
-                println!("{}", output::event_line(&event, args.data));
+                print_line(output::event_line(&event, args.data))?;
                 seen += 1;
                 if args.count.is_some_and(|count| seen >= count) {
                     return Ok(());
@@ -173,18 +179,16 @@ async fn session(client: &Client, cmd: SessionCommand) -> Result<(), Error> {
     match cmd {
         SessionCommand::Open { ttl } => {
             let session = client.open_session(ttl).await?;
-            println!("{}", session.id());
-            hold_session(session).await
+            print_then_hold(&session.id().to_string(), session).await
         }
         SessionCommand::Ls => {
             for info in client.list_sessions().await? {
-                println!("{}", output::session_line(&info));
+                print_line(output::session_line(&info))?;
             }
             Ok(())
         }
         SessionCommand::Get { id } => {
-            print_lines(output::session_lines(&client.session_info(id).await?));
-            Ok(())
+            print_lines(output::session_lines(&client.session_info(id).await?))
         }
         SessionCommand::Close { id } => client.close_session(id).await.map(|_| ()),
     }
@@ -203,13 +207,22 @@ fn read_data(arg: &str) -> Result<Vec<u8>, Error> {
     Ok(data)
 }
 
-fn write_out(out: &mut impl Write, bytes: &[u8]) -> Result<(), Error> {
+/// Writes `bytes` to stdout; a closed stdout is the `STDOUT_CLOSED` error.
+fn write_out(bytes: &[u8]) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
     out.write_all(bytes)
-        .map_err(|e| Error::client(ErrorCode::Internal, format!("writing stdout: {e}")))
+        .and_then(|()| out.flush())
+        .map_err(|e| match e.kind() {
+            ErrorKind::BrokenPipe => Error::client(ErrorCode::Internal, STDOUT_CLOSED),
+            _ => Error::client(ErrorCode::Internal, format!("writing stdout: {e}")),
+        })
 }
 
-fn print_lines(lines: Vec<String>) {
-    for line in lines {
-        println!("{line}");
-    }
+/// Writes `line` and a newline to stdout, as `write_out`.
+pub fn print_line(line: impl Display) -> Result<(), Error> {
+    write_out(format!("{line}\n").as_bytes())
+}
+
+fn print_lines(lines: Vec<String>) -> Result<(), Error> {
+    lines.iter().try_for_each(print_line)
 }

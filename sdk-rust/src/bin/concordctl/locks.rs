@@ -5,6 +5,7 @@ use concord::{Client, Error, ErrorCode, LockOptions, Session, SessionState};
 use tokio_stream::StreamExt;
 
 use crate::args::{ElectArgs, LockArgs};
+use crate::commands::print_line;
 
 /// Environment variable carrying the fencing token to the command.
 pub const TOKEN_ENV: &str = "CONCORD_LOCK_TOKEN";
@@ -78,6 +79,7 @@ pub async fn elect(client: &Client, args: ElectArgs) -> Result<(), Error> {
     let campaign = client.campaign(&args.name, session.id(), &id, args.value, 0);
     tokio::pin!(campaign);
     let mut leading = None;
+    let mut printed = Ok(());
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -96,14 +98,18 @@ pub async fn elect(client: &Client, args: ElectArgs) -> Result<(), Error> {
                 let Some(change) = change else { break };
                 let change = change.map_err(|s| Error::from_status(&s, concord::CallKind::Read))?;
                 let zxid = change.header.map_or(0, |h| h.zxid);
-                match change.leader {
-                    Some(l) => println!(
+                let line = match change.leader {
+                    Some(l) => format!(
                         "{zxid} {} {} {}",
                         l.term,
                         l.participant_id,
                         String::from_utf8_lossy(&l.value)
                     ),
-                    None => println!("{zxid} none"),
+                    None => format!("{zxid} none"),
+                };
+                printed = print_line(line);
+                if printed.is_err() {
+                    break; // stdout is gone: resign and close as on ctrl-c
                 }
             }
         }
@@ -114,5 +120,5 @@ pub async fn elect(client: &Client, args: ElectArgs) -> Result<(), Error> {
     if session.state() == SessionState::Alive {
         session.close().await?;
     }
-    Ok(())
+    printed
 }
