@@ -199,8 +199,8 @@ run_workloads() {  # run_workloads SYSTEM N
 }
 
 leader_index() {  # leader_index SYSTEM: the 3-node leader's position (1..3), if one leads
-  # (grep without -q: it must read all of concordctl's output, or concordctl's write to
-  # the closed pipe fails and, under pipefail, so does the check)
+  # (grep without -q reads all of the output, so concordctl never writes into a closed
+  # pipe: older concordctl builds failed on that, failing the check under pipefail)
   local i
   for i in 1 2 3; do
     case $1 in

@@ -63,8 +63,7 @@ EOF
     echo $! >"$dir/server-$i.pid"
   done
   # Wait (bounded) until a server reports that it leads an established epoch. (grep
-  # reads all of concordctl's output: with -q it could exit first, and concordctl's
-  # failed write to the closed pipe would fail the pipeline under pipefail.)
+  # without -q reads all of the output, so concordctl never writes into a closed pipe.)
   local deadline=$((SECONDS + 30))
   while ((SECONDS < deadline)); do
     for ((i = 1; i <= n; i++)); do
