@@ -213,9 +213,14 @@ async fn run_stream(
     state: &watch::Sender<SessionState>,
 ) -> StreamEnd {
     let (tx, rx) = mpsc::channel(4);
-    let ping = KeepAliveRequest { session_id: id };
+    // Each ping carries the newest zxid this client has seen (the session's Open at
+    // least), so a server still catching up waits instead of calling it expired.
+    let ping = || KeepAliveRequest {
+        session_id: id,
+        min_zxid: client.last_seen_zxid(),
+    };
     // Queued before the call so that the server sees a ping at once.
-    if tx.send(ping).await.is_err() {
+    if tx.send(ping()).await.is_err() {
         return StreamEnd::Broken { answered: false };
     }
     let mut responses = match client.sessions().keep_alive(ReceiverStream::new(rx)).await {
@@ -229,7 +234,7 @@ async fn run_stream(
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                if last_answer.elapsed() > interval * 2 || tx.send(ping).await.is_err() {
+                if last_answer.elapsed() > interval * 2 || tx.send(ping()).await.is_err() {
                     return StreamEnd::Broken { answered };
                 }
             }

@@ -68,9 +68,12 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
         .unwrap()
         .into_inner();
     for _ in 0..25 {
-        tx.send(pb::KeepAliveRequest { session_id: sid })
-            .await
-            .unwrap();
+        tx.send(pb::KeepAliveRequest {
+            session_id: sid,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
         let reply = tokio::time::timeout(Duration::from_secs(5), replies.next())
             .await
             .unwrap()
@@ -165,4 +168,58 @@ async fn t20_sessions_survive_restart_with_a_fresh_ttl() {
         || async { (!server.exists("/kept").await).then_some(()) },
     )
     .await;
+}
+
+/// Creates `path` (persistent); returns the create's zxid.
+async fn create_at(server: &Server, path: &str) -> u64 {
+    let r = server
+        .tree()
+        .await
+        .create(pb::CreateRequest {
+            path: path.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.header.unwrap().zxid
+}
+
+#[tokio::test]
+async fn t20_a_server_behind_the_pings_min_zxid_waits_before_calling_a_session_expired() {
+    // A follower still catching up has not heard of a session opened after its applied
+    // zxid. Here the server is made "behind" by a min_zxid it has not reached yet: it
+    // must not answer (not `expired`, not anything) until it has applied it.
+    let server = Server::start(ServerOptions::default());
+    let applied = create_at(&server, "/before").await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut replies = server
+        .session()
+        .await
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let unknown = pb::KeepAliveRequest {
+        session_id: 424_242,
+        min_zxid: applied + 2,
+    };
+    tx.send(unknown).await.unwrap();
+    // No answer while the server is behind the ping (a server that ignored min_zxid
+    // would answer `expired` at once).
+    let early = tokio::time::timeout(Duration::from_millis(300), replies.next()).await;
+    assert!(
+        early.is_err(),
+        "answered before applying min_zxid: {early:?}"
+    );
+    create_at(&server, "/a").await;
+    let reached = create_at(&server, "/b").await;
+    assert_eq!(reached, applied + 2);
+    let reply = tokio::time::timeout(Duration::from_secs(5), replies.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(reply.header.unwrap().zxid >= applied + 2);
+    assert!(reply.expired, "the session never existed: {reply:?}");
 }

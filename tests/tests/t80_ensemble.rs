@@ -116,7 +116,7 @@ fn keep_alive(
                         None => return,
                     },
                     _ = tokio::time::sleep(every) => {
-                        if tx.send(pb::KeepAliveRequest { session_id }).await.is_err() {
+                        if tx.send(pb::KeepAliveRequest { session_id, ..Default::default() }).await.is_err() {
                             continue 'servers;
                         }
                     }

@@ -58,12 +58,17 @@ impl Concord {
             .map_err(err)?
             .into_inner();
         let id = opened.session_id;
+        let min_zxid = opened.header.map_or(0, |h| h.zxid);
         let period = Duration::from_millis(u64::try_from(opened.ttl_ms / 3).unwrap_or(1000));
         let pings = futures::stream::unfold(true, move |first| async move {
             if !first {
                 tokio::time::sleep(period).await;
             }
-            Some((pb::KeepAliveRequest { session_id: id }, false))
+            let ping = pb::KeepAliveRequest {
+                session_id: id,
+                min_zxid,
+            };
+            Some((ping, false))
         });
         let keepalive = tokio::spawn(async move {
             if let Ok(replies) = sessions.keep_alive(pings).await {

@@ -112,7 +112,14 @@ impl Session for SessionService {
         let replica = self.replica.clone();
         tokio::spawn(async move {
             while let Some(ping) = pings.next().await {
-                let reply = ping.map(|p| keep_alive_reply(&replica, p.session_id));
+                let reply = match ping {
+                    // A server behind the client's view must not call its session
+                    // expired: it may only not have applied the session's Open yet.
+                    Ok(p) => ready_for_read(&replica, p.min_zxid, false)
+                        .await
+                        .map(|()| keep_alive_reply(&replica, p.session_id)),
+                    Err(status) => Err(status),
+                };
                 let failed = reply.is_err();
                 if tx.send(reply).await.is_err() || failed {
                     break;
