@@ -82,11 +82,12 @@ async fn t80_any_server_takes_writes_and_serves_consistent_reads() {
     }
 }
 
-/// Sends a keep-alive for `session_id` to whichever server the channel names last,
-/// every `every`, until the sender is dropped.
+/// Sends a keep-alive for `session_id` (opened at `min_zxid`) to whichever server the
+/// channel names last, every `every`, until the sender is dropped.
 fn keep_alive(
     ensemble: &Ensemble,
     session_id: u64,
+    min_zxid: u64,
     every: Duration,
 ) -> mpsc::UnboundedSender<usize> {
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
@@ -116,7 +117,7 @@ fn keep_alive(
                         None => return,
                     },
                     _ = tokio::time::sleep(every) => {
-                        if tx.send(pb::KeepAliveRequest { session_id, ..Default::default() }).await.is_err() {
+                        if tx.send(pb::KeepAliveRequest { session_id, min_zxid }).await.is_err() {
                             continue 'servers;
                         }
                     }
@@ -156,7 +157,8 @@ async fn t80_sessions_live_on_any_server_and_survive_a_leader_change() {
         })
         .await
         .unwrap();
-    let pinger = keep_alive(&ensemble, session_id, Duration::from_millis(300));
+    let opened_at = opened.header.map_or(0, |h| h.zxid);
+    let pinger = keep_alive(&ensemble, session_id, opened_at, Duration::from_millis(300));
     pinger.send(a).unwrap();
     // Kill the leader: the new one gives every session a full TTL, and the
     // keep-alives that reach server a are reported to it.
