@@ -19,6 +19,24 @@ async fn open(server: &Server, ttl_ms: i64) -> u64 {
     r.session_id
 }
 
+/// Opens a KeepAlive stream: where pings go, and where their answers come from.
+async fn keep_alive_stream(
+    server: &Server,
+) -> (
+    tokio::sync::mpsc::Sender<pb::KeepAliveRequest>,
+    tonic::Streaming<pb::KeepAliveResponse>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let replies = server
+        .session()
+        .await
+        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    (tx, replies)
+}
+
 async fn create_ephemeral(server: &Server, path: &str, session_id: u64) {
     server
         .tree()
@@ -59,14 +77,7 @@ async fn t20_ephemeral_lives_while_keepalives_flow_then_expires() {
     create_ephemeral(&server, "/alive", sid).await;
 
     // Ping every 60 ms for 1.5 s (five TTLs): the node must stay.
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut replies = server
-        .session()
-        .await
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut replies) = keep_alive_stream(&server).await;
     for _ in 0..25 {
         tx.send(pb::KeepAliveRequest {
             session_id: sid,
@@ -192,14 +203,7 @@ async fn t20_a_server_behind_the_pings_min_zxid_waits_before_calling_a_session_e
     // must not answer (not `expired`, not anything) until it has applied it.
     let server = Server::start(ServerOptions::default());
     let applied = create_at(&server, "/before").await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut replies = server
-        .session()
-        .await
-        .keep_alive(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let (tx, mut replies) = keep_alive_stream(&server).await;
     let unknown = pb::KeepAliveRequest {
         session_id: 424_242,
         min_zxid: applied + 2,
