@@ -5,7 +5,8 @@
 //! better vote came for `finalize_ticks` (at once when every voter agrees). Servers
 //! already following or leading answer with the vote they decided; a looker (voter
 //! or observer) joins the leader a quorum of them names, if that leader itself says
-//! it leads. Notifications are re-sent with randomised exponential back-off.
+//! it leads, and a looker that a quorum (with itself) has decided on leads.
+//! Notifications are re-sent with randomised exponential back-off.
 //!
 //! What it must not do: decide safety; any leader it picks still has to win
 //! discovery (a quorum of epoch acks, none with a newer history).
@@ -186,6 +187,7 @@ impl Node {
     /// A vote from a server that already follows or leads.
     fn on_decided_vote(&mut self, from: ServerId, n: Notification) {
         let round = self.round;
+        let own = self.own_vote();
         let State::Looking(l) = &mut self.state else {
             return;
         };
@@ -212,6 +214,19 @@ impl Node {
         if backers >= quorum && leader_says {
             self.round = self.round.max(n.round);
             self.decide(n.vote, n.round);
+            return;
+        }
+        // Voters that decided on me are registering with me and wait for me to lead.
+        // With me they are a quorum: that election is won, even if I have moved to a
+        // later round since (a looker's higher round can pull me on after they
+        // decided). Otherwise they would only give up after 2 x sync_limit and vote
+        // again. Discovery still decides whether I really lead.
+        let chose_me = n.vote.leader == own.leader
+            && n.vote.zxid == own.zxid
+            && self.cfg.is_voter(own.leader)
+            && backers + 1 >= quorum;
+        if chose_me {
+            self.decide(own, self.round);
             return;
         }
         self.check_votes();

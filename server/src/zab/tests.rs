@@ -261,3 +261,39 @@ fn uncommitted_tail_is_truncated_and_lagging_server_gets_snap() {
     );
     assert!(h.applied[&old].contains(&z1));
 }
+
+#[test]
+fn a_looker_that_a_quorum_decided_on_leads_even_from_a_later_round() {
+    // Voters 1 and 2 decided on 4 in an earlier round and wait for it (they follow,
+    // registering); 4 has since moved to a later round (a third looker's round pulled
+    // it on). With 4 itself they are 3 of 5: 4 leads instead of waiting for them to
+    // give up and vote again.
+    let voters = [1, 2, 3, 4, 5];
+    let mut four = Node::new(
+        Config::new(4, voters.to_vec(), vec![]),
+        Restored::default(),
+        4,
+    )
+    .unwrap();
+    four.ready();
+    four.round = 7;
+    let decided = |round| {
+        Message::Notification(Notification {
+            vote: Vote {
+                epoch: 0,
+                zxid: 0,
+                leader: 4,
+            },
+            round,
+            state: PeerState::Following,
+        })
+    };
+    four.step(1, decided(5));
+    assert_eq!(
+        four.status().role,
+        Role::Looking,
+        "one backer and me are not 3 of 5"
+    );
+    four.step(2, decided(5));
+    assert_eq!(four.status().role, Role::Leading);
+}
