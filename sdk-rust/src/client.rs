@@ -127,29 +127,20 @@ impl Client {
     /// UNAVAILABLE when no server answers (a list: when the first does not).
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
         let endpoints = endpoints_of(&endpoint.into())?;
-        if endpoints.len() > 1 {
-            let client = Client::from_channel(Channel::balance_list(endpoints.clone().into_iter()));
-            // Fail early, as for one server, if the list is unreachable.
-            if let Some(first) = endpoints.first() {
-                first.connect().await.map_err(connect_err)?;
-            }
-            return Ok(client);
+        if let [one] = endpoints.as_slice() {
+            let channel = one.connect().await.map_err(connect_err)?;
+            return Ok(Client::from_channel(channel));
         }
-        let endpoint = endpoints.into_iter().next().ok_or_else(no_endpoint)?;
-        let channel = endpoint.connect().await.map_err(connect_err)?;
-        Ok(Client::from_channel(channel))
+        // Fail early, as for one server, if the list is unreachable.
+        let first = endpoints.first().ok_or_else(no_endpoint)?;
+        first.connect().await.map_err(connect_err)?;
+        Ok(Client::from_channel(lazy_channel(endpoints)?))
     }
 
     /// As [`Client::connect`], but connects on the first call instead of now.
     pub fn connect_lazy(endpoint: impl Into<String>) -> Result<Client, Error> {
         let endpoints = endpoints_of(&endpoint.into())?;
-        if endpoints.len() > 1 {
-            return Ok(Client::from_channel(Channel::balance_list(
-                endpoints.into_iter(),
-            )));
-        }
-        let endpoint = endpoints.into_iter().next().ok_or_else(no_endpoint)?;
-        Ok(Client::from_channel(endpoint.connect_lazy()))
+        Ok(Client::from_channel(lazy_channel(endpoints)?))
     }
 
     /// A client over an existing channel (custom TLS, interceptors, tests).
@@ -438,8 +429,6 @@ impl Client {
     }
 }
 
-/// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
-/// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
 /// The endpoints of a comma-separated list (one, usually).
 fn endpoints_of(list: &str) -> Result<Vec<Endpoint>, Error> {
     list.split(',')
@@ -457,6 +446,17 @@ fn connect_err(e: tonic::transport::Error) -> Error {
     Error::from_status(&tonic::Status::from_error(Box::new(e)), CallKind::Read)
 }
 
+/// A channel that connects on first use: to the one server, or spread over a list.
+fn lazy_channel(endpoints: Vec<Endpoint>) -> Result<Channel, Error> {
+    match endpoints.as_slice() {
+        [] => Err(no_endpoint()),
+        [one] => Ok(one.connect_lazy()),
+        _ => Ok(Channel::balance_list(endpoints.into_iter())),
+    }
+}
+
+/// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
+/// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
 fn endpoint_of(endpoint: String) -> Result<Endpoint, Error> {
     let uri = if endpoint.contains("://") {
         endpoint

@@ -200,33 +200,32 @@ impl Node {
         }
         l.decided.insert(from, (n.vote, n.round, n.state));
         let quorum = self.cfg.quorum();
-        // As ZooKeeper: decided servers agree if they name the same leader and epoch.
+        // As ZooKeeper: decided servers agree if they name the same leader and epoch;
+        // a quorum of them decides for me too once that leader says it leads. If the
+        // leader they name is me, they are registering with me and wait for me to
+        // lead, so I back it and say so myself, even if a later round pulled me on
+        // after they decided (else they vote again only after 2 x sync_limit).
+        // Discovery still decides whether that leader really leads.
         let same = |v: &Vote| v.leader == n.vote.leader && v.epoch == n.vote.epoch;
+        let me =
+            n.vote.leader == own.leader && n.vote.zxid == own.zxid && self.cfg.is_voter(own.leader);
         let backers = l
             .decided
             .iter()
             .filter(|(s, (v, _, _))| self.cfg.is_voter(**s) && same(v))
-            .count();
-        let leader_says = l
-            .decided
-            .get(&n.vote.leader)
-            .is_some_and(|(v, _, st)| same(v) && *st == PeerState::Leading);
+            .count()
+            + usize::from(me);
+        let leader_says = me
+            || l.decided
+                .get(&n.vote.leader)
+                .is_some_and(|(v, _, st)| same(v) && *st == PeerState::Leading);
         if backers >= quorum && leader_says {
-            self.round = self.round.max(n.round);
-            self.decide(n.vote, n.round);
-            return;
-        }
-        // Voters that decided on me are registering with me and wait for me to lead.
-        // With me they are a quorum: that election is won, even if I have moved to a
-        // later round since (a looker's higher round can pull me on after they
-        // decided). Otherwise they would only give up after 2 x sync_limit and vote
-        // again. Discovery still decides whether I really lead.
-        let chose_me = n.vote.leader == own.leader
-            && n.vote.zxid == own.zxid
-            && self.cfg.is_voter(own.leader)
-            && backers + 1 >= quorum;
-        if chose_me {
-            self.decide(own, self.round);
+            if me {
+                self.decide(own, self.round);
+            } else {
+                self.round = self.round.max(n.round);
+                self.decide(n.vote, n.round);
+            }
             return;
         }
         self.check_votes();
