@@ -5,7 +5,7 @@
 //!
 //! Workloads (see `workloads`, `lock`, `memory`): write, read, read-linearizable,
 //! create (ephemeral-sequential), watch (fan-out), lock (hand-off), election (failover
-//! after the leader's session closes or it resigns); `fill` and `probe`
+//! after the leader's session closes or it resigns); `fill`, `overwrite` and `probe`
 //! for memory and restart time; `failover` for the time writes take to resume after
 //! the script kills an ensemble's leader. Results print as Markdown rows and append as JSON lines
 //! to `--out` for bench/report.py.
@@ -105,6 +105,16 @@ enum Command {
         #[arg(long, default_value_t = 1_000_000)]
         count: u64,
     },
+    /// Set one node N times (with --value-bytes) and report the servers' RSS: idle,
+    /// peak while writing, and at the end.
+    Overwrite {
+        /// Sets to make.
+        #[arg(long, default_value_t = 10_000)]
+        count: u64,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+    },
     /// Wait until the last filled node is readable; report the time since --since-ms.
     Probe {
         /// The `count` given to `fill`.
@@ -178,6 +188,9 @@ async fn run<D: Driver>(args: &Args) -> Result<(), BenchError> {
             }
         }
         Some(Command::Fill { count }) => emit(memory::fill::<D>(&cfg, *count).await?)?,
+        Some(Command::Overwrite { count, clients }) => {
+            emit(memory::overwrite::<D>(&cfg, *count, *clients).await?)?
+        }
         Some(Command::Probe {
             count,
             since_ms,

@@ -58,6 +58,15 @@ pub struct Config {
     pub node_data_bytes_max: usize,
     /// Take a snapshot after this many txns since the last one.
     pub snapshot_every_txns: u64,
+    /// Take a snapshot after this many bytes of txns since the last one (whichever
+    /// of this and `snapshot_every_txns` comes first). The Zab core keeps the txns
+    /// since its newest snapshot in memory, so this bounds that memory by bytes.
+    pub snapshot_every_bytes: u64,
+    /// Most bytes of txns the Zab core's in-memory log may hold (those since the
+    /// newest snapshot, while the next one is written): at this, a leader takes no
+    /// new writes until the snapshot compacts the log (writers wait). Above
+    /// `snapshot_every_bytes`.
+    pub log_memory_bytes_max: u64,
     /// Snapshots kept on disk (with the log after the oldest of them).
     pub snapshots_keep: usize,
     /// Most txns in one group commit.
@@ -90,6 +99,8 @@ impl Default for Config {
             session_ttl_default_ms: 10_000,
             node_data_bytes_max: 1 << 20,
             snapshot_every_txns: 100_000,
+            snapshot_every_bytes: 64 << 20,
+            log_memory_bytes_max: 256 << 20,
             snapshots_keep: 3,
             batch_txns_max: 1024,
             proposal_queue_max: 16_384,
@@ -189,6 +200,13 @@ impl Config {
         if self.snapshots_keep == 0 || self.snapshot_every_txns == 0 {
             return bad("snapshots_keep and snapshot_every_txns must be at least 1");
         }
+        if self.snapshot_every_bytes == 0 || self.log_memory_bytes_max <= self.snapshot_every_bytes
+        {
+            return Err(ConfigError::Invalid(format!(
+                "need 1 <= snapshot_every_bytes ({}) < log_memory_bytes_max ({})",
+                self.snapshot_every_bytes, self.log_memory_bytes_max
+            )));
+        }
         self.check_plain_text(self.client_addr)?;
         self.validate_members()
     }
@@ -285,6 +303,20 @@ mod tests {
             ..c
         };
         assert!(hasty.validate().is_err());
+        let cramped = Config {
+            snapshot_every_bytes: 64 << 20,
+            log_memory_bytes_max: 64 << 20,
+            ..Config::default()
+        };
+        assert!(
+            cramped.validate().is_err(),
+            "no room above the snapshot point"
+        );
+        let never = Config {
+            snapshot_every_bytes: 0,
+            ..Config::default()
+        };
+        assert!(never.validate().is_err());
         std::fs::write(&p, "tick = 100\n").unwrap();
         assert!(matches!(
             Config::from_file(&p),

@@ -46,6 +46,13 @@ struct Args {
     /// Take a snapshot every this many txns.
     #[arg(long)]
     snapshot_every_txns: Option<u64>,
+    /// Take a snapshot every this many bytes of txns (or txns, whichever first).
+    #[arg(long)]
+    snapshot_every_bytes: Option<u64>,
+    /// Most bytes the in-memory log holds before a leader makes writers wait for
+    /// the snapshot in progress.
+    #[arg(long)]
+    log_memory_bytes_max: Option<u64>,
     /// Largest node data, in bytes.
     #[arg(long)]
     node_data_bytes_max: Option<usize>,
@@ -88,6 +95,12 @@ impl Args {
         }
         if let Some(v) = self.snapshot_every_txns {
             c.snapshot_every_txns = v;
+        }
+        if let Some(v) = self.snapshot_every_bytes {
+            c.snapshot_every_bytes = v;
+        }
+        if let Some(v) = self.log_memory_bytes_max {
+            c.log_memory_bytes_max = v;
         }
         if let Some(v) = self.node_data_bytes_max {
             c.node_data_bytes_max = v;

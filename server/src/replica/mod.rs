@@ -89,6 +89,11 @@ struct Shared {
     applied: watch::Sender<Zxid>,
     /// The newest zxid known committed (durable on a quorum).
     committed: AtomicU64,
+    /// The memory the Zab core's in-memory log holds now (`Node::log_bytes`).
+    log_bytes: AtomicU64,
+    /// The most it has held since start (its bound is `log_memory_bytes_max` plus
+    /// one txn on a leader).
+    log_bytes_peak: AtomicU64,
     /// The epoch this server leads or follows (0 while looking).
     epoch: AtomicU32,
     /// Whether this server leads an established epoch (accepts writes and reads).
@@ -232,6 +237,15 @@ impl Replica {
     /// The newest applied zxid.
     pub fn applied_zxid(&self) -> Zxid {
         *self.shared.applied.borrow()
+    }
+
+    /// The memory the Zab core's in-memory log holds now, and the most it held
+    /// since start, in bytes (see `Config::log_memory_bytes_max`).
+    pub fn log_bytes(&self) -> (u64, u64) {
+        (
+            self.shared.log_bytes.load(Ordering::Relaxed),
+            self.shared.log_bytes_peak.load(Ordering::Relaxed),
+        )
     }
 
     /// The newest committed zxid.

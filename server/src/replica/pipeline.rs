@@ -12,6 +12,10 @@
 //!     status / reads / fatal ─▶ serving flag, read waiters, stop
 //! ```
 //!
+//! Snapshots are asked for by txns and by bytes applied (`SnapshotPolicy`), which
+//! bounds the core's in-memory log in bytes; a leader whose log is full holds new
+//! proposals back until the snapshot being written compacts it.
+//!
 //! What it must not do: await storage itself (the persister does), or apply a txn
 //! the core has not handed out as committed.
 
@@ -27,10 +31,77 @@ use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, PeerHandle};
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
+use crate::zab::log::txn_bytes;
 use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
 
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
 pub(super) type SnapshotJob = DataTree;
+
+/// When the pipeline asks for a snapshot, and how much the Zab core's in-memory log
+/// may hold. The core keeps every txn after its newest snapshot (for DIFF and for
+/// handing out committed txns), so snapshots are what bound its memory: one is asked
+/// for once `every_txns` txns or `every_bytes` bytes were applied since the last
+/// request, one at a time. While a snapshot is being written the log keeps growing;
+/// once it holds `log_bytes_max`, the leader takes no new proposals (they wait in
+/// the bounded proposal queue) until the snapshot has compacted it.
+///
+/// ```text
+///   apply ─▶ txns/bytes since the last request ≥ every_*? ─▶ snapshotter (one pending)
+///   snapshotter ─▶ compacted ─▶ node.compact (log drops what it covers) ─▶ due again?
+///   node.log_bytes() ≥ log_bytes_max ─▶ the leader holds new proposals back
+/// ```
+#[derive(Debug)]
+pub(super) struct SnapshotPolicy {
+    /// Ask for a snapshot after this many applied txns.
+    pub(super) every_txns: u64,
+    /// Ask for a snapshot after this many applied bytes (`zab::log::txn_bytes`).
+    pub(super) every_bytes: u64,
+    /// The leader takes no new proposal while the core's log holds this much.
+    pub(super) log_bytes_max: u64,
+    /// Txns applied since the last snapshot request.
+    pub(super) txns: u64,
+    /// Bytes applied since the last snapshot request.
+    pub(super) bytes: u64,
+    /// A snapshot was requested and has not come back compacted yet.
+    pub(super) pending: bool,
+}
+
+impl SnapshotPolicy {
+    pub(super) fn new(every_txns: u64, every_bytes: u64, log_bytes_max: u64) -> SnapshotPolicy {
+        SnapshotPolicy {
+            every_txns,
+            every_bytes,
+            log_bytes_max,
+            txns: 0,
+            bytes: 0,
+            pending: false,
+        }
+    }
+
+    /// Counts applied txns.
+    fn applied(&mut self, txns: &[Txn]) {
+        self.txns += txns.len() as u64;
+        let bytes: usize = txns.iter().map(txn_bytes).sum();
+        self.bytes = self.bytes.saturating_add(bytes as u64);
+    }
+
+    /// Whether to ask for a snapshot now.
+    fn due(&self) -> bool {
+        !self.pending && (self.txns >= self.every_txns || self.bytes >= self.every_bytes)
+    }
+
+    /// A snapshot was handed to the snapshotter.
+    fn requested(&mut self) {
+        self.txns = 0;
+        self.bytes = 0;
+        self.pending = true;
+    }
+
+    /// Whether a log holding `log_bytes` may take another proposal.
+    fn has_room(&self, log_bytes: usize) -> bool {
+        (log_bytes as u64) < self.log_bytes_max
+    }
+}
 
 /// What the pipeline listens to besides the clock.
 pub(super) struct Inputs {
@@ -59,8 +130,8 @@ pub(super) struct Pipeline {
     pub(super) persist: Persister,
     /// Where snapshot requests go (the snapshotter task; one at a time).
     pub(super) snapshots: mpsc::Sender<SnapshotJob>,
-    pub(super) since_snapshot: u64,
-    pub(super) snapshot_every_txns: u64,
+    /// When a snapshot is due, and how the core's in-memory log is bounded.
+    pub(super) snapshot_policy: SnapshotPolicy,
     pub(super) batch_txns_max: usize,
     /// Most proposals in flight (proposed, not yet answered). Bounds the callers
     /// waiting here and, with them, the persist queue: a flood of writes waits in
@@ -86,8 +157,17 @@ impl Pipeline {
                 *self.shared.role.borrow(),
                 Role::Following | Role::Observing
             );
+            let serving = *self.shared.serving.borrow();
+            let log_room = self.snapshot_policy.has_room(self.node.log_bytes());
+            // Proposals held back while the log was full go first, once it has room
+            // (or at once, refused, if this server no longer leads).
+            if !batch.is_empty() && (log_room || !serving) {
+                self.propose(&mut batch);
+                running = self.handle_readies();
+                continue;
+            }
             let room = self.inflight_max.saturating_sub(self.waiting.len());
-            let take = (*self.shared.serving.borrow() && room > 0) || learner;
+            let take = ((serving && room > 0 && log_room) || learner) && batch.is_empty();
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
@@ -106,7 +186,7 @@ impl Pipeline {
                         break;
                     }
                 },
-                Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
+                Some(snapshot) = inputs.compacted.recv() => self.compacted(snapshot),
                 Some(inbound) = recv_peer(&mut inputs.peers) => match inbound {
                     Inbound::Message(from, msg) => self.node.step(from, msg),
                     Inbound::StreamLost(from) => self.node.peer_lost(from),
@@ -122,10 +202,20 @@ impl Pipeline {
         }
     }
 
-    /// Hands a batch of client writes to the core, remembering each caller.
+    /// Hands a batch of client writes to the core, remembering each caller. On a
+    /// serving leader whose log is full (`SnapshotPolicy::log_bytes_max`), the rest
+    /// of the batch stays in `batch` until a snapshot makes room.
     fn propose(&mut self, batch: &mut Vec<Proposal>) {
         self.last_time_ms = self.last_time_ms.max(super::wall_ms());
+        let serving = *self.shared.serving.borrow();
+        let mut held = Vec::new();
         for p in batch.drain(..) {
+            if !held.is_empty()
+                || (serving && !self.snapshot_policy.has_room(self.node.log_bytes()))
+            {
+                held.push(p);
+                continue;
+            }
             let txn = Txn {
                 zxid: 0,
                 time_ms: self.last_time_ms,
@@ -143,6 +233,7 @@ impl Pipeline {
                 }
             }
         }
+        *batch = held;
     }
 
     /// Asks the core for a read index (answered in a later Ready).
@@ -163,6 +254,11 @@ impl Pipeline {
     fn handle_readies(&mut self) -> bool {
         loop {
             let ready = self.node.ready();
+            let log_bytes = self.node.log_bytes() as u64;
+            self.shared.log_bytes.store(log_bytes, Ordering::Relaxed);
+            self.shared
+                .log_bytes_peak
+                .fetch_max(log_bytes, Ordering::Relaxed);
             if ready.is_empty() {
                 return true;
             }
@@ -232,13 +328,13 @@ impl Pipeline {
     }
 
     /// Applies committed txns in order, publishes events, answers callers; asks for a
-    /// snapshot when enough txns went by.
+    /// snapshot when enough txns or bytes went by.
     fn apply(&mut self, txns: Vec<Txn>) {
         let Some(last) = txns.last().map(|t| t.zxid) else {
             return;
         };
         let mut replies = Vec::new();
-        let snapshot = {
+        {
             let mut tree = self
                 .shared
                 .tree
@@ -257,19 +353,39 @@ impl Pipeline {
                 }
             }
             self.shared.applied.send_replace(last);
-            self.since_snapshot += txns.len() as u64;
-            (self.since_snapshot >= self.snapshot_every_txns).then(|| tree.clone())
-        };
+        }
+        self.snapshot_policy.applied(&txns);
         for (reply, committed) in replies {
             // The caller may have gone (cancelled); the write stands regardless.
             let _ = reply.send(Ok(committed));
         }
-        // A snapshot still being written makes this one wait for a later batch.
-        if let Some(tree) = snapshot {
-            if self.snapshots.try_send(tree).is_ok() {
-                self.since_snapshot = 0;
-            }
+        self.maybe_snapshot();
+    }
+
+    /// Asks the snapshotter for a snapshot of the applied tree if one is due (and
+    /// none is being written: that one's compaction asks again).
+    fn maybe_snapshot(&mut self) {
+        if !self.snapshot_policy.due() {
+            return;
         }
+        // The pipeline is the tree's only writer: this is the applied state.
+        let tree = self
+            .shared
+            .tree
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if self.snapshots.try_send(tree).is_ok() {
+            self.snapshot_policy.requested();
+        }
+    }
+
+    /// A requested snapshot is written: the core drops the log it covers, and the
+    /// next snapshot may be asked for.
+    fn compacted(&mut self, snapshot: Snapshot) {
+        self.node.compact(snapshot);
+        self.snapshot_policy.pending = false;
+        self.maybe_snapshot();
     }
 
     /// The role changed: a leader that stops serving fails its waiting callers as

@@ -17,7 +17,7 @@ use tonic::service::Routes;
 
 use super::forward::{ForwardService, Forwarder};
 use super::persist::Persister;
-use super::pipeline::{Inputs, Pipeline};
+use super::pipeline::{Inputs, Pipeline, SnapshotPolicy};
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
 use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
@@ -276,6 +276,8 @@ fn launch(
         tree: RwLock::new(tree),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
+        log_bytes: AtomicU64::new(0),
+        log_bytes_peak: AtomicU64::new(0),
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
         leader: AtomicU64::new(0),
@@ -306,8 +308,11 @@ fn launch(
         last_time_ms: 0,
         persist,
         snapshots: snap_tx,
-        since_snapshot: 0,
-        snapshot_every_txns: config.snapshot_every_txns,
+        snapshot_policy: SnapshotPolicy::new(
+            config.snapshot_every_txns,
+            config.snapshot_every_bytes,
+            config.log_memory_bytes_max,
+        ),
         batch_txns_max: config.batch_txns_max,
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,

@@ -299,3 +299,135 @@ async fn three_servers_elect_a_leader_and_replicate_its_writes() {
         r.shutdown();
     }
 }
+
+/// A Set of `data_bytes` bytes of `fill` to `path`.
+fn set(path: &str, fill: u8, data_bytes: usize) -> TxnOp {
+    TxnOp::Set(crate::txn::SetOp {
+        path: path.into(),
+        data: Bytes::from(vec![fill; data_bytes]),
+        version: -1,
+    })
+}
+
+/// Small byte budgets: snapshots every 1 MiB of txns, the log held under 2 MiB.
+fn byte_budget(dir: &std::path::Path) -> Config {
+    Config {
+        snapshot_every_txns: 1_000_000,
+        snapshot_every_bytes: 1 << 20,
+        log_memory_bytes_max: 2 << 20,
+        ..config(dir)
+    }
+}
+
+/// `writers` concurrent writers each Set `/big` `per_writer` times with 128 KiB.
+async fn write_big(r: &Replica, writers: usize, per_writer: usize) -> Zxid {
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let r = r.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = 0;
+            for i in 0..per_writer {
+                let op = set("/big", (w * per_writer + i) as u8, 128 << 10);
+                let c = r.submit(0, 0, op).await;
+                let c = c.unwrap_or_else(|e| panic!("write {i} of writer {w}: {e}"));
+                assert!(c.result.is_ok(), "{:?}", c.result);
+                last = last.max(c.zxid);
+            }
+            last
+        }));
+    }
+    let mut last = 0;
+    for t in tasks {
+        last = last.max(t.await.unwrap());
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_memory_log_stays_within_its_byte_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = byte_budget(dir.path());
+    let r = Replica::start(&config).await.unwrap();
+    r.submit(0, 0, create("/big")).await.unwrap();
+    // 32 MiB written by 16 writers, 16 times the budget: without snapshots by
+    // bytes the log would hold all of it (100,000 txns is the count rule).
+    let last = write_big(&r, 16, 16).await;
+    let (now, peak) = r.log_bytes();
+    let txn_max = 129 << 10;
+    assert!(
+        peak <= config.log_memory_bytes_max + txn_max,
+        "peak {peak}, now {now}"
+    );
+    assert!(
+        r.storage().snapshots().unwrap().len() >= 2,
+        "snapshots by bytes"
+    );
+    let data = r.read(|t| t.get("/big").map(|n| n.data.clone()));
+    assert_eq!(data.map(|d| d.len()), Some(128 << 10));
+    assert_eq!(r.applied_zxid(), last);
+    r.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
+    use crate::config::{Member, Role};
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members: Vec<Member> = (1..=3u64)
+        .map(|id| Member {
+            id,
+            client_addr: free_addr(),
+            peer_addr: free_addr(),
+            role: Role::Voter,
+        })
+        .collect();
+    let config_of = |i: usize| Config {
+        server_id: members[i].id,
+        client_addr: members[i].client_addr,
+        peer_addr: members[i].peer_addr,
+        members: members.clone(),
+        // Patient with a machine busy with other builds: no election mid-test.
+        sync_limit_ticks: 20,
+        init_limit_ticks: 100,
+        ..byte_budget(dirs[i].path())
+    };
+    // Two of three are a quorum; the third starts after the writes.
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        replicas.push(Replica::start(&config_of(i)).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
+            break r.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    leader.submit(0, 0, create("/big")).await.unwrap();
+    let last = write_big(&leader, 8, 16).await;
+    let cap = config_of(0).log_memory_bytes_max;
+    let (_, peak) = leader.log_bytes();
+    assert!(peak <= cap + (129 << 10), "leader peak {peak}");
+    let late = Replica::start(&config_of(2)).await.unwrap();
+    late.wait_applied(last, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let data = |r: &Replica| r.read(|t| t.get("/big").map(|n| n.data.clone()));
+    assert_eq!(data(&late), data(&leader));
+    // Behind the leader's snapshots: SNAP (the tree is installed at once, the
+    // snapshot stored by the persister right after).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while late.storage().snapshots().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no SNAP stored");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(late.log_bytes().1 <= cap + (129 << 10));
+    // And it follows the next writes.
+    let c = leader.submit(0, 0, set("/big", 1, 10)).await.unwrap();
+    late.wait_applied(c.zxid, Duration::from_secs(10))
+        .await
+        .unwrap();
+    for r in replicas.iter().chain([&late]) {
+        r.shutdown();
+    }
+}

@@ -3,11 +3,51 @@
 //! core keeps this one to synchronize learners (DIFF/TRUNC/SNAP) and to hand out
 //! committed txns. `compact` drops what a newer snapshot covers.
 //!
+//! The log counts the bytes its entries hold (`bytes()`, by `txn_bytes`): the
+//! runtime snapshots on that count as well as on the number of entries, so the
+//! memory the log holds is bounded by bytes written, not only by txns.
+//!
 //! What it must not do: any IO.
 
 use bytes::Bytes;
 
-use crate::txn::{Txn, Zxid};
+use crate::txn::{MultiOp, QueueOp, Txn, TxnOp, Zxid};
+
+/// The memory one txn holds in the log, approximately: the struct and the paths and
+/// data it points to. Used for the log's byte budget; cheap (no encoding).
+pub fn txn_bytes(txn: &Txn) -> usize {
+    let heap = match &txn.op {
+        TxnOp::Create(c) => c.path.len() + c.data.len(),
+        TxnOp::Set(s) => s.path.len() + s.data.len(),
+        TxnOp::Delete(d) => d.path.len(),
+        TxnOp::Multi(ops) => ops
+            .iter()
+            .map(|op| {
+                std::mem::size_of::<MultiOp>()
+                    + match op {
+                        MultiOp::Create(c) => c.path.len() + c.data.len(),
+                        MultiOp::Set(s) => s.path.len() + s.data.len(),
+                        MultiOp::Delete(d) => d.path.len(),
+                        MultiOp::Check(c) => c.path.len(),
+                    }
+            })
+            .sum(),
+        TxnOp::OpenSession { .. } | TxnOp::CloseSession { .. } => 0,
+        TxnOp::Reap { path } => path.len(),
+        TxnOp::Queue(q) => match q {
+            QueueOp::Join {
+                queue,
+                owner_id,
+                value,
+                ..
+            } => queue.len() + owner_id.len() + value.len(),
+            QueueOp::Leave { path, .. } => path.len(),
+            QueueOp::Update { path, value, .. } => path.len() + value.len(),
+        },
+    };
+    let fence = txn.fence.as_ref().map_or(0, |f| f.key.len());
+    std::mem::size_of::<Txn>() + heap + fence
+}
 
 /// A snapshot the core can send to a learner far behind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +65,8 @@ pub struct Log {
     snapshot: Option<Snapshot>,
     /// Entries with zxid > start(), ascending.
     entries: Vec<Txn>,
+    /// The sum of `txn_bytes` over `entries`.
+    bytes: usize,
 }
 
 impl Log {
@@ -36,7 +78,27 @@ impl Log {
         if entries.windows(2).any(|w| w[0].zxid >= w[1].zxid) {
             return Err("restored log is not in strictly increasing zxid order".into());
         }
-        Ok(Log { snapshot, entries })
+        let bytes = entries.iter().map(txn_bytes).sum();
+        Ok(Log {
+            snapshot,
+            entries,
+            bytes,
+        })
+    }
+
+    /// The memory the entries hold, by `txn_bytes` (the snapshot not counted).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// How many entries the log holds above the snapshot.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the log holds no entry above the snapshot.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     /// The zxid the snapshot covers (0 without one): the log is complete above it.
@@ -58,6 +120,7 @@ impl Log {
         if txn.zxid <= self.last_zxid() {
             return false;
         }
+        self.bytes += txn_bytes(&txn);
         self.entries.push(txn);
         true
     }
@@ -65,12 +128,15 @@ impl Log {
     /// Removes every entry above `zxid`.
     pub fn truncate_after(&mut self, zxid: Zxid) {
         let keep = self.entries.partition_point(|t| t.zxid <= zxid);
+        let cut: usize = self.entries[keep..].iter().map(txn_bytes).sum();
+        self.bytes -= cut;
         self.entries.truncate(keep);
     }
 
     /// Replaces the whole history with a snapshot.
     pub fn install(&mut self, snapshot: Snapshot) {
-        self.entries.clear();
+        self.entries = Vec::new();
+        self.bytes = 0;
         self.snapshot = Some(snapshot);
     }
 
@@ -81,7 +147,13 @@ impl Log {
             return false;
         }
         let drop = self.entries.partition_point(|t| t.zxid <= snapshot.zxid);
+        let freed: usize = self.entries[..drop].iter().map(txn_bytes).sum();
+        self.bytes -= freed;
         self.entries.drain(..drop);
+        // A burst of writes must not pin its peak capacity until the next restart.
+        if self.entries.capacity() > 2 * self.entries.len() + 1024 {
+            self.entries.shrink_to(2 * self.entries.len());
+        }
         self.snapshot = Some(snapshot);
         true
     }
@@ -154,5 +226,40 @@ mod tests {
         log.truncate_after(make_zxid(1, 2));
         assert_eq!(log.last_zxid(), make_zxid(1, 2));
         assert!(Log::restore(None, vec![txn(5), txn(3)]).is_err());
+    }
+
+    fn set(zxid: Zxid, data_bytes: usize) -> Txn {
+        Txn {
+            op: TxnOp::Set(crate::txn::SetOp {
+                path: "/big".into(),
+                data: Bytes::from(vec![7u8; data_bytes]),
+                version: -1,
+            }),
+            ..txn(zxid)
+        }
+    }
+
+    #[test]
+    fn bytes_follow_every_change_of_the_entries() {
+        let one = txn_bytes(&set(1, 1 << 20));
+        assert!(one >= 1 << 20, "the data counts: {one}");
+        let mut log = Log::default();
+        for z in 1..=10 {
+            assert!(log.append(set(z, 1 << 20)));
+        }
+        assert!(!log.append(set(3, 1 << 20)), "refused: not above the last");
+        assert_eq!((log.len(), log.bytes()), (10, 10 * one));
+        log.truncate_after(8);
+        assert_eq!(log.bytes(), 8 * one);
+        let snap = |zxid| Snapshot {
+            zxid,
+            data: Bytes::new(),
+        };
+        assert!(log.compact(snap(5)));
+        assert_eq!((log.len(), log.bytes()), (3, 3 * one));
+        let restored = Log::restore(Some(snap(6)), (1..=8).map(|z| set(z, 10)).collect());
+        assert_eq!(restored.unwrap().bytes(), 2 * txn_bytes(&set(7, 10)));
+        log.install(snap(20));
+        assert_eq!((log.len(), log.bytes()), (0, 0));
     }
 }

@@ -41,7 +41,10 @@
 //!   `node.compact(Snapshot{zxid: z, data})` (learners behind z then get SNAP).
 //!
 //! The core keeps the log after the snapshot in memory (for DIFF and for handing
-//! out committed txns), and one snapshot's bytes (for SNAP).
+//! out committed txns), and one snapshot's bytes (for SNAP). It counts what that log
+//! holds (`Node::log_bytes`, `Node::log_txns`); the runtime bounds it by compacting
+//! (snapshots by txns and by bytes) and by holding proposals back while it is full.
+//! A learner behind the newest compaction gets SNAP.
 //!
 //! # The protocol as implemented (Zab, DSN 2011, as ZooKeeper runs it)
 //!

@@ -233,6 +233,18 @@ impl Node {
         self.log.last_zxid()
     }
 
+    /// The memory the in-memory log's entries hold (`log::txn_bytes`): everything
+    /// after the newest snapshot handed to `compact`. The runtime snapshots to keep
+    /// it under its budget.
+    pub fn log_bytes(&self) -> usize {
+        self.log.bytes()
+    }
+
+    /// The entries the in-memory log holds after the newest snapshot.
+    pub fn log_txns(&self) -> usize {
+        self.log.len()
+    }
+
     pub fn accepted_epoch(&self) -> u32 {
         self.accepted_epoch
     }

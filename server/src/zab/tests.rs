@@ -297,3 +297,82 @@ fn a_looker_that_a_quorum_decided_on_leads_even_from_a_later_round() {
     four.step(2, decided(5));
     assert_eq!(four.status().role, Role::Leading);
 }
+
+/// A Set of `data_bytes` bytes (the core never looks inside).
+fn big(n: u64, data_bytes: usize) -> Txn {
+    Txn {
+        op: TxnOp::Set(crate::txn::SetOp {
+            path: "/big".into(),
+            data: bytes::Bytes::from(vec![n as u8; data_bytes]),
+            version: -1,
+        }),
+        ..txn(n)
+    }
+}
+
+#[test]
+fn snapshots_by_bytes_bound_the_log_and_a_lagging_follower_still_syncs() {
+    // The runtime's rule, played here: snapshot the applied state once the log holds
+    // `budget` bytes. Every server's log then stays within the budget plus the txns
+    // of one round, whatever the total written; a follower that was down for all of
+    // it is behind every leader snapshot and catches up by SNAP.
+    const DATA: usize = 64 << 10;
+    const BUDGET: usize = 1 << 20;
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    let lagging = if leader == 1 { 2 } else { 1 };
+    h.down = vec![lagging];
+    let per_round = 4;
+    let round_bytes = per_round * log::txn_bytes(&big(0, DATA));
+    let mut last = 0;
+    let mut peak = 0;
+    for round in 0..64u64 {
+        for i in 0..per_round as u64 {
+            let n = round * 100 + i;
+            last = h
+                .nodes
+                .get_mut(&leader)
+                .unwrap()
+                .propose(big(n, DATA))
+                .unwrap();
+        }
+        h.settle();
+        for (id, node) in h.nodes.iter_mut() {
+            peak = peak.max(node.log_bytes());
+            let applied = h.applied.get(id).and_then(|a| a.last().copied());
+            if let (true, Some(zxid)) = (node.log_bytes() >= BUDGET, applied) {
+                let data = bytes::Bytes::from(format!("state at {zxid:#x}"));
+                node.compact(Snapshot { zxid, data });
+            }
+        }
+    }
+    let written = 64 * round_bytes;
+    assert!(written > 10 * BUDGET);
+    assert!(
+        peak < BUDGET + round_bytes,
+        "peak {peak} over {BUDGET} + {round_bytes}"
+    );
+    assert!(h.nodes[&leader].log_bytes() < BUDGET);
+    h.down.clear();
+    h.persisted.clear();
+    h.ticks(15);
+    let node = &h.nodes[&lagging];
+    assert_eq!(node.status().role, Role::Following);
+    assert_eq!(node.last_zxid(), last);
+    let ops = &h.persisted[&lagging];
+    assert!(
+        ops.iter().any(|op| matches!(op, PersistOp::Snapshot(_))),
+        "behind every snapshot: SNAP"
+    );
+    assert!(node.log_bytes() < BUDGET + round_bytes);
+    // It takes part in the next writes like any other.
+    let z = h
+        .nodes
+        .get_mut(&leader)
+        .unwrap()
+        .propose(big(9999, DATA))
+        .unwrap();
+    h.settle();
+    assert_eq!(h.applied[&lagging].last(), Some(&z));
+}
