@@ -16,9 +16,10 @@
 //!
 //! Deadlines: tonic's own `grpc-timeout` guard sits outside every layer we can add and
 //! answers CANCELLED "Timeout expired". `Coded` arms its own timer for the same
-//! deadline, a little earlier (`DEADLINE_MARGIN`), and tonic polls the service before
-//! its timer, so the client gets TIMEOUT instead. Like tonic's, it covers the wait for
-//! the response headers, not a stream that has started.
+//! deadline, a little earlier (`deadline_margin`: a tenth of the timeout, 2 to 200
+//! ms), so the client gets TIMEOUT, and gets it before its own timer gives up with
+//! nothing but "deadline exceeded". Like tonic's, it covers the wait for the response
+//! headers, not a stream that has started.
 //!
 //! What it must not do: look inside messages, or change a successful response.
 
@@ -38,9 +39,19 @@ use tonic::Status;
 
 use super::error::{error, framework_status, ERROR_CODE_HEADER};
 
-/// How much earlier than the client's `grpc-timeout` the server answers TIMEOUT, so
-/// that its timer fires before tonic's (both round to whole milliseconds).
-const DEADLINE_MARGIN: Duration = Duration::from_millis(2);
+/// Least and most a server answers TIMEOUT before the client's `grpc-timeout`: at
+/// least a tick of tokio's millisecond timer before tonic's own guard, and early
+/// enough that the answer reaches the client before its own deadline passes.
+const DEADLINE_MARGIN_MIN: Duration = Duration::from_millis(2);
+const DEADLINE_MARGIN_MAX: Duration = Duration::from_millis(200);
+
+/// How much earlier than `timeout` the server answers TIMEOUT: a tenth of it, within
+/// the bounds above, and never more than half of it.
+fn deadline_margin(timeout: Duration) -> Duration {
+    (timeout / 10)
+        .clamp(DEADLINE_MARGIN_MIN, DEADLINE_MARGIN_MAX)
+        .min(timeout / 2)
+}
 
 const GRPC_STATUS: &str = "grpc-status";
 const GRPC_MESSAGE: &str = "grpc-message";
@@ -88,10 +99,7 @@ where
             .headers()
             .get(GRPC_TIMEOUT)
             .and_then(|v| parse_grpc_timeout(v.as_bytes()));
-        let deadline = timeout.map(|t| {
-            let margin = DEADLINE_MARGIN.min(t / 2);
-            tokio::time::Instant::now() + (t - margin)
-        });
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + (t - deadline_margin(t)));
         let method = request.uri().path().to_owned();
         let call = self.inner.call(request);
         Box::pin(async move {
