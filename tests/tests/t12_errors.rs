@@ -236,6 +236,11 @@ async fn t12_failures_below_the_services_carry_a_code() {
     let err = raw_call(&server, "/concord.v1.Watch/Watch", vec![0xff; 8]).await;
     assert_coded(&err, "BAD_MESSAGE");
 
+    // Inside a request stream: the failure comes in the trailers, after the headers.
+    let (err, bytes) = h2_call(&server, "/concord.v1.Session/KeepAlive", "10S", &[0xff; 8]).await;
+    assert_coded(&err, "BAD_MESSAGE");
+    assert!(bytes < TRAILER_BYTES_MAX, "{bytes}");
+
     // Over the request limit (4 MiB with the default 1 MiB node data).
     let err = raw_call(&server, "/concord.v1.Session/Open", vec![0; 5 << 20]).await;
     assert_eq!(err.code(), Code::ResourceExhausted);
