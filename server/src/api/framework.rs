@@ -159,7 +159,7 @@ fn recode_response(mut response: http::Response<Body>, method: String) -> http::
 
 /// Replaces a failure status without a Concord code, in response headers or
 /// trailers, with one that has it. Leaves OK and coded statuses alone.
-pub(crate) fn recode(headers: &mut HeaderMap, method: &str) {
+fn recode(headers: &mut HeaderMap, method: &str) {
     match headers.get(GRPC_STATUS) {
         None => return,
         Some(code) if code.as_bytes() == b"0" => return,
@@ -223,7 +223,7 @@ impl http_body::Body for CodedBody {
 
 /// The `grpc-timeout` header's duration: 1 to 8 digits and a unit (H, M, S, m, u, n),
 /// as the gRPC HTTP/2 protocol writes it; None when malformed.
-pub(crate) fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
