@@ -130,6 +130,14 @@ impl Error {
         &self.message
     }
 
+    /// For a failed Multi: the index (from 0) of the op that failed. The server names
+    /// it the same way whether it refused the op before proposing the Multi or the op
+    /// failed when applied: `CODE: op N: ...` (and under `op` in the ErrorInfo).
+    pub fn op_index(&self) -> Option<usize> {
+        let (index, _) = self.message.strip_prefix("op ")?.split_once(": ")?;
+        index.parse().ok()
+    }
+
     /// The gRPC status code that carried the error.
     pub fn grpc_code(&self) -> Code {
         self.grpc_code

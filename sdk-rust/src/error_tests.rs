@@ -148,6 +148,9 @@ fn request_errors_are_neither_retryable_nor_indeterminate() {
         "QUOTA_EXCEEDED",
         "ZXID_COMPACTED",
         "UNIMPLEMENTED",
+        "BAD_MESSAGE",
+        "MESSAGE_TOO_LARGE",
+        "RESPONSE_TOO_LARGE",
     ] {
         for call in [CallKind::Read, CallKind::Write] {
             let err = server(name, call);
@@ -199,4 +202,66 @@ fn client_errors_are_not_retryable() {
     assert_eq!(err.to_string(), "BAD_ARGUMENTS: bad endpoint");
     assert!(!err.is_retry_safe());
     assert!(!err.is_indeterminate());
+}
+
+#[test]
+fn codes_for_failures_below_the_services_parse() {
+    // As the server sends them: the code in the metadata and as the message prefix.
+    for (grpc, name, code) in [
+        (Code::InvalidArgument, "BAD_MESSAGE", ErrorCode::BadMessage),
+        (
+            Code::ResourceExhausted,
+            "MESSAGE_TOO_LARGE",
+            ErrorCode::MessageTooLarge,
+        ),
+        (
+            Code::ResourceExhausted,
+            "RESPONSE_TOO_LARGE",
+            ErrorCode::ResponseTooLarge,
+        ),
+        (Code::DeadlineExceeded, "TIMEOUT", ErrorCode::Timeout),
+    ] {
+        let message = format!("{name}: /concord.v1.Tree/Get: something");
+        let err = Error::from_status(&with_metadata(grpc, &message, name), CallKind::Read);
+        assert_eq!(err.code(), code);
+        assert_eq!(err.message(), "/concord.v1.Tree/Get: something");
+        assert_eq!(err.origin(), Origin::Server);
+        // Without the metadata, the prefix alone is enough.
+        let err = Error::from_status(&Status::new(grpc, message), CallKind::Read);
+        assert_eq!(err.code(), code);
+    }
+}
+
+#[test]
+fn a_clipped_path_in_a_message_parses() {
+    let message = "BAD_PATH: \"/aaaa…(65536 bytes)\": path is 65536 bytes, more than 4096";
+    let err = Error::from_status(
+        &with_metadata(Code::InvalidArgument, message, "BAD_PATH"),
+        CallKind::Write,
+    );
+    assert_eq!(err.code(), ErrorCode::BadPath);
+    assert!(err.message().starts_with("\"/aaaa…(65536 bytes)\""));
+}
+
+#[test]
+fn a_multi_names_its_failed_op() {
+    let err = server_message(
+        "BAD_VERSION",
+        "BAD_VERSION: op 3: /a is at version 2, not 1",
+    );
+    assert_eq!(err.code(), ErrorCode::BadVersion);
+    assert_eq!(err.op_index(), Some(3));
+    assert_eq!(err.message(), "op 3: /a is at version 2, not 1");
+    let err = server_message("BAD_PATH", "BAD_PATH: op 0: \"a\": path must start with /");
+    assert_eq!(err.op_index(), Some(0));
+    for other in ["NO_NODE: /op 3: x", "NO_NODE: op x: y", "NO_NODE: op 3"] {
+        assert_eq!(server_message("NO_NODE", other).op_index(), None, "{other}");
+    }
+}
+
+fn server_message(code: &str, message: &str) -> Error {
+    Error::from_status(
+        &with_metadata(Code::FailedPrecondition, message, code),
+        CallKind::Write,
+    )
 }

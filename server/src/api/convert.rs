@@ -38,7 +38,12 @@ pub fn header(server_id: u64, zxid: Zxid) -> Option<pb::ResponseHeader> {
 
 /// Checks a path against the rules: BAD_PATH if it breaks them.
 pub fn check_path(p: &str) -> Result<(), Status> {
-    path::validate(p).map_err(|reason| error(ErrorCode::BadPath, format!("{p:?}: {reason}")))
+    path::validate(p).map_err(|reason| {
+        error(
+            ErrorCode::BadPath,
+            format!("\"{}\": {}", path::clip(p), path::clip(&reason)),
+        )
+    })
 }
 
 /// Checks node data against the size limit (DATA_TOO_LARGE if over) and returns a

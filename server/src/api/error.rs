@@ -2,7 +2,17 @@
 //! ("NO_NODE: /a does not exist"), with the code also in the `concord-error-code`
 //! metadata and in a google.rpc.ErrorInfo detail (reason = code, domain = "concord").
 //!
-//! This is the only place that maps internal errors to statuses.
+//! This is the only place that maps internal errors (and, through `framework_status`,
+//! the statuses tonic raises itself) to statuses.
+//!
+//! Size: the message travels twice, in `grpc-message` (percent-encoded) and inside
+//! the google.rpc.Status of `grpc-status-details-bin` (base64), and gRPC C-core
+//! clients drop a call whose metadata passes 8 KiB. Client-given text is clipped
+//! where messages are built (`tree::path::clip`), and `error` cuts any message to
+//! `MESSAGE_BYTES_MAX`, so the trailers of any failure stay under `TRAILER_BYTES_MAX`.
+//!
+//! A failed op of a Multi reads `CODE: op N: ...` whether validation or apply refused
+//! it, and its ErrorInfo carries N under `op` (`at_op`).
 
 use concord_proto::v1::ErrorCode;
 use tonic::{Code, Status};
@@ -16,6 +26,14 @@ use crate::tree::TreeError;
 pub const ERROR_CODE_HEADER: &str = "concord-error-code";
 /// ErrorInfo domain of Concord's codes.
 pub const ERROR_DOMAIN: &str = "concord";
+/// ErrorInfo metadata key naming the failed op of a Multi (its index, from 0).
+pub const OP_KEY: &str = "op";
+/// Longest status message, in bytes ("CODE: ..."); a longer one is cut (`cap`).
+pub const MESSAGE_BYTES_MAX: usize = 512;
+/// Bound on the trailers of any failure (grpc-status, grpc-message,
+/// grpc-status-details-bin, concord-error-code), in bytes as HTTP/2 counts them
+/// (name + value + 32 per entry): what `MESSAGE_BYTES_MAX` guarantees, with room.
+pub const TRAILER_BYTES_MAX: usize = 3072;
 
 /// The gRPC code that carries each machine code (as documented in common.proto).
 fn grpc_code(code: ErrorCode) -> Code {
@@ -29,9 +47,11 @@ fn grpc_code(code: ErrorCode) -> Code {
         | E::Fenced
         | E::LockHeld
         | E::BadState => Code::FailedPrecondition,
-        E::BadPath | E::DataTooLarge | E::BadArguments => Code::InvalidArgument,
+        E::BadPath | E::DataTooLarge | E::BadArguments | E::BadMessage => Code::InvalidArgument,
         E::NotLeader | E::Unavailable => Code::Unavailable,
-        E::QuotaExceeded | E::SlowConsumer => Code::ResourceExhausted,
+        E::QuotaExceeded | E::SlowConsumer | E::MessageTooLarge | E::ResponseTooLarge => {
+            Code::ResourceExhausted
+        }
         E::PermissionDenied => Code::PermissionDenied,
         E::ZxidCompacted => Code::OutOfRange,
         E::Timeout => Code::DeadlineExceeded,
@@ -42,14 +62,64 @@ fn grpc_code(code: ErrorCode) -> Code {
 
 /// Builds the status for a machine code and a human message.
 pub fn error(code: ErrorCode, message: impl std::fmt::Display) -> Status {
+    coded(code, None, format!("{}: {message}", code.as_str_name()))
+}
+
+/// The status of op `index` of a Multi: `CODE: op N: message`, N also in the
+/// ErrorInfo under `op`.
+pub fn at_op(code: ErrorCode, index: usize, message: impl std::fmt::Display) -> Status {
     let name = code.as_str_name();
-    let details = ErrorDetails::with_error_info(name, ERROR_DOMAIN, []);
-    let mut status =
-        Status::with_error_details(grpc_code(code), format!("{name}: {message}"), details);
+    coded(code, Some(index), format!("{name}: op {index}: {message}"))
+}
+
+/// A Multi's validation failure of op `index`: the op's status, re-shaped by `at_op`.
+pub fn in_op(index: usize, status: &Status) -> Status {
+    let code = code_of(status).unwrap_or(ErrorCode::Internal);
+    let message = status.message();
+    let message = message
+        .strip_prefix(code.as_str_name())
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(message);
+    at_op(code, index, message)
+}
+
+/// The Concord code a status carries in its `concord-error-code` metadata.
+pub fn code_of(status: &Status) -> Option<ErrorCode> {
+    let value = status.metadata().get(ERROR_CODE_HEADER)?.to_str().ok()?;
+    ErrorCode::from_str_name(value)
+}
+
+/// The status with `message` (already prefixed with the code) in all three carriers.
+fn coded(code: ErrorCode, op: Option<usize>, message: String) -> Status {
+    let name = code.as_str_name();
+    let message = cap(message);
+    let metadata: std::collections::HashMap<String, String> = op
+        .map(|index| (OP_KEY.to_string(), index.to_string()))
+        .into_iter()
+        .collect();
+    let details = ErrorDetails::with_error_info(name, ERROR_DOMAIN, metadata);
+    let mut status = Status::with_error_details(grpc_code(code), message, details);
     if let Ok(value) = name.parse() {
         status.metadata_mut().insert(ERROR_CODE_HEADER, value);
     }
     status
+}
+
+/// `message` cut to `MESSAGE_BYTES_MAX` bytes on a character boundary, ending in its
+/// length when cut.
+fn cap(mut message: String) -> String {
+    if message.len() <= MESSAGE_BYTES_MAX {
+        return message;
+    }
+    let total = message.len();
+    // Room for "…(NNNNNNNNNN bytes)".
+    let mut end = MESSAGE_BYTES_MAX - 32;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push_str(&format!("…({total} bytes)"));
+    message
 }
 
 /// BAD_ARGUMENTS with a message.
@@ -78,7 +148,10 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
 
 impl From<TreeError> for Status {
     fn from(e: TreeError) -> Status {
-        error(tree_code(&e), e)
+        match e {
+            TreeError::MultiOp { index, source } => at_op(tree_code(&source), index, source),
+            e => error(tree_code(&e), e),
+        }
     }
 }
 
@@ -106,43 +179,71 @@ impl From<ReplicaError> for Status {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn status_carries_the_code_three_ways() {
-        let s: Status = TreeError::MultiOp {
-            index: 2,
-            source: Box::new(TreeError::BadVersion {
-                path: "/a".into(),
-                expected: 1,
-                actual: 3,
-            }),
-        }
-        .into();
-        assert_eq!(s.code(), Code::FailedPrecondition);
-        assert!(s
-            .message()
-            .starts_with("BAD_VERSION: op 2: /a is at version 3"));
-        assert_eq!(
-            s.metadata()
-                .get(ERROR_CODE_HEADER)
-                .unwrap()
-                .to_str()
-                .unwrap(),
-            "BAD_VERSION"
-        );
-        let info = s.get_details_error_info().unwrap();
-        assert_eq!(info.reason, "BAD_VERSION");
-        assert_eq!(info.domain, ERROR_DOMAIN);
+/// A status tonic raised itself (decoding, size limits, routing), with the Concord
+/// code it stands for in all three carriers; `method` is the call's path. A status
+/// that already has a Concord code is returned as it is.
+pub fn framework_status(status: &Status, method: &str) -> Status {
+    if code_of(status).is_some() {
+        return status.clone();
     }
-
-    #[test]
-    fn every_code_maps_to_a_non_ok_status() {
-        for v in 0..=21 {
-            let code = ErrorCode::try_from(v).unwrap();
-            assert_ne!(error(code, "x").code(), Code::Ok);
-        }
+    let original = status.message();
+    let code = framework_code(status.code(), original);
+    let method = crate::tree::path::clip(method);
+    match code {
+        ErrorCode::BadMessage => error(
+            code,
+            format_args!("{method}: cannot decode the request ({original})"),
+        ),
+        ErrorCode::MessageTooLarge => error(
+            code,
+            format_args!("{method}: request too large ({original})"),
+        ),
+        ErrorCode::ResponseTooLarge => error(
+            code,
+            format_args!(
+                "{method}: response too large ({original}); ask for less, e.g. with a page_size"
+            ),
+        ),
+        ErrorCode::Unimplemented if original.is_empty() => error(
+            code,
+            format_args!("{method} is not a method of this server"),
+        ),
+        _ => error(code, format_args!("{method}: {original}")),
     }
 }
+
+/// The Concord code of a status tonic raised, from its gRPC code and message (tonic
+/// has no other way to tell its failures apart).
+fn framework_code(code: Code, message: &str) -> ErrorCode {
+    use ErrorCode as E;
+    let too_large = matches!(code, Code::OutOfRange | Code::ResourceExhausted);
+    match code {
+        _ if too_large && message.contains("encoded message length too large") => {
+            E::ResponseTooLarge
+        }
+        _ if too_large && message.starts_with("Cannot return body") => E::ResponseTooLarge,
+        _ if too_large && message.contains("decoded message length too large") => {
+            E::MessageTooLarge
+        }
+        _ if too_large && message.contains("size limit") => E::MessageTooLarge,
+        Code::Internal if message.starts_with("Error encoding") => E::Internal,
+        Code::Internal if message.starts_with("Error compressing") => E::Internal,
+        // Every other INTERNAL a server's codec raises is about the request: not
+        // protobuf, a bad compression flag, a truncated body, no message at all.
+        Code::Internal => E::BadMessage,
+        Code::Unimplemented => E::Unimplemented,
+        Code::Cancelled | Code::DeadlineExceeded => E::Timeout,
+        Code::InvalidArgument | Code::OutOfRange => E::BadArguments,
+        Code::ResourceExhausted => E::QuotaExceeded,
+        Code::Unavailable | Code::Aborted => E::Unavailable,
+        Code::PermissionDenied | Code::Unauthenticated => E::PermissionDenied,
+        Code::NotFound => E::NoNode,
+        Code::AlreadyExists => E::NodeExists,
+        Code::FailedPrecondition => E::BadState,
+        Code::Ok | Code::Unknown | Code::DataLoss => E::Internal,
+    }
+}
+
+#[cfg(test)]
+#[path = "error_tests.rs"]
+mod tests;

@@ -1,11 +1,13 @@
 //! The client-facing gRPC services (`concord.v1`): validate input, convert it, submit
 //! writes to the replica or read its tree, and map every failure to a status with a
-//! machine-readable code (`error`). Nothing here knows how storage or Zab work.
+//! machine-readable code (`error`), including the failures tonic raises below the
+//! handlers (`framework`). Nothing here knows how storage or Zab work.
 
 mod cluster;
 mod convert;
 mod election;
 pub mod error;
+mod framework;
 mod lock;
 mod session;
 mod tree;
@@ -44,42 +46,62 @@ pub(crate) async fn ready_for_read(
     Ok(())
 }
 
-/// Largest gRPC message accepted: node data plus room for the rest of a request.
+/// Largest gRPC request message accepted, by every service: node data plus room for
+/// the rest of a request (documented in common.proto and docs/api.md).
 fn message_bytes_max(config: &Config) -> usize {
     config.node_data_bytes_max.saturating_mul(2).max(4 << 20)
 }
 
-/// Every client service, ready to serve.
+/// Largest response message sent: the request limit plus room for what a write's
+/// answer adds to its request (sequence suffixes and a Stat per op of a Multi), so
+/// only a read can fail with RESPONSE_TOO_LARGE.
+fn response_bytes_max(config: &Config) -> usize {
+    message_bytes_max(config).saturating_add(1 << 20)
+}
+
+/// Every client service, ready to serve; every failure carries a Concord code.
 pub fn routes(replica: &Replica, config: &Config) -> Routes {
+    use framework::Coded;
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
     };
-    let max = message_bytes_max(config);
+    let (max_in, max_out) = (message_bytes_max(config), response_bytes_max(config));
     let tree = TreeServer::new(tree::TreeService::new(replica.clone(), limits))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
     let session = SessionServer::new(session::SessionService::new(
         replica.clone(),
         config.session_ttl_range_ms(),
         config.session_ttl_default_ms,
-    ));
-    let watch =
-        WatchServer::new(watch::WatchService::new(replica.clone())).max_encoding_message_size(max);
+    ))
+    .max_decoding_message_size(max_in)
+    .max_encoding_message_size(max_out);
+    let watch = WatchServer::new(watch::WatchService::new(replica.clone()))
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
     let recipes = Recipes::new(replica.clone());
     let ensemble_size = u32::try_from(config.ensemble().len()).unwrap_or(u32::MAX);
     let cluster = ClusterServer::new(cluster::ClusterService::new(
         replica.clone(),
         recipes.clone(),
         ensemble_size,
-    ));
-    let lock = LockServer::new(lock::LockService::new(recipes.clone()));
+    ))
+    .max_decoding_message_size(max_in)
+    .max_encoding_message_size(max_out);
+    let lock = LockServer::new(lock::LockService::new(recipes.clone()))
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
     let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
-        .max_decoding_message_size(max)
-        .max_encoding_message_size(max);
-    Routes::new(tree)
-        .add_service(session)
-        .add_service(watch)
-        .add_service(cluster)
-        .add_service(lock)
-        .add_service(election)
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
+    let mut routes = Routes::new(Coded::new(tree))
+        .add_service(Coded::new(session))
+        .add_service(Coded::new(watch))
+        .add_service(Coded::new(cluster))
+        .add_service(Coded::new(lock))
+        .add_service(Coded::new(election));
+    // A path no service serves (services added later keep this fallback).
+    let router = std::mem::take(routes.axum_router_mut());
+    *routes.axum_router_mut() = router.fallback(framework::unknown_service);
+    routes
 }

@@ -5,9 +5,10 @@ use concord_proto::v1::tree_server::Tree;
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, header, stat, Limits};
-use super::error::{bad_arguments, error};
+use super::error::{bad_arguments, error, in_op};
 use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
+use crate::tree::path::clip;
 use crate::tree::{OpResult, TxnResult};
 use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
@@ -80,8 +81,12 @@ impl Tree for TreeService {
         convert::check_path(&r.path)?;
         ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
         let (zxid, node) = self.replica.read(|t| (t.last_zxid(), t.get(&r.path)));
-        let node =
-            node.ok_or_else(|| error(ErrorCode::NoNode, format!("{} does not exist", r.path)))?;
+        let node = node.ok_or_else(|| {
+            error(
+                ErrorCode::NoNode,
+                format!("{} does not exist", clip(&r.path)),
+            )
+        })?;
         Ok(Response::new(pb::GetResponse {
             header: self.header(zxid),
             data: node.data,
@@ -178,7 +183,7 @@ impl Tree for TreeService {
         let (Some(parent), Some(mut children)) = (parent, children) else {
             return Err(error(
                 ErrorCode::NoNode,
-                format!("{} does not exist", r.path),
+                format!("{} does not exist", clip(&r.path)),
             ));
         };
         let mut next_page_token = String::new();
@@ -214,14 +219,7 @@ impl Tree for TreeService {
         }
         let mut ops = Vec::with_capacity(r.ops.len());
         for (index, op) in r.ops.into_iter().enumerate() {
-            let op = multi_op(op, r.session_id, self.limits).map_err(|s| {
-                Status::with_details_and_metadata(
-                    s.code(),
-                    format!("op {index}: {}", s.message()),
-                    s.details().to_vec().into(),
-                    s.metadata().clone(),
-                )
-            })?;
+            let op = multi_op(op, r.session_id, self.limits).map_err(|s| in_op(index, &s))?;
             ops.push(op);
         }
         let (zxid, result) = self

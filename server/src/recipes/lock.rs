@@ -22,7 +22,8 @@ pub(super) fn checked_queue(root: &str, name: &str, what: &str) -> Result<String
     let queue = queue_path(root, name);
     if name.is_empty() || name.contains('/') || path::validate(&queue).is_err() {
         return Err(TreeError::BadArguments(format!(
-            "{what} name {name:?} must be one non-empty path segment"
+            "{what} name \"{}\" must be one non-empty path segment",
+            path::clip(name)
         ))
         .into());
     }

@@ -50,7 +50,10 @@ pub enum RecipeError {
     Timeout { timeout_ms: u64 },
     /// The member's node went away while it waited: its session expired (or was
     /// closed), or someone released it.
-    #[error("{key} left the queue while waiting (session {session_id:#x} expired: {expired})")]
+    #[error(
+        "{} left the queue while waiting (session {session_id:#x} expired: {expired})",
+        crate::tree::path::clip(.key)
+    )]
     Lost {
         key: String,
         session_id: u64,

@@ -37,6 +37,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::txn::{CreateMode, Zxid};
+use path::clip;
 
 /// Node metadata with ZooKeeper's meaning (see `concord.v1.Stat`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -122,37 +123,37 @@ pub enum TxnResult {
 /// Why a txn did not apply. Deterministic: every server gets the same error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum TreeError {
-    #[error("{path} already exists")]
+    #[error("{} already exists", clip(.path))]
     NodeExists { path: String },
-    #[error("{path} does not exist")]
+    #[error("{} does not exist", clip(.path))]
     NoNode { path: String },
-    #[error("{path} is at version {actual}, not {expected}")]
+    #[error("{} is at version {actual}, not {expected}", clip(.path))]
     BadVersion {
         path: String,
         expected: i32,
         actual: i32,
     },
-    #[error("{path} has children")]
+    #[error("{} has children", clip(.path))]
     NotEmpty { path: String },
-    #[error("{path} is ephemeral and cannot have children")]
+    #[error("{} is ephemeral and cannot have children", clip(.path))]
     NoChildrenForEphemerals { path: String },
-    #[error("bad path {path:?}: {reason}")]
+    #[error("bad path \"{}\": {}", clip(.path), clip(.reason))]
     BadPath { path: String, reason: String },
     #[error("session {session_id:#x} does not exist")]
     SessionExpired { session_id: u64 },
     #[error("{0}")]
     BadArguments(String),
     /// A housekeeping delete found the node no longer qualifies.
-    #[error("{path} no longer qualifies for reaping")]
+    #[error("{} no longer qualifies for reaping", clip(.path))]
     NotReapable { path: String },
     /// The txn's fence no longer holds its lock or leadership; nothing was applied.
-    #[error("fence {key} token {token:#x} no longer holds its lock or leadership")]
+    #[error("fence {} token {token:#x} no longer holds its lock or leadership", clip(.key))]
     Fenced { key: String, token: u64 },
     /// A plain write touched the reserved prefix of the Lock and Election services.
-    #[error("{path} is reserved for the Lock and Election services")]
+    #[error("{} is reserved for the Lock and Election services", clip(.path))]
     Reserved { path: String },
     /// A join that asked to be a holder at once found every permit taken.
-    #[error("{queue} is held")]
+    #[error("{} is held", clip(.queue))]
     LockHeld { queue: String },
     /// Op `index` of a Multi failed; nothing was applied.
     #[error("op {index}: {source}")]

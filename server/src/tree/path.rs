@@ -11,10 +11,77 @@
 //! The helpers (`parent`, `name`, `join`) never panic, whatever the input; on invalid
 //! input they return something meaningless but safe.
 //!
+//! `clip` shortens a path (or any client-given text) for an error message: messages
+//! travel in gRPC trailers, twice (grpc-message and grpc-status-details-bin), and
+//! gRPC C-core clients drop a call whose trailers pass 8 KiB.
+//!
 //! What it must not do: look at the tree; it only knows strings.
 
 /// Longest path accepted, in bytes (UTF-8).
 pub const PATH_BYTES_MAX: usize = 4096;
+
+/// Most bytes of client-given text an error message shows: longer text is cut to a
+/// prefix of at most `CLIP_PREFIX_BYTES` and its length (`/aaaa…(4096 bytes)`).
+pub const CLIP_BYTES_MAX: usize = 96;
+
+/// Bytes of the prefix `clip` keeps of a text longer than `CLIP_BYTES_MAX`.
+pub const CLIP_PREFIX_BYTES: usize = 64;
+
+/// `text` for an error message: whole when short, else a prefix and the length; control
+/// characters escaped (`\u{0}`), so the message stays one printable line.
+pub fn clip(text: &str) -> Clip<'_> {
+    Clip(text)
+}
+
+/// Display of `clip`: at most `CLIP_BYTES_MAX` bytes of text, plus the length when cut.
+#[derive(Clone, Copy, Debug)]
+pub struct Clip<'a>(&'a str);
+
+impl std::fmt::Display for Clip<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = self.0;
+        let budget = if shown_bytes(text) <= CLIP_BYTES_MAX {
+            CLIP_BYTES_MAX
+        } else {
+            CLIP_PREFIX_BYTES
+        };
+        let mut shown = 0;
+        for c in text.chars() {
+            let width = shown_width(c);
+            if shown + width > budget {
+                return write!(f, "…({} bytes)", text.len());
+            }
+            shown += width;
+            if c.is_control() {
+                write!(f, "{}", c.escape_unicode())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes `c` takes in a message (escaped when it is a control character).
+fn shown_width(c: char) -> usize {
+    if c.is_control() {
+        c.escape_unicode().len()
+    } else {
+        c.len_utf8()
+    }
+}
+
+/// Bytes the whole of `text` would take in a message; stops counting past the clip.
+fn shown_bytes(text: &str) -> usize {
+    let mut total = 0;
+    for c in text.chars() {
+        total += shown_width(c);
+        if total > CLIP_BYTES_MAX {
+            break;
+        }
+    }
+    total
+}
 
 /// Checks a path against the rules; Err carries the reason.
 pub fn validate(path: &str) -> Result<(), String> {

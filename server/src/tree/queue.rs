@@ -276,7 +276,8 @@ impl DataTree {
         };
         if !is_queue(path::parent(path)) {
             return Err(TreeError::BadArguments(format!(
-                "{path} is not a lock or election queue member"
+                "{} is not a lock or election queue member",
+                path::clip(path)
             )));
         }
         let node = self.nodes.get(path).ok_or_else(no_node)?;
@@ -305,7 +306,8 @@ impl DataTree {
             if permits != join.permits {
                 return Err(TreeError::BadArguments(format!(
                     "{} has {permits} permits, not {}",
-                    join.queue, join.permits
+                    path::clip(join.queue),
+                    join.permits
                 )));
             }
         }
@@ -393,8 +395,8 @@ struct Join<'a> {
 fn check_join(join: &Join<'_>) -> Result<(), TreeError> {
     if !is_queue(join.queue) {
         return Err(TreeError::BadArguments(format!(
-            "{:?} is not a lock or election queue",
-            join.queue
+            "\"{}\" is not a lock or election queue",
+            path::clip(join.queue)
         )));
     }
     if !(1..=PERMITS_MAX).contains(&join.permits) {

@@ -1,6 +1,8 @@
 //! Path rules and helpers.
 
-use super::super::path::{join, name, parent, validate, PATH_BYTES_MAX};
+use super::super::path::{
+    clip, join, name, parent, validate, CLIP_BYTES_MAX, CLIP_PREFIX_BYTES, PATH_BYTES_MAX,
+};
 
 #[test]
 fn valid_paths_pass() {
@@ -80,4 +82,32 @@ fn helpers_split_and_join() {
     assert_eq!(parent("abc"), "/");
     assert_eq!(name("abc"), "abc");
     assert_eq!(name(""), "");
+}
+
+#[test]
+fn clip_keeps_short_text_and_cuts_long_text_to_a_prefix_and_its_length() {
+    assert_eq!(clip("/a/b").to_string(), "/a/b");
+    let fits = format!("/{}", "a".repeat(CLIP_BYTES_MAX - 1));
+    assert_eq!(clip(&fits).to_string(), fits);
+    let long = format!("/{}", "a".repeat(PATH_BYTES_MAX - 1));
+    let shown = clip(&long).to_string();
+    assert_eq!(
+        shown,
+        format!("/{}…(4096 bytes)", "a".repeat(CLIP_PREFIX_BYTES - 1))
+    );
+    assert!(shown.len() <= CLIP_BYTES_MAX);
+    // 64 KiB of anything, multi-byte or control characters, stays within the bound,
+    // cut on a character boundary.
+    for unit in ["é", "中", "\0", "\u{85}", "a\u{1}"] {
+        let text = format!("/{}", unit.repeat(65536 / unit.len()));
+        let shown = clip(&text).to_string();
+        assert!(shown.len() <= CLIP_BYTES_MAX, "{unit:?}: {}", shown.len());
+        assert!(
+            shown.ends_with(&format!("…({} bytes)", text.len())),
+            "{shown}"
+        );
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
+    }
+    assert_eq!(clip("/a\0b").to_string(), "/a\\u{0}b");
+    assert_eq!(clip("").to_string(), "");
 }
