@@ -297,3 +297,6 @@ fn a_looker_that_a_quorum_decided_on_leads_even_from_a_later_round() {
     four.step(2, decided(5));
     assert_eq!(four.status().role, Role::Leading);
 }
+
+#[path = "resync_tests.rs"]
+mod resync;
