@@ -59,6 +59,14 @@ struct Args {
     /// Allow plain text on a non-loopback address.
     #[arg(long)]
     insecure: bool,
+    /// Discard this server's local state and exit: moves DATA_DIR/concord.redb aside
+    /// (renamed concord.redb.discarded-<unix seconds>, never deleted) and leaves an
+    /// empty store that keeps the epochs. Started again as usual, an ensemble member
+    /// rejoins by SNAP from the leader and does not vote until it has; a single
+    /// server starts EMPTY (its data is lost unless restored from a backup). See
+    /// docs/operations.md, "Corruption and recovery".
+    #[arg(long)]
+    discard_local_state: bool,
 }
 
 impl Args {
@@ -114,13 +122,27 @@ impl Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     concord_server::telemetry::init();
-    let config = match Args::parse().into_config() {
+    let args = Args::parse();
+    let discard = args.discard_local_state;
+    let config = match args.into_config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
+    if discard {
+        return match concord_server::replica::discard_local_state(&config) {
+            Ok(report) => {
+                println!("discarded local state: {report}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: cannot discard local state: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let listener = match tokio::net::TcpListener::bind(config.client_addr).await {
         Ok(l) => l,
         Err(e) => {

@@ -201,6 +201,11 @@ impl Server {
     pub fn redb_path(&self) -> PathBuf {
         self.data_dir.join("concord.redb")
     }
+
+    /// The options it was started with (`extra` holds e.g. its `--config` flags).
+    pub fn options(&self) -> &ServerOptions {
+        &self.options
+    }
 }
 
 impl Drop for Server {

@@ -38,7 +38,7 @@ use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
 use forward::{Forwarder, Write};
 
-pub use recovery::StartError;
+pub use recovery::{discard_local_state, StartError};
 
 /// Why a request could not be carried out (as opposed to a deterministic tree error).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 
 use tokio::sync::mpsc;
 
-use super::recovery::{ACCEPTED_EPOCH, CURRENT_EPOCH};
+use super::recovery::{ACCEPTED_EPOCH, CURRENT_EPOCH, MUST_RESYNC};
 use crate::storage::{Storage, StorageError};
 use crate::txn::Txn;
 use crate::zab::PersistOp;
@@ -134,6 +134,10 @@ fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError>
                 storage.truncate_after(after)?;
             }
             PersistOp::Append(txns) => append(storage, &txns)?,
+            PersistOp::Resynced => {
+                tracing::info!("synced from an established leader after a discard: voting again");
+                storage.set_u64(MUST_RESYNC, 0)?;
+            }
             PersistOp::Snapshot(s) => {
                 // SNAP: this server was too far behind; the leader's snapshot
                 // replaces its log and state.

@@ -4,8 +4,13 @@
 //! an epoch is established (on an ensemble of one, at once), and `start` waits for
 //! that so a restarted server never serves reads from behind its own log.
 //!
-//! A torn or corrupt log tail is cut by the storage layer when it opens, and reported
-//! here; a corrupt snapshot is skipped for an older one if the log still reaches it.
+//! A damaged history is never shortened: a log entry that fails its check (the
+//! storage layer refuses to open with it), or a newest snapshot that cannot be read
+//! when the log does not reach back to an older good one, stops the start with
+//! `StartError::Damaged`, naming the zxid and the way out (`discard_local_state`,
+//! run by `concord --discard-local-state`). A store so discarded carries a durable
+//! must-resync marker: the Zab core neither votes nor leads until it has synced
+//! from an established leader (see `zab::Restored::must_resync`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -33,6 +38,12 @@ type Peers = (PeerHandle, mpsc::Receiver<Inbound>);
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";
 pub(crate) const CURRENT_EPOCH: &str = "current_epoch";
+/// Key of the durable must-resync marker (1: set by `discard_local_state`, cleared
+/// once the core has synced from an established leader).
+pub(crate) const MUST_RESYNC: &str = "must_resync";
+
+/// The store's file in the data folder.
+const STORE_FILE: &str = "concord.redb";
 
 /// How many log entries recovery reads at a time.
 const REPLAY_CHUNK_TXNS: usize = 10_000;
@@ -52,6 +63,34 @@ pub enum StartError {
     Storage(#[from] StorageError),
     #[error("recovery failed: {0}")]
     Recovery(String),
+    /// The history on disk is damaged (a log entry or snapshot fails its check) and
+    /// cannot be used whole: the server refuses it rather than lose what follows.
+    #[error("damaged history in {}: {detail}; this server will not start with it, and nothing was removed. {}", .file.display(), way_out(*.ensemble))]
+    Damaged {
+        file: std::path::PathBuf,
+        /// What is wrong, naming the zxid.
+        detail: String,
+        /// Whether this server is a member of a larger ensemble (the way out differs).
+        ensemble: bool,
+    },
+}
+
+/// What an operator can do about a damaged history.
+fn way_out(ensemble: bool) -> &'static str {
+    if ensemble {
+        "The way out (the rest of the ensemble keeps running): run `concord \
+         --discard-local-state` with this server's usual flags and config; it moves \
+         concord.redb aside (renamed concord.redb.discarded-<unix seconds>, never \
+         deleted) and exits. Then start the server as usual: it rejoins by SNAP from \
+         the leader, and neither votes nor leads until it has. See \
+         docs/operations.md, \"Corruption and recovery\"."
+    } else {
+        "The way out on a single server: restore the data folder from a backup; or run \
+         `concord --discard-local-state` with the same flags (it moves concord.redb \
+         aside as concord.redb.discarded-<unix seconds>) and start again EMPTY: every \
+         write in the damaged file is then lost unless restored. See \
+         docs/operations.md, \"Corruption and recovery\"."
+    }
 }
 
 /// What recovery found on disk.
@@ -68,8 +107,9 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         path: dir.clone(),
         source,
     })?;
-    let file = dir.join("concord.redb");
-    let recovered = tokio::task::spawn_blocking(move || recover(&file))
+    let file = dir.join(STORE_FILE);
+    let ensemble = config.ensemble().iter().any(|m| m.id != config.server_id);
+    let recovered = tokio::task::spawn_blocking(move || recover(&file, ensemble))
         .await
         .map_err(|e| StartError::Recovery(e.to_string()))??;
     let last_zxid = recovered
@@ -145,19 +185,27 @@ async fn wait_established(replica: &Replica, last_zxid: Zxid) -> Result<(), Star
     }
 }
 
-/// Loads the newest good snapshot, the log after it and the epochs.
-fn recover(file: &std::path::Path) -> Result<Recovered, StartError> {
-    let (storage, report) = RedbStorage::open(file)?;
-    if let Some(cut) = &report.tail_cut {
-        tracing::warn!(
-            first_bad_zxid = format_args!("{:#x}", cut.first_bad_zxid),
-            removed = cut.entries_removed,
-            reason = %cut.reason,
-            "cut a torn or corrupt log tail"
-        );
-    }
-    let (tree, snapshot) = load_snapshot(&storage)?;
-    let log = read_log(&storage, tree.last_zxid())?;
+/// Loads the newest good snapshot, the log after it and the epochs. A damaged
+/// history is `StartError::Damaged`.
+fn recover(file: &std::path::Path, ensemble: bool) -> Result<Recovered, StartError> {
+    let damaged = |detail: String| StartError::Damaged {
+        file: file.to_path_buf(),
+        detail,
+        ensemble,
+    };
+    let bad_entry = |e: StorageError| match e {
+        e @ StorageError::BadLogEntry { .. } => damaged(e.to_string()),
+        e => StartError::Storage(e),
+    };
+    let (storage, _) = RedbStorage::open(file).map_err(bad_entry)?;
+    let (tree, snapshot) = load_snapshot(&storage).map_err(|e| match e {
+        SnapshotError::Damaged(detail) => damaged(detail),
+        SnapshotError::Start(e) => e,
+    })?;
+    let log = read_log(&storage, tree.last_zxid()).map_err(|e| match e {
+        StartError::Storage(e) => bad_entry(e),
+        e => e,
+    })?;
     let last = log.last().map_or(tree.last_zxid(), |t| t.zxid);
     let stored = storage.last_zxid()?;
     if last != stored {
@@ -172,11 +220,23 @@ fn recover(file: &std::path::Path) -> Result<Recovered, StartError> {
     // A new epoch must be above every zxid's epoch in the history.
     let accepted_epoch = epoch(ACCEPTED_EPOCH)?.max(zxid_epoch(last));
     let current_epoch = epoch(CURRENT_EPOCH)?;
+    let mut must_resync = storage.get_u64(MUST_RESYNC)?.unwrap_or(0) != 0;
+    if must_resync && !ensemble {
+        // An ensemble of one has no leader to sync from: it starts from what it has.
+        tracing::warn!(
+            "local state was discarded: this single server starts from an empty history"
+        );
+        storage.set_u64(MUST_RESYNC, 0)?;
+        must_resync = false;
+    } else if must_resync {
+        tracing::warn!("local state was discarded: this server neither votes nor leads until it has synced from an established leader");
+    }
     let restored = Restored {
         accepted_epoch,
         current_epoch,
         snapshot,
         log,
+        must_resync,
     };
     Ok(Recovered {
         storage,
@@ -198,9 +258,26 @@ fn read_log(storage: &RedbStorage, after: Zxid) -> Result<Vec<Txn>, StartError> 
     }
 }
 
-/// The newest snapshot that loads and decodes, if the log reaches back to it.
-fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), StartError> {
+/// Why no snapshot could be loaded.
+enum SnapshotError {
+    /// The snapshots that the log reaches back to are all unreadable (names them).
+    Damaged(String),
+    Start(StartError),
+}
+
+impl From<StorageError> for SnapshotError {
+    fn from(e: StorageError) -> Self {
+        SnapshotError::Start(e.into())
+    }
+}
+
+/// The newest snapshot that loads and decodes, if the log reaches back to it. An
+/// unreadable one is skipped for an older one only while the log covers the gap
+/// (the snapshot is at or above `log_start`); with none left, starting from empty
+/// needs the whole log (`log_start` 0). Otherwise: Damaged, naming the bad ones.
+fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), SnapshotError> {
     let log_start = storage.log_start()?;
+    let mut bad: Vec<String> = Vec::new();
     for zxid in storage.snapshots()?.into_iter().rev() {
         if zxid < log_start {
             break;
@@ -221,16 +298,68 @@ fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), 
                 return Ok((tree, Some(snapshot)));
             }
             Err(e) => {
-                tracing::warn!(zxid = format_args!("{zxid:#x}"), error = %e, "skipping a bad snapshot")
+                tracing::warn!(zxid = format_args!("{zxid:#x}"), error = %e, "skipping a bad snapshot; the log covers the gap to an older one");
+                bad.push(format!("snapshot at zxid {zxid:#x} is unreadable ({e})"));
             }
         }
     }
     if log_start > 0 {
-        return Err(StartError::Recovery(format!(
-            "no usable snapshot, and the log starts after zxid {log_start:#x}"
+        let what = if bad.is_empty() {
+            "no snapshot".to_string()
+        } else {
+            bad.join(", ")
+        };
+        return Err(SnapshotError::Damaged(format!(
+            "{what}, and the log does not cover the gap to an older one (it holds only the txns after zxid {log_start:#x})"
         )));
     }
     Ok((DataTree::new(), None))
+}
+
+/// Discards this server's local state on the operator's explicit request
+/// (`concord --discard-local-state`): the store is moved aside (renamed
+/// `concord.redb.discarded-<unix seconds>`, never deleted) and replaced by an empty
+/// one that keeps the old epochs (so promises made to leaders still hold) and
+/// carries the must-resync marker. Returns what was done, for the operator.
+pub fn discard_local_state(config: &Config) -> Result<String, StartError> {
+    let dir = &config.data_dir;
+    std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+        path: dir.clone(),
+        source,
+    })?;
+    let file = dir.join(STORE_FILE);
+    let suffix = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .to_string();
+    let done = RedbStorage::discard(&file, &suffix, &[(MUST_RESYNC, 1)])?;
+    let mut report = match &done.kept_at {
+        Some(aside) => format!("moved {} to {}; ", file.display(), aside.display()),
+        None => format!("{} did not exist; ", file.display()),
+    };
+    report.push_str(&format!("created an empty {}", file.display()));
+    let epochs: Vec<String> = done
+        .carried
+        .iter()
+        .filter(|(k, _)| k == ACCEPTED_EPOCH || k == CURRENT_EPOCH)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    if !epochs.is_empty() {
+        report.push_str(&format!(" keeping {}", epochs.join(", ")));
+    }
+    if let Some(why) = &done.unreadable {
+        report.push_str(&format!(
+            " (the old epochs could not be read: {why}; the server will not vote \
+             before it has synced, but a leader of an older epoch could then sync it)"
+        ));
+    }
+    let ensemble = config.ensemble().iter().any(|m| m.id != config.server_id);
+    if ensemble {
+        report.push_str(". Start the server as usual: it rejoins by SNAP from the leader and does not vote or lead until it has synced.");
+    } else {
+        report.push_str(". This is a single server: it starts EMPTY; every write in the old file is lost unless restored from a backup.");
+    }
+    Ok(report)
 }
 
 /// A seed for the core's randomness (election jitter): this server and the time.
@@ -338,3 +467,7 @@ fn launch(
     ));
     Ok(Replica { shared })
 }
+
+#[cfg(test)]
+#[path = "recovery_tests.rs"]
+mod tests;

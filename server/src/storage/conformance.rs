@@ -198,6 +198,21 @@ pub(crate) fn last_zxid_survives_a_purge_that_empties_the_log(s: &dyn Storage) {
     );
 }
 
+/// A SNAP from the leader: the log is emptied and a snapshot above it saved. The
+/// txns below that snapshot are gone, so the log no longer covers an older one.
+pub(crate) fn a_snapshot_beyond_the_log_raises_log_start(s: &dyn Storage) {
+    s.append(&txns(1..=10)).unwrap();
+    s.save_snapshot(5, b"at 5").unwrap();
+    assert_eq!(s.log_start().unwrap(), 0, "the log reaches 5 and 10");
+    s.truncate_after(0).unwrap();
+    s.save_snapshot(40, b"from the leader").unwrap();
+    assert_eq!(s.log_start().unwrap(), 40);
+    s.append(&txns([41, 42])).unwrap();
+    s.save_snapshot(42, b"at 42").unwrap();
+    assert_eq!(s.log_start().unwrap(), 40, "the log reaches 42");
+    assert_eq!(s.snapshots().unwrap(), vec![5, 40, 42]);
+}
+
 pub(crate) fn named_u64s(s: &dyn Storage) {
     assert_eq!(s.get_u64("accepted_epoch").unwrap(), None);
     s.set_u64("accepted_epoch", 3).unwrap();
@@ -228,6 +243,7 @@ macro_rules! conformance_tests {
             purge_keeps_newest_snapshots_and_log_after_them,
             purge_without_snapshots_changes_nothing,
             last_zxid_survives_a_purge_that_empties_the_log,
+            a_snapshot_beyond_the_log_raises_log_start,
             named_u64s,
         );
     };

@@ -89,7 +89,15 @@ impl Storage for MemStorage {
     }
 
     fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
-        self.lock()?.snapshots.insert(zxid, data.to_vec());
+        let mut state = self.lock()?;
+        state.snapshots.insert(zxid, data.to_vec());
+        if state
+            .log
+            .last_key_value()
+            .is_none_or(|(last, _)| *last < zxid)
+        {
+            state.log_start = state.log_start.max(zxid);
+        }
         Ok(())
     }
 

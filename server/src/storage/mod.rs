@@ -16,10 +16,10 @@ pub mod memory;
 pub mod redb;
 
 #[cfg(test)]
-mod conformance;
+pub(crate) mod conformance;
 
 pub use memory::MemStorage;
-pub use redb::{tear_last_log_entry, OpenReport, RedbStorage, TailCut};
+pub use redb::{Discarded, OpenReport, RedbStorage};
 
 use crate::txn::{Txn, Zxid};
 
@@ -30,6 +30,10 @@ pub enum StorageError {
     Io(String),
     #[error("corrupt storage: {0}")]
     Corrupt(String),
+    /// A committed log entry fails its check (crc, decoding, or its key): the history
+    /// is damaged at `zxid`. Never cut or skipped: see docs/operations.md.
+    #[error("corrupt log entry at zxid {zxid:#x}: {reason}")]
+    BadLogEntry { zxid: Zxid, reason: String },
     #[error("misuse of storage: {0}")]
     Misuse(String),
 }
@@ -47,7 +51,8 @@ pub trait Storage: Send + Sync + 'static {
     /// Removes every txn with zxid > `zxid`.
     fn truncate_after(&self, zxid: Zxid) -> Result<(), StorageError>;
     /// Stores a snapshot of the state at `zxid`. Written in pieces so log appends can
-    /// interleave; becomes visible only when complete.
+    /// interleave; becomes visible only when complete. A snapshot above the log's
+    /// last entry (installed over an emptied log) raises `log_start` to `zxid`.
     fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError>;
     /// Zxids of complete snapshots, ascending.
     fn snapshots(&self) -> Result<Vec<Zxid>, StorageError>;

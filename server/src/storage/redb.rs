@@ -14,8 +14,8 @@
 //! (fsync). `append` is exactly one such commit per call, whatever the batch size:
 //! that is the group commit. Snapshots are written in several commits so appends can
 //! interleave (redb has one writer at a time); the index record is written last, so a
-//! snapshot is visible only when complete. `open` removes incomplete snapshots and cuts
-//! a bad log tail (see `recovery.rs`).
+//! snapshot is visible only when complete. `open` removes incomplete snapshots and
+//! refuses a log with a bad entry (see `recovery.rs`).
 //!
 //! What it must not do: interpret txns beyond checking them, or know Zab's rules.
 
@@ -35,7 +35,7 @@ use ::redb::{
 use super::{check_append_order, Storage, StorageError};
 use crate::txn::{Txn, Zxid};
 
-pub use recovery::{tear_last_log_entry, OpenReport, TailCut};
+pub use recovery::{Discarded, OpenReport};
 
 /// The txn log: zxid -> crc32 (LE) ++ encoded txn.
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -195,7 +195,10 @@ impl Storage for RedbStorage {
         for entry in range.take(max) {
             let (key, value) = entry.map_err(redb_err(what))?;
             let txn = check_entry(key.value(), value.value()).map_err(|reason| {
-                StorageError::Corrupt(format!("log entry {:#x}: {reason}", key.value()))
+                StorageError::BadLogEntry {
+                    zxid: key.value(),
+                    reason,
+                }
             })?;
             out.push(txn);
         }

@@ -167,7 +167,9 @@ impl Node {
             self.enter_looking();
             return true;
         }
-        let counts = !observer && epoch > self.accepted_epoch;
+        // A server that must resync promises nothing either: its ack must not help a
+        // leader whose history lacks what this server acknowledged before.
+        let counts = !observer && !self.resyncing && epoch > self.accepted_epoch;
         if counts {
             self.persist_accepted_epoch(epoch);
         }

@@ -8,6 +8,11 @@
 //! it leads, and a looker that a quorum (with itself) has decided on leads.
 //! Notifications are re-sent with randomised exponential back-off.
 //!
+//! A voter that must resync (its history was discarded) abstains: it sends the
+//! lowest vote, (0, 0, 0), which no server adopts or agrees with, counts no votes,
+//! never leads, does not report a decided vote to lookers, and only joins a leader
+//! that a quorum of decided voters reports (as observers do).
+//!
 //! What it must not do: decide safety; any leader it picks still has to win
 //! discovery (a quorum of epoch acks, none with a newer history).
 
@@ -37,8 +42,12 @@ pub(crate) struct Looking {
 }
 
 impl Node {
-    /// This server's own vote: its history's recency and its id.
+    /// This server's own vote: its history's recency and its id; the abstaining
+    /// lowest vote while it must resync.
     fn own_vote(&self) -> Vote {
+        if self.resyncing {
+            return Vote::default();
+        }
         Vote {
             epoch: self.current_epoch,
             zxid: self.log.last_zxid(),
@@ -107,8 +116,9 @@ impl Node {
 
     pub(crate) fn on_notification(&mut self, from: ServerId, n: Notification) {
         let State::Looking(_) = &self.state else {
-            // Decided servers answer lookers with what they decided.
-            if n.state == PeerState::Looking {
+            // Decided servers answer lookers with what they decided (not one that
+            // must resync: it backs no one before it has synced).
+            if n.state == PeerState::Looking && !self.resyncing {
                 let mine = self.my_notification();
                 self.out.send(from, Message::Notification(mine));
             } else if self.yields_to(from, &n) {
@@ -154,7 +164,7 @@ impl Node {
 
     /// A looking voter's vote.
     fn on_looking_vote(&mut self, from: ServerId, n: Notification) {
-        if self.cfg.is_observer(self.cfg.id) {
+        if self.cfg.is_observer(self.cfg.id) || self.resyncing {
             return;
         }
         let own = self.own_vote();
@@ -207,8 +217,10 @@ impl Node {
         // after they decided (else they vote again only after 2 x sync_limit).
         // Discovery still decides whether that leader really leads.
         let same = |v: &Vote| v.leader == n.vote.leader && v.epoch == n.vote.epoch;
-        let me =
-            n.vote.leader == own.leader && n.vote.zxid == own.zxid && self.cfg.is_voter(own.leader);
+        let me = n.vote.leader == own.leader
+            && n.vote.zxid == own.zxid
+            && self.cfg.is_voter(own.leader)
+            && !self.resyncing;
         let backers = l
             .decided
             .iter()
@@ -233,7 +245,7 @@ impl Node {
 
     /// Arms (or disarms) the decision when a quorum agrees with my vote.
     fn check_votes(&mut self) {
-        if self.cfg.is_observer(self.cfg.id) {
+        if self.cfg.is_observer(self.cfg.id) || self.resyncing {
             return;
         }
         let me = self.cfg.id;
@@ -262,6 +274,9 @@ impl Node {
 
     /// Leaves the election: lead if the vote names me, else follow (or observe).
     fn decide(&mut self, vote: Vote, round: u64) {
+        if self.resyncing && (vote.leader == self.cfg.id || vote == Vote::default()) {
+            return; // never lead (nor follow the abstaining vote) before syncing
+        }
         self.decided = (vote, round);
         if vote.leader == self.cfg.id {
             self.state = State::Leading(Leader::new(self.now));

@@ -176,6 +176,9 @@ pub enum PlantedBug {
     CommitWithoutQuorum,
     /// Accepted and current epochs are never persisted.
     SkipEpochPersist,
+    /// The must-resync marker of a discarded history is ignored: the empty server
+    /// votes, leads and counts at once.
+    IgnoreResync,
 }
 
 /// Static membership and timing. Times are in ticks.
@@ -280,4 +283,5 @@ pub(crate) enum PlantedBug {
     AckBeforeFsync,
     CommitWithoutQuorum,
     SkipEpochPersist,
+    IgnoreResync,
 }

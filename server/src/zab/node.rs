@@ -23,6 +23,12 @@ pub struct Restored {
     pub snapshot: Option<Snapshot>,
     /// Log entries above the snapshot, ascending (committed or not: Zab decides).
     pub log: Vec<Txn>,
+    /// The operator discarded this server's history (`concord --discard-local-state`):
+    /// what it acknowledged before may be gone, so until it has synced from an
+    /// established leader it neither votes nor leads, and its epoch acks do not count
+    /// (else an empty member could help a leader that lacks committed txns win, the
+    /// ZooKeeper disk-wipe hazard). Cleared with `PersistOp::Resynced`.
+    pub must_resync: bool,
 }
 
 /// The phase-specific state.
@@ -67,6 +73,9 @@ pub struct Node {
     pub(crate) reported: Option<Status>,
     /// Set once an invariant broke; the node then ignores every input.
     pub(crate) failed: bool,
+    /// From `Restored::must_resync` until UPTODATE from a leader: no vote, no lead,
+    /// no counting epoch ack, no report of a decided vote to lookers.
+    pub(crate) resyncing: bool,
 }
 
 impl Node {
@@ -81,6 +90,9 @@ impl Node {
             current_epoch: restored.current_epoch,
         };
         let start = log.start();
+        // Alone, there is no one to sync from: this server's history is the history.
+        let alone = cfg.voters.iter().all(|&v| v == cfg.id);
+        let resyncing = restored.must_resync && !alone && !cfg.bug(PlantedBug::IgnoreResync);
         let mut node = Node {
             cfg,
             rng: Rng::new(seed),
@@ -98,7 +110,11 @@ impl Node {
             out: Outbox::new(),
             reported: None,
             failed: false,
+            resyncing,
         };
+        if restored.must_resync && alone {
+            node.persist(PersistOp::Resynced);
+        }
         node.enter_looking();
         Ok(node)
     }
@@ -251,6 +267,12 @@ impl Node {
 
     pub fn current_epoch(&self) -> u32 {
         self.current_epoch
+    }
+
+    /// Whether this server waits to sync from an established leader before it votes
+    /// (see `Restored::must_resync`).
+    pub fn resyncing(&self) -> bool {
+        self.resyncing
     }
 
     /// Whether an invariant broke (see `Ready::fatal`).

@@ -29,6 +29,9 @@ pub enum PersistOp {
     /// Replace the whole state by this snapshot: drop the log, store the snapshot,
     /// and install it into the tree (the runtime decodes it).
     Snapshot(Snapshot),
+    /// Clear the must-resync marker (`Restored::must_resync`): this server has synced
+    /// from an established leader and votes again.
+    Resynced,
 }
 
 /// The role this server plays now.

@@ -17,6 +17,7 @@ use super::learner::FollowPhase;
 use super::log::Snapshot;
 use super::message::{LeaderMsg, LearnerMsg, ServerId, SyncKind};
 use super::node::{Node, State};
+use super::ready::PersistOp;
 use crate::txn::{Txn, Zxid};
 
 impl Node {
@@ -163,8 +164,14 @@ impl Node {
         true
     }
 
-    /// Learner: the leader is established; serve.
+    /// Learner: the leader is established; serve. A server that had to resync now
+    /// holds that leader's history durably (NEWLEADER was acked after it was): it
+    /// votes again.
     pub(crate) fn on_up_to_date(&mut self, committed: Zxid) -> bool {
+        if self.resyncing {
+            self.resyncing = false;
+            self.persist(PersistOp::Resynced);
+        }
         self.on_commit(committed);
         self.set_learner_phase(FollowPhase::UpToDate);
         true

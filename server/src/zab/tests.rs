@@ -376,3 +376,6 @@ fn snapshots_by_bytes_bound_the_log_and_a_lagging_follower_still_syncs() {
     h.settle();
     assert_eq!(h.applied[&lagging].last(), Some(&z));
 }
+
+#[path = "resync_tests.rs"]
+mod resync;

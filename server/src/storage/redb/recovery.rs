@@ -1,22 +1,28 @@
 //! Opening a redb store: create the tables, remove incomplete snapshots, validate the
-//! log tail and cut it at the first bad entry, and compute `last_zxid`.
+//! log after the newest snapshot, and compute `last_zxid`; and discarding a store
+//! (kept aside under a new name) for an operator who chose to start again empty.
 //!
 //! ```text
 //!   open ─▶ tables ─▶ chunks without index? delete ─▶ log after newest snapshot:
-//!           crc ok, decodes, key == txn.zxid, ascending? first bad ─▶ delete it and
-//!           everything after (durably) ─▶ OpenReport
+//!           crc ok, decodes, key == txn.zxid, ascending? first bad ─▶ Err(BadLogEntry)
+//!                                                       all good ─▶ OpenReport
 //! ```
 //!
-//! What it must not do: repair an entry, or keep anything after a bad one: a torn or
-//! corrupt tail is cut, never applied.
+//! Every log entry was written by a committed redb transaction, and redb commits are
+//! atomic: there is no torn tail to cut. An entry that fails its check is corruption
+//! (disk, memory, or a hand on the file), wherever it sits, and the entries after it
+//! may be acknowledged writes.
+//!
+//! What it must not do: repair, skip or delete a bad entry: the store refuses to open,
+//! and the history stays as it was for the operator to decide.
 
 use std::collections::BTreeSet;
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-use ::redb::{Database, ReadableDatabase, ReadableTable};
+use ::redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 
 use super::snapshot::remove_chunks;
 use super::{
@@ -28,21 +34,8 @@ use crate::txn::Zxid;
 /// What `RedbStorage::open` found and repaired.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OpenReport {
-    /// The log tail that was cut, if any.
-    pub tail_cut: Option<TailCut>,
     /// Zxids of incomplete snapshots (chunks without an index record) that were deleted.
     pub incomplete_snapshots_removed: Vec<Zxid>,
-}
-
-/// A bad log tail removed on open.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TailCut {
-    /// Key of the first bad entry; it and every entry after it were deleted.
-    pub first_bad_zxid: Zxid,
-    /// How many entries were deleted.
-    pub entries_removed: u64,
-    /// What was wrong with the first bad entry.
-    pub reason: String,
 }
 
 /// redb's page cache. Its default (1 GiB) would hold the whole log and snapshots in
@@ -51,10 +44,10 @@ pub struct TailCut {
 const CACHE_BYTES: usize = 64 << 20;
 
 impl RedbStorage {
-    /// Opens the store at `path`, creating it if absent, and repairs it: incomplete
-    /// snapshots are deleted and the log after the newest complete snapshot is
-    /// validated; at the first bad entry it and everything after are deleted
-    /// durably. Both are reported (and logged with `tracing::warn`).
+    /// Opens the store at `path`, creating it if absent: incomplete snapshots are
+    /// deleted (reported, and logged with `tracing::warn`) and the log after the
+    /// newest complete snapshot is validated. A bad entry there is
+    /// Err(BadLogEntry) naming its zxid; nothing is removed.
     pub fn open(path: &Path) -> Result<(RedbStorage, OpenReport), StorageError> {
         let what = format!("open {}", path.display());
         let db = Database::builder()
@@ -73,8 +66,10 @@ impl RedbStorage {
         })?;
         let report = OpenReport {
             incomplete_snapshots_removed: remove_incomplete_snapshots(&db)?,
-            tail_cut: cut_bad_tail(&db)?,
         };
+        if let Some((zxid, reason)) = find_bad_entry(&db)? {
+            return Err(StorageError::BadLogEntry { zxid, reason });
+        }
         let last_zxid = newest_zxid(&db)?;
         let store = RedbStorage {
             db,
@@ -137,35 +132,6 @@ fn find_bad_entry(db: &Database) -> Result<Option<(Zxid, String)>, StorageError>
     Ok(None)
 }
 
-/// Deletes the first bad log entry and everything after it, durably.
-fn cut_bad_tail(db: &Database) -> Result<Option<TailCut>, StorageError> {
-    let Some((first_bad_zxid, reason)) = find_bad_entry(db)? else {
-        return Ok(None);
-    };
-    let what = "cut log tail";
-    let entries_removed = write_durably(db, what, |wtx| {
-        let mut log = wtx.open_table(LOG).map_err(redb_err(what))?;
-        let mut removed: u64 = 0;
-        log.retain_in::<u64, _>(first_bad_zxid.., |_, _| {
-            removed += 1;
-            false
-        })
-        .map_err(redb_err(what))?;
-        Ok(removed)
-    })?;
-    tracing::warn!(
-        first_bad_zxid = format!("{first_bad_zxid:#x}"),
-        entries_removed,
-        reason = reason.as_str(),
-        "cut a bad log tail"
-    );
-    Ok(Some(TailCut {
-        first_bad_zxid,
-        entries_removed,
-        reason,
-    }))
-}
-
 /// max(newest log zxid, newest snapshot zxid), 0 if both are empty.
 fn newest_zxid(db: &Database) -> Result<Zxid, StorageError> {
     let what = "read last zxid";
@@ -183,24 +149,117 @@ fn newest_zxid(db: &Database) -> Result<Zxid, StorageError> {
     Ok(log_last.max(snap_last))
 }
 
-/// Test aid (for integration tests in other crates): simulates a torn final write.
-/// Opens the store at `path` (which must not be open elsewhere), overwrites the value
-/// of the newest log entry with its first half, and returns that entry's zxid. The
-/// next `RedbStorage::open` must cut it. Err(Misuse) if the log is empty.
-#[doc(hidden)]
-pub fn tear_last_log_entry(path: &Path) -> Result<Zxid, StorageError> {
-    let what = "tear last log entry";
-    let db = Database::create(path).map_err(redb_err(what))?;
-    write_durably(&db, what, |wtx| {
-        let mut log = wtx.open_table(LOG).map_err(redb_err(what))?;
-        let (zxid, torn) = match log.last().map_err(redb_err(what))? {
-            Some((key, value)) => {
-                let bytes = value.value();
-                (key.value(), bytes[..bytes.len() / 2].to_vec())
-            }
-            None => return Err(StorageError::Misuse("the log is empty".into())),
+/// What `RedbStorage::discard` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discarded {
+    /// Where the old file was moved (None: there was no file).
+    pub kept_at: Option<PathBuf>,
+    /// The callers' named u64s (`Storage::set_u64`) read from the old file and written
+    /// into the new one, before `set` was applied.
+    pub carried: Vec<(String, u64)>,
+    /// Why the old file's named u64s could not be read, if they could not.
+    pub unreadable: Option<String>,
+}
+
+impl RedbStorage {
+    /// Moves the store at `path` aside (renamed to `<name>.discarded-<suffix>`, never
+    /// deleted) and creates an empty store in its place that holds the old file's
+    /// named u64s (as far as they can be read) with `set` applied over them, durably.
+    /// Err(Misuse) if the store is open in another process or the new name is taken.
+    pub fn discard(
+        path: &Path,
+        suffix: &str,
+        set: &[(&str, u64)],
+    ) -> Result<Discarded, StorageError> {
+        let mut read = if path.exists() {
+            read_meta_read_only(path)?
+        } else {
+            Ok(Vec::new())
         };
-        log.insert(zxid, torn.as_slice()).map_err(redb_err(what))?;
-        Ok(zxid)
-    })
+        let kept_at = if path.exists() {
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(format!(".discarded-{suffix}"));
+            let aside = path.with_file_name(name);
+            if aside.exists() {
+                return Err(StorageError::Misuse(format!(
+                    "{} exists already",
+                    aside.display()
+                )));
+            }
+            std::fs::rename(path, &aside).map_err(|e| {
+                StorageError::Io(format!(
+                    "rename {} to {}: {e}",
+                    path.display(),
+                    aside.display()
+                ))
+            })?;
+            if read.is_err() {
+                // Not readable in place (redb needs to repair it after a crash):
+                // let it repair the copy set aside, which it would do at start-up too.
+                read = read_meta_repairing(&aside);
+            }
+            Some(aside)
+        } else {
+            None
+        };
+        let (carried, unreadable) = match read {
+            Ok(meta) => (meta, None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        let (store, _) = RedbStorage::open(path)?;
+        store.write("discard", |wtx| {
+            let mut meta = wtx.open_table(META).map_err(redb_err("discard"))?;
+            for (key, value) in &carried {
+                meta.insert(key.as_str(), *value)
+                    .map_err(redb_err("discard"))?;
+            }
+            for (key, value) in set {
+                meta.insert(*key, *value).map_err(redb_err("discard"))?;
+            }
+            Ok(())
+        })?;
+        Ok(Discarded {
+            kept_at,
+            carried,
+            unreadable,
+        })
+    }
+}
+
+/// The named u64s of a store, read without changing the file. The outer Err: the
+/// store is open in another process (nothing may be done); the inner: unreadable.
+#[allow(clippy::type_complexity)]
+fn read_meta_read_only(
+    path: &Path,
+) -> Result<Result<Vec<(String, u64)>, StorageError>, StorageError> {
+    match ReadOnlyDatabase::open(path) {
+        Ok(db) => Ok(read_meta(&db)),
+        Err(::redb::DatabaseError::DatabaseAlreadyOpen) => Err(StorageError::Misuse(format!(
+            "{} is open in another process: stop that server first",
+            path.display()
+        ))),
+        Err(e) => Ok(Err(redb_err("open read-only")(e))),
+    }
+}
+
+/// The named u64s of a store that redb may have to repair first.
+fn read_meta_repairing(path: &Path) -> Result<Vec<(String, u64)>, StorageError> {
+    let db = Database::open(path).map_err(redb_err("open discarded store"))?;
+    read_meta(&db)
+}
+
+fn read_meta(db: &impl ReadableDatabase) -> Result<Vec<(String, u64)>, StorageError> {
+    let what = "read meta";
+    let rtx = db.begin_read().map_err(redb_err(what))?;
+    let meta = match rtx.open_table(META) {
+        Ok(t) => t,
+        Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(redb_err(what)(e)),
+    };
+    let mut out = Vec::new();
+    for entry in meta.range::<&str>(..).map_err(redb_err(what))? {
+        let (key, value) = entry.map_err(redb_err(what))?;
+        out.push((key.value().to_string(), value.value()));
+    }
+    Ok(out)
 }

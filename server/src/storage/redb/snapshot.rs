@@ -62,7 +62,10 @@ fn remove_index(wtx: &WriteTransaction, zxid: Zxid) -> Result<(), StorageError> 
 }
 
 /// The last commit of `save`: drops leftover chunks of a bigger replaced snapshot and
-/// writes the index record, under the order lock since it may raise `last_zxid`.
+/// writes the index record, under the order lock since it may raise `last_zxid`. A
+/// snapshot beyond the log's last entry (a SNAP from the leader, installed over an
+/// emptied log) raises `log_start` to its zxid in the same commit: the txns below it
+/// are not in the log, so no older snapshot may be replayed from.
 fn publish(
     store: &RedbStorage,
     zxid: Zxid,
@@ -79,6 +82,18 @@ fn publish(
             .map_err(redb_err(what))?;
         let mut index = wtx.open_table(SNAP_INDEX).map_err(redb_err(what))?;
         index.insert(zxid, record).map_err(redb_err(what))?;
+        let log = wtx.open_table(LOG).map_err(redb_err(what))?;
+        let log_last = log.last().map_err(redb_err(what))?.map(|(k, _)| k.value());
+        if log_last.is_none_or(|last| last < zxid) {
+            let mut state = wtx.open_table(STATE).map_err(redb_err(what))?;
+            let old = state
+                .get(LOG_START_KEY)
+                .map_err(redb_err(what))?
+                .map_or(0, |v| v.value());
+            state
+                .insert(LOG_START_KEY, old.max(zxid))
+                .map_err(redb_err(what))?;
+        }
         Ok(())
     })?;
     store.last_zxid.fetch_max(zxid, Ordering::AcqRel);

@@ -1,5 +1,6 @@
 //! Tests of the redb backend: the conformance suite, plus what only a file can show
-//! (reopen, torn tails, corrupt snapshots, interrupted snapshot saves).
+//! (reopen, corrupt log entries, corrupt snapshots, interrupted snapshot saves,
+//! discarding a store).
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use tempfile::TempDir;
 use super::snapshot::{CHUNK_BYTES, PURGE_ENTRIES_PER_COMMIT};
 use super::{write_durably, RedbStorage, LOG, SNAP_CHUNKS};
 use crate::storage::conformance::{conformance_tests, pattern, txn, txns};
-use crate::storage::{tear_last_log_entry, Storage, StorageError, TailCut};
+use crate::storage::{Storage, StorageError};
 
 fn make_store() -> (RedbStorage, TempDir) {
     let dir = TempDir::new().unwrap();
@@ -101,23 +102,6 @@ fn reopen_keeps_everything() {
     s.append(&txns([41])).unwrap();
 }
 
-#[test]
-fn torn_tail_is_cut_on_open_and_reported() {
-    let dir = TempDir::new().unwrap();
-    let path = db_path(&dir);
-    reopen(&path).0.append(&txns(1..=8)).unwrap();
-    assert_eq!(tear_last_log_entry(&path).unwrap(), 8);
-    let (s, report) = reopen(&path);
-    let cut = report.tail_cut.expect("the torn entry is reported");
-    assert_eq!(cut.first_bad_zxid, 8);
-    assert_eq!(cut.entries_removed, 1);
-    assert_eq!(zxids(&s), (1..=7).collect::<Vec<_>>());
-    assert_eq!(s.last_zxid().unwrap(), 7);
-    s.append(&txns([8])).unwrap();
-    drop(s);
-    assert_eq!(reopen(&path).1.tail_cut, None, "the cut was durable");
-}
-
 /// Overwrites the raw log value at `zxid`.
 fn put_raw_log(path: &Path, zxid: u64, value: &[u8]) {
     let db = Database::create(path).unwrap();
@@ -128,8 +112,16 @@ fn put_raw_log(path: &Path, zxid: u64, value: &[u8]) {
     .unwrap();
 }
 
+/// The zxid and reason of the bad entry `open` refused, or panics.
+fn refused(path: &Path) -> (u64, String) {
+    match RedbStorage::open(path) {
+        Err(StorageError::BadLogEntry { zxid, reason }) => (zxid, reason),
+        other => panic!("expected BadLogEntry, got {other:?}"),
+    }
+}
+
 #[test]
-fn a_bad_entry_cuts_everything_after_it() {
+fn a_bad_entry_in_the_middle_refuses_open_and_removes_nothing() {
     let dir = TempDir::new().unwrap();
     let path = db_path(&dir);
     reopen(&path).0.append(&txns(1..=10)).unwrap();
@@ -137,27 +129,42 @@ fn a_bad_entry_cuts_everything_after_it() {
     let last = flipped.len() - 1;
     flipped[last] ^= 0x40;
     put_raw_log(&path, 6, &flipped);
-    let (s, report) = reopen(&path);
-    let cut = report.tail_cut.unwrap();
-    assert_eq!((cut.first_bad_zxid, cut.entries_removed), (6, 5));
-    assert!(cut.reason.contains("crc"), "{}", cut.reason);
-    assert_eq!(zxids(&s), vec![1, 2, 3, 4, 5]);
+    let (zxid, reason) = refused(&path);
+    assert_eq!(zxid, 6);
+    assert!(reason.contains("crc"), "{reason}");
+    // Refused again: nothing was cut, every entry after the bad one is still there.
+    assert_eq!(refused(&path).0, 6);
+    put_raw_log(&path, 6, &super::frame_txn(&txn(6)));
+    let (s, _) = reopen(&path);
+    assert_eq!(zxids(&s), (1..=10).collect::<Vec<_>>());
 }
 
 #[test]
-fn an_entry_under_the_wrong_key_is_cut() {
+fn a_bad_last_entry_refuses_open_too() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    reopen(&path).0.append(&txns(1..=8)).unwrap();
+    let framed = super::frame_txn(&txn(8));
+    put_raw_log(&path, 8, &framed[..framed.len() / 2]);
+    assert_eq!(refused(&path).0, 8);
+}
+
+#[test]
+fn an_undecodable_entry_or_one_under_the_wrong_key_refuses_open() {
     let dir = TempDir::new().unwrap();
     let path = db_path(&dir);
     reopen(&path).0.append(&txns(1..=3)).unwrap();
     put_raw_log(&path, 3, &super::frame_txn(&txn(99)));
-    let (s, report) = reopen(&path);
-    let TailCut {
-        first_bad_zxid,
-        entries_removed,
-        ..
-    } = report.tail_cut.unwrap();
-    assert_eq!((first_bad_zxid, entries_removed), (3, 1));
-    assert_eq!(zxids(&s), vec![1, 2]);
+    let (zxid, reason) = refused(&path);
+    assert_eq!(zxid, 3);
+    assert!(reason.contains("holds txn"), "{reason}");
+    let junk = b"not a txn";
+    let mut framed = crc32fast::hash(junk).to_le_bytes().to_vec();
+    framed.extend_from_slice(junk);
+    put_raw_log(&path, 2, &framed);
+    let (zxid, reason) = refused(&path);
+    assert_eq!(zxid, 2);
+    assert!(reason.contains("undecodable"), "{reason}");
 }
 
 #[test]
@@ -170,12 +177,13 @@ fn corrupt_entry_below_a_snapshot_is_an_error_on_read() {
         s.save_snapshot(4, b"four").unwrap();
     }
     put_raw_log(&path, 2, b"junk");
-    let (s, report) = reopen(&path);
-    assert_eq!(
-        report.tail_cut, None,
-        "only the log after the snapshot is validated"
-    );
-    assert!(matches!(s.read_after(0, 10), Err(StorageError::Corrupt(_))));
+    // Only the log after the newest snapshot is validated on open; the bad entry
+    // below it is an error (naming it) when read.
+    let (s, _) = reopen(&path);
+    assert!(matches!(
+        s.read_after(0, 10),
+        Err(StorageError::BadLogEntry { zxid: 2, .. })
+    ));
     assert_eq!(s.read_after(2, 10).unwrap(), txns([3, 4]));
 }
 
@@ -243,12 +251,54 @@ fn incomplete_snapshot_is_removed_on_open() {
 }
 
 #[test]
-fn tearing_an_empty_log_is_misuse() {
+fn discard_keeps_the_old_file_aside_and_carries_the_named_values() {
     let dir = TempDir::new().unwrap();
     let path = db_path(&dir);
-    drop(reopen(&path));
+    {
+        let (s, _) = reopen(&path);
+        s.append(&txns(1..=5)).unwrap();
+        s.set_u64("accepted_epoch", 7).unwrap();
+        s.set_u64("current_epoch", 6).unwrap();
+    }
+    put_raw_log(&path, 3, b"junk");
+    let done = RedbStorage::discard(&path, "42", &[("must_resync", 1)]).unwrap();
+    let aside = dir.path().join("concord.redb.discarded-42");
+    assert_eq!(done.kept_at.as_deref(), Some(aside.as_path()));
+    assert_eq!(done.unreadable, None);
+    assert_eq!(
+        done.carried,
+        vec![("accepted_epoch".into(), 7), ("current_epoch".into(), 6)]
+    );
+    let (s, _) = reopen(&path);
+    assert_eq!(zxids(&s), Vec::<u64>::new());
+    assert_eq!(s.last_zxid().unwrap(), 0);
+    assert_eq!(s.get_u64("accepted_epoch").unwrap(), Some(7));
+    assert_eq!(s.get_u64("current_epoch").unwrap(), Some(6));
+    assert_eq!(s.get_u64("must_resync").unwrap(), Some(1));
+    drop(s);
+    // The old file is kept as it was, bad entry and all.
+    assert_eq!(refused(&aside).0, 3);
+    // The same name again is refused rather than overwritten.
     assert!(matches!(
-        tear_last_log_entry(&path),
+        RedbStorage::discard(&path, "42", &[]),
         Err(StorageError::Misuse(_))
     ));
+}
+
+#[test]
+fn discard_refuses_a_store_open_elsewhere_and_works_without_one() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    let (s, _) = reopen(&path);
+    let err = RedbStorage::discard(&path, "1", &[]).unwrap_err();
+    assert!(
+        matches!(err, StorageError::Misuse(ref m) if m.contains("open")),
+        "{err}"
+    );
+    assert!(path.exists() && !dir.path().join("concord.redb.discarded-1").exists());
+    drop(s);
+    let other = dir.path().join("none.redb");
+    let done = RedbStorage::discard(&other, "1", &[("must_resync", 1)]).unwrap();
+    assert_eq!(done.kept_at, None);
+    assert_eq!(reopen(&other).0.get_u64("must_resync").unwrap(), Some(1));
 }

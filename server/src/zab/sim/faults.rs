@@ -1,4 +1,5 @@
-//! Fault injection (crashes, restarts, partitions, loss) during the chaos phase, and
+//! Fault injection (crashes, restarts, partitions, loss, and an operator discarding
+//! a restarting server's history, one at a time) during the chaos phase, and
 //! the liveness phase: heal everything, restart everyone, then require a leader to
 //! commit a new write that every server applies, with equal trees.
 
@@ -98,9 +99,22 @@ impl World {
         self.log(format_args!("restart {id}"));
         self.mark(&[self.now, 8, id]);
         let seed = self.rng.next_u64();
+        // As `concord --discard-local-state` would, now and then, while no other
+        // server is still resyncing (a majority discarded at once loses data
+        // whatever the protocol does).
+        let discard = !self.healed
+            && self.discard_rng.below(8) == 0
+            && self.servers.values().all(|s| !s.disk.must_resync);
+        if discard && self.servers.contains_key(&id) {
+            self.log(format_args!("discard the history of {id}"));
+            self.stats.discards += 1;
+        }
         let Some(s) = self.servers.get_mut(&id) else {
             return Ok(());
         };
+        if discard {
+            s.discard();
+        }
         s.restart(seed)?;
         let (zxid, digest) = (s.tree.last_zxid(), s.tree.digest());
         self.check.on_digest(id, zxid, digest)?;

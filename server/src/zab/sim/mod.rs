@@ -19,7 +19,8 @@
 //! - longer sweep: `ZAB_SIM_FIRST=12000 ZAB_SIM_SEEDS=200000 ZAB_SIM_CHAOS_TICKS=1000
 //!   cargo test -p concord-server zab::sim::tests::zab_sim_seeds -- --nocapture`;
 //! - replay: `ZAB_SEED=1234 cargo test -p concord-server zab::sim::tests::zab_sim_replay -- --nocapture`
-//!   (add ZAB_SIM_VERBOSE=1 for the event log, ZAB_BUG=ack|commit|epoch for a planted bug).
+//!   (add ZAB_SIM_VERBOSE=1 for the event log, ZAB_BUG=ack|commit|epoch|resync for a
+//!   planted bug).
 
 mod check;
 mod faults;
@@ -93,6 +94,7 @@ pub fn replay_command(seed: u64, bug: Option<PlantedBug>) -> String {
         Some(PlantedBug::AckBeforeFsync) => "ZAB_BUG=ack ",
         Some(PlantedBug::CommitWithoutQuorum) => "ZAB_BUG=commit ",
         Some(PlantedBug::SkipEpochPersist) => "ZAB_BUG=epoch ",
+        Some(PlantedBug::IgnoreResync) => "ZAB_BUG=resync ",
     };
     format!(
         "{bug}ZAB_SEED={seed} ZAB_SIM_VERBOSE=1 cargo test -p concord-server zab::sim::tests::zab_sim_replay -- --nocapture"

@@ -18,6 +18,8 @@ pub(crate) struct SimDisk {
     pub(crate) snapshot: Option<Snapshot>,
     /// Entries above the snapshot, ascending.
     pub(crate) log: Vec<Txn>,
+    /// The history was discarded (`Restored::must_resync`).
+    pub(crate) must_resync: bool,
 }
 
 impl SimDisk {
@@ -30,6 +32,7 @@ impl SimDisk {
     pub(crate) fn apply(&mut self, op: &PersistOp, tree: &mut DataTree) -> Result<(), String> {
         match op {
             PersistOp::AcceptedEpoch(e) => self.accepted_epoch = *e,
+            PersistOp::Resynced => self.must_resync = false,
             PersistOp::CurrentEpoch(e) => self.current_epoch = *e,
             PersistOp::Truncate { after } => self.log.retain(|t| t.zxid <= *after),
             PersistOp::Append(txns) => {
@@ -126,11 +129,23 @@ impl SimServer {
             current_epoch: self.disk.current_epoch,
             snapshot: self.disk.snapshot.clone(),
             log: self.disk.log.clone(),
+            must_resync: self.disk.must_resync,
         };
         let node = Node::new(self.cfg.clone(), restored, seed).map_err(|e| e.to_string())?;
         self.node = Some(node);
         self.applied_since_snapshot = 0;
         Ok(())
+    }
+
+    /// The operator discards this (crashed) server's history: an empty disk that
+    /// keeps the epochs and carries the must-resync marker.
+    pub(crate) fn discard(&mut self) {
+        self.disk = SimDisk {
+            accepted_epoch: self.disk.accepted_epoch,
+            current_epoch: self.disk.current_epoch,
+            must_resync: true,
+            ..SimDisk::default()
+        };
     }
 
     /// Takes a snapshot of the applied tree: durable at once, and the core compacts.

@@ -15,6 +15,7 @@ fn env_bug() -> Option<PlantedBug> {
         Some("ack") => Some(PlantedBug::AckBeforeFsync),
         Some("commit") => Some(PlantedBug::CommitWithoutQuorum),
         Some("epoch") => Some(PlantedBug::SkipEpochPersist),
+        Some("resync") => Some(PlantedBug::IgnoreResync),
         _ => None,
     }
 }
@@ -29,6 +30,7 @@ struct Totals {
     snaps: u64,
     reads: u64,
     crashes: u64,
+    discards: u64,
     liveness_ticks_max: u64,
 }
 
@@ -51,6 +53,7 @@ fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64
         t.snaps += s.snaps;
         t.reads += s.reads;
         t.crashes += s.crashes;
+        t.discards += s.discards;
         t.liveness_ticks_max = t.liveness_ticks_max.max(s.liveness_ticks);
     }
     Ok(t)
@@ -110,6 +113,7 @@ fn the_simulator_exercises_every_path() {
     let t = sweep(1000, 40, None).expect("seeds pass");
     assert!(t.diffs > 0 && t.truncs > 0 && t.snaps > 0, "{t:?}");
     assert!(t.reads > 0 && t.crashes > 0 && t.leaders > 40, "{t:?}");
+    assert!(t.discards > 0, "{t:?}");
     assert!(t.committed > 1000, "{t:?}");
 }
 
@@ -137,4 +141,9 @@ fn planted_bug_ack_before_fsync_is_caught() {
 #[test]
 fn planted_bug_skip_epoch_persist_is_caught() {
     caught(PlantedBug::SkipEpochPersist, 300);
+}
+
+#[test]
+fn planted_bug_ignore_resync_is_caught() {
+    caught(PlantedBug::IgnoreResync, 3000);
 }

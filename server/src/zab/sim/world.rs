@@ -67,11 +67,16 @@ pub struct Stats {
     pub reads: u64,
     /// Leaders established.
     pub leaders: u64,
+    /// Histories discarded (must resync).
+    pub discards: u64,
 }
 
 pub(crate) struct World {
     pub(super) opts: SimOptions,
     pub(super) rng: Rng,
+    /// Draws whether a restart discards the server's history: a stream of its own, so
+    /// a seed runs as it did before discards existed until its first discard.
+    pub(super) discard_rng: Rng,
     pub(super) now: u64,
     pub(super) seq: u64,
     pub(super) queue: BTreeMap<(u64, u64), Event>,
@@ -112,6 +117,7 @@ impl World {
         let mut w = World {
             snap_every: 3 + rng.below(30),
             disk_delay_max: 1 + rng.below(25),
+            discard_rng: Rng::new(opts.seed ^ 0xd15c_a4d0_5eed_0001),
             opts,
             rng,
             now: 0,
