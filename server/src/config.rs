@@ -65,6 +65,29 @@ pub struct Config {
     /// Writes waiting to be sequenced before callers are made to wait; also the most
     /// writes in flight (proposed, not yet answered).
     pub proposal_queue_max: usize,
+    /// A group-commit batch closes once its writes weigh this many bytes (encoded),
+    /// whatever `batch_txns_max` says. Also bounds a broadcast PROPOSAL.
+    pub batch_bytes_max: usize,
+    /// Bytes of writes queued for sequencing or in flight (proposed, not yet
+    /// answered) on this server; beyond it callers wait. A write heavier than the
+    /// whole budget waits until it has the budget to itself.
+    pub proposal_queue_bytes_max: usize,
+    /// Bytes of log entries (and snapshots from the leader) queued for the disk;
+    /// beyond it the pipeline takes neither writes nor peer messages until the disk
+    /// catches up (back-pressure on the leader's stream to a slow follower).
+    pub persist_queue_bytes_max: usize,
+    /// Largest frame on a peer stream, in bytes: a larger message (a SNAP with the
+    /// whole tree, a long sync) travels in pieces of this size.
+    pub peer_frame_bytes_max: usize,
+    /// Largest message a peer may send, once its pieces are put together; must
+    /// exceed the largest snapshot (a follower far behind gets the whole tree).
+    pub peer_message_bytes_max: usize,
+    /// Most sessions in one `Session.List` page (also when the client asks for more,
+    /// or for no limit).
+    pub session_list_page_max: usize,
+    /// Most children in one `Children` page (also when the client asks for more, or
+    /// for no limit).
+    pub children_page_max: usize,
     /// Per-watch-stream queue, in txns; a consumer this far behind is cut off.
     pub watch_queue_txns_max: usize,
     /// Txns of recent events kept in memory for watch resume.
@@ -93,6 +116,13 @@ impl Default for Config {
             snapshots_keep: 3,
             batch_txns_max: 1024,
             proposal_queue_max: 16_384,
+            batch_bytes_max: 4 << 20,
+            proposal_queue_bytes_max: 64 << 20,
+            persist_queue_bytes_max: 64 << 20,
+            peer_frame_bytes_max: 1 << 20,
+            peer_message_bytes_max: 2 << 30,
+            session_list_page_max: 1000,
+            children_page_max: 1000,
             watch_queue_txns_max: 4096,
             watch_history_txns_max: 100_000,
             insecure: false,
@@ -183,6 +213,7 @@ impl Config {
         if self.batch_txns_max == 0 || self.proposal_queue_max == 0 {
             return bad("batch_txns_max and proposal_queue_max must be at least 1");
         }
+        self.validate_bounds()?;
         if self.watch_queue_txns_max == 0 || self.watch_history_txns_max == 0 {
             return bad("watch_queue_txns_max and watch_history_txns_max must be at least 1");
         }
@@ -191,6 +222,28 @@ impl Config {
         }
         self.check_plain_text(self.client_addr)?;
         self.validate_members()
+    }
+
+    /// Checks the byte bounds of queues, peer messages and pages.
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.batch_bytes_max == 0
+            || self.proposal_queue_bytes_max == 0
+            || self.persist_queue_bytes_max == 0
+        {
+            return bad(
+                "batch_bytes_max, proposal_queue_bytes_max and persist_queue_bytes_max must be at least 1",
+            );
+        }
+        if self.peer_frame_bytes_max < 4096
+            || self.peer_message_bytes_max < self.peer_frame_bytes_max
+        {
+            return bad("need 4096 <= peer_frame_bytes_max <= peer_message_bytes_max");
+        }
+        if self.session_list_page_max == 0 || self.children_page_max == 0 {
+            return bad("session_list_page_max and children_page_max must be at least 1");
+        }
+        Ok(())
     }
 
     /// The ensemble: `members`, or this server alone as a voter when none are listed.

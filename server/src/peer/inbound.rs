@@ -3,9 +3,12 @@
 //! in this cluster), decodes its message and hands it to the runtime's channel.
 //!
 //! ```text
-//!   peer ──Frame{from,to,cluster_id,payload}──▶ check ──decode──▶ mpsc ──▶ runtime
-//!                                          (refused: PERMISSION_DENIED, ...)
+//!   peer ──Frame{from,to,cluster_id,payload,more}──▶ check ──▶ pieces put together
+//!        (refused: PERMISSION_DENIED, ...)        ──decode──▶ mpsc ──▶ runtime
 //! ```
+//!
+//! A frame carries at most `frame_bytes_max` (tonic refuses a longer one); a message
+//! in pieces is held until its last piece, at most `message_bytes_max`.
 //!
 //! What it must not do: accept a frame from a server that is not a member, or keep
 //! a stream open after shutdown (graceful shutdown waits for open streams).
@@ -87,17 +90,35 @@ impl Inbound {
         Ok(frame.from)
     }
 
-    /// Checks and decodes one frame: None for a hello.
+    /// Checks one frame and decodes the message it completes: None for a hello or
+    /// a piece of a message still incomplete (kept in `pieces`).
     fn accept(
         &self,
-        frame: &Frame,
+        frame: Frame,
         from: Option<ServerId>,
+        pieces: &mut Vec<u8>,
     ) -> Result<(ServerId, Option<Message>), Status> {
-        let sender = self.check(frame, from)?;
-        if frame.payload.is_empty() {
+        let sender = self.check(&frame, from)?;
+        let whole = if frame.more || !pieces.is_empty() {
+            let total = pieces.len().saturating_add(frame.payload.len());
+            let max = self.shared.config.message_bytes_max;
+            if total > max {
+                return Err(Status::resource_exhausted(format!(
+                    "a message of more than {max} bytes (peer_message_bytes_max)"
+                )));
+            }
+            pieces.extend_from_slice(&frame.payload);
+            if frame.more {
+                return Ok((sender, None));
+            }
+            bytes::Bytes::from(std::mem::take(pieces))
+        } else {
+            frame.payload
+        };
+        if whole.is_empty() {
             return Ok((sender, None));
         }
-        let msg = codec::decode::<Message>(&frame.payload)
+        let msg = codec::decode::<Message>(&whole)
             .map_err(|e| Status::invalid_argument(format!("bad payload: {e}")))?;
         Ok((sender, Some(msg)))
     }
@@ -134,16 +155,21 @@ impl Inbound {
         frames_received: &mut u64,
     ) -> Result<(), Status> {
         let mut stop = self.shared.stop.subscribe();
+        // The pieces of a message whose last piece has not come yet.
+        let mut pieces = Vec::new();
         loop {
             let frame = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
                 frame = frames.message() => frame?,
             };
             let Some(frame) = frame else { return Ok(()) };
-            let (sender, msg) = self.accept(&frame, *from).inspect_err(|status| {
-                tracing::warn!(from = frame.from, %status, "peer stream refused");
-                Counters::add(&self.shared.counters.rejected, 1);
-            })?;
+            let frame_from = frame.from;
+            let (sender, msg) = self
+                .accept(frame, *from, &mut pieces)
+                .inspect_err(|status| {
+                    tracing::warn!(from = frame_from, %status, "peer stream refused");
+                    Counters::add(&self.shared.counters.rejected, 1);
+                })?;
             if from.is_none() {
                 if let Some(peer) = self.shared.peers.get(&sender) {
                     peer.back.notify_one();

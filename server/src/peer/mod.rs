@@ -19,6 +19,12 @@
 //! when the runtime falls behind, the streams wait (HTTP/2 flow control) and the
 //! senders' queues drop their oldest messages.
 //!
+//! Frames are bounded (`frame_bytes_max`): a message whose encoding is longer, a
+//! SNAP with the whole tree say, is cut into pieces sent as consecutive frames on
+//! the same stream, and the receiver puts them together (at most
+//! `message_bytes_max`) before it decodes the message. A broken stream loses the
+//! pieces of a message in flight, like any frame.
+//!
 //! What it must not do: block the caller of `send`, interpret messages, or accept
 //! frames from a server that is not a member.
 
@@ -68,8 +74,13 @@ pub struct PeerConfig {
     /// HTTP/2 keep-alive: ping an idle connection this often, and call it dead when
     /// a ping is unanswered for as long (detects a stopped peer).
     pub keepalive_ms: u64,
-    /// Largest encoded message accepted or sent (SNAP carries a whole snapshot).
+    /// Largest frame payload sent or accepted: a longer encoded message (a SNAP
+    /// carries the whole tree) travels as consecutive frames of at most this much,
+    /// all but the last marked `more`, put together again by the receiver.
     pub frame_bytes_max: usize,
+    /// Largest encoded message sent or accepted, once put together: a larger one is
+    /// dropped by the sender, and ends the stream at the receiver.
+    pub message_bytes_max: usize,
 }
 
 impl PeerConfig {
@@ -85,7 +96,8 @@ impl PeerConfig {
             backoff_ms_max: 2000,
             connect_timeout_ms: 1000,
             keepalive_ms: 1000,
-            frame_bytes_max: 256 << 20,
+            frame_bytes_max: 1 << 20,
+            message_bytes_max: 2 << 30,
         }
     }
 }

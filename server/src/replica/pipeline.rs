@@ -20,9 +20,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::persist::{PersistJob, Persister};
+use super::forward::Write;
+use super::persist::{Done, PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, PeerHandle};
 use crate::tree::{DataTree, TreeError, TxnResult};
@@ -32,12 +33,67 @@ use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
 pub(super) type SnapshotJob = DataTree;
 
+/// Bytes counted for a write besides its op (the caller, the txn's header).
+const WRITE_OVERHEAD_BYTES: usize = 64;
+
+/// The byte budget of writes queued for the pipeline or in flight there
+/// (`proposal_queue_bytes_max`): a caller takes its write's share before queueing
+/// it and gives it back once answered, so a flood of large writes waits in its
+/// callers instead of in memory here.
+pub(super) struct ProposalBytes {
+    permits: Arc<Semaphore>,
+    /// The budget; a write heavier than it takes all of it.
+    bytes_max: usize,
+}
+
+impl ProposalBytes {
+    pub(super) fn new(bytes_max: usize) -> ProposalBytes {
+        let bytes_max = bytes_max.clamp(1, Semaphore::MAX_PERMITS);
+        ProposalBytes {
+            permits: Arc::new(Semaphore::new(bytes_max)),
+            bytes_max,
+        }
+    }
+
+    /// Bytes of the budget free now.
+    #[cfg(test)]
+    pub(super) fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+/// A write's share of the proposal byte budget, given back when dropped.
+pub(super) struct Admitted {
+    permit: OwnedSemaphorePermit,
+}
+
+impl Admitted {
+    /// The write's weight.
+    fn bytes(&self) -> usize {
+        self.permit.num_permits()
+    }
+}
+
+/// Waits for `write`'s share of the budget; None once the pipeline has stopped.
+pub(super) async fn admit(budget: &ProposalBytes, write: &Write) -> Option<Admitted> {
+    let op = postcard::experimental::serialized_size(&write.op).unwrap_or(0);
+    let bytes = op
+        .saturating_add(WRITE_OVERHEAD_BYTES)
+        .min(budget.bytes_max);
+    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+    let permit = budget.permits.clone().acquire_many_owned(n).await.ok()?;
+    Some(Admitted { permit })
+}
+
+/// A caller waiting for its write, with the write's share of the byte budget.
+pub(super) type Waiter = (oneshot::Sender<Result<Committed, ReplicaError>>, Admitted);
+
 /// What the pipeline listens to besides the clock.
 pub(super) struct Inputs {
     pub(super) proposals: mpsc::Receiver<Proposal>,
     pub(super) reads: mpsc::Receiver<ReadWaiter>,
     /// `Ok(number)`: Readies up to `number` are durable; `Err`: storage failed.
-    pub(super) persisted: mpsc::UnboundedReceiver<Result<u64, String>>,
+    pub(super) persisted: Done,
     /// Snapshots written by the snapshotter, for `Node::compact`.
     pub(super) compacted: mpsc::Receiver<Snapshot>,
     /// Messages from the other servers (None: an ensemble of one).
@@ -49,7 +105,7 @@ pub(super) struct Pipeline {
     pub(super) shared: Arc<Shared>,
     pub(super) node: Node,
     /// Callers of this server's proposals, by the zxid the core gave them.
-    pub(super) waiting: HashMap<Zxid, oneshot::Sender<Result<Committed, ReplicaError>>>,
+    pub(super) waiting: HashMap<Zxid, Waiter>,
     /// Callers of read-index requests, by request id.
     pub(super) reading: HashMap<u64, ReadWaiter>,
     pub(super) next_read_id: u64,
@@ -62,6 +118,8 @@ pub(super) struct Pipeline {
     pub(super) since_snapshot: u64,
     pub(super) snapshot_every_txns: u64,
     pub(super) batch_txns_max: usize,
+    /// A group-commit batch closes once its writes weigh this much.
+    pub(super) batch_bytes_max: usize,
     /// Most proposals in flight (proposed, not yet answered). Bounds the callers
     /// waiting here and, with them, the persist queue: a flood of writes waits in
     /// the bounded proposal queue instead.
@@ -87,27 +145,34 @@ impl Pipeline {
                 Role::Following | Role::Observing
             );
             let room = self.inflight_max.saturating_sub(self.waiting.len());
-            let take = (*self.shared.serving.borrow() && room > 0) || learner;
+            // Back-pressure: while the persister is over its byte budget, neither
+            // new writes nor peer messages (proposals from a leader) come in; the
+            // peer streams wait, and so do the callers.
+            let open = !self.persist.over_budget();
+            let take = open && ((*self.shared.serving.borrow() && room > 0) || learner);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => self.node.tick(),
-                n = inputs.proposals.recv_many(&mut batch, take_max), if take => {
-                    if n == 0 {
-                        break;
-                    }
+                first = inputs.proposals.recv(), if take => {
+                    let Some(first) = first else { break };
+                    batch.push(first);
+                    fill_batch(&mut inputs.proposals, &mut batch, take_max, self.batch_bytes_max);
                     self.propose(&mut batch);
                 }
                 Some(waiter) = inputs.reads.recv() => self.read_index(waiter),
-                Some(done) = inputs.persisted.recv() => match done {
-                    Ok(number) => self.node.persisted(number),
-                    Err(e) => {
-                        self.shared.set_fatal(format!("log append failed: {e}"));
-                        break;
+                Ok(()) = inputs.persisted.changed() => {
+                    let done = inputs.persisted.borrow_and_update().clone();
+                    match done {
+                        Ok(number) => self.node.persisted(number),
+                        Err(e) => {
+                            self.shared.set_fatal(format!("log append failed: {e}"));
+                            break;
+                        }
                     }
-                },
+                }
                 Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
-                Some(inbound) = recv_peer(&mut inputs.peers) => match inbound {
+                Some(inbound) = recv_peer(&mut inputs.peers), if open => match inbound {
                     Inbound::Message(from, msg) => self.node.step(from, msg),
                     Inbound::StreamLost(from) => self.node.peer_lost(from),
                 },
@@ -117,6 +182,7 @@ impl Pipeline {
         // Stopping: waiting callers and queued proposals are dropped unanswered,
         // so callers see Unavailable.
         self.fail_waiting("the write pipeline has stopped");
+        self.shared.proposal_bytes.permits.close();
         if let Some(peers) = &self.peers {
             peers.shutdown().await;
         }
@@ -136,7 +202,7 @@ impl Pipeline {
             };
             match self.node.propose(txn) {
                 Ok(zxid) => {
-                    self.waiting.insert(zxid, p.reply);
+                    self.waiting.insert(zxid, (p.reply, p.bytes));
                 }
                 Err(e) => {
                     let _ = p.reply.send(Err(e.into()));
@@ -186,10 +252,7 @@ impl Pipeline {
             self.install(&snapshot);
         }
         if !ready.persist.is_empty() {
-            let job = PersistJob {
-                number: ready.number,
-                ops: ready.persist,
-            };
+            let job = PersistJob::new(ready.number, ready.persist);
             if !self.persist.send(job) {
                 self.shared.set_fatal("the persister has stopped".into());
                 return false;
@@ -248,7 +311,7 @@ impl Pipeline {
                 let applied = tree.apply(txn);
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
-                if let Some(reply) = self.waiting.remove(&txn.zxid) {
+                if let Some((reply, _bytes)) = self.waiting.remove(&txn.zxid) {
                     let committed = Committed {
                         zxid: txn.zxid,
                         result: applied.result,
@@ -304,12 +367,29 @@ impl Pipeline {
     }
 
     fn fail_waiting(&mut self, why: &str) {
-        for (_, reply) in self.waiting.drain() {
+        for (_, (reply, _bytes)) in self.waiting.drain() {
             let _ = reply.send(Err(ReplicaError::Unavailable(why.into())));
         }
         for (_, waiter) in self.reading.drain() {
             let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));
         }
+    }
+}
+
+/// Adds queued writes to `batch` (which holds one) while it has fewer than
+/// `count_max` and weighs less than `bytes_max`; the write that reaches the weight
+/// is the last one in.
+fn fill_batch(
+    queue: &mut mpsc::Receiver<Proposal>,
+    batch: &mut Vec<Proposal>,
+    count_max: usize,
+    bytes_max: usize,
+) {
+    let mut bytes: usize = batch.iter().map(|p| p.bytes.bytes()).sum();
+    while batch.len() < count_max && bytes < bytes_max {
+        let Ok(p) = queue.try_recv() else { return };
+        bytes = bytes.saturating_add(p.bytes.bytes());
+        batch.push(p);
     }
 }
 

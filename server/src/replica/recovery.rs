@@ -103,7 +103,11 @@ async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartErr
     let listener = tokio::net::TcpListener::bind(config.peer_addr)
         .await
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
-    let peer_config = PeerConfig::new(config.server_id, config.cluster_id, config.ensemble());
+    let peer_config = PeerConfig {
+        frame_bytes_max: config.peer_frame_bytes_max,
+        message_bytes_max: config.peer_message_bytes_max,
+        ..PeerConfig::new(config.server_id, config.cluster_id, config.ensemble())
+    };
     PeerTransport::start(peer_config, listener, forward)
         .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
 }
@@ -285,6 +289,7 @@ fn launch(
         touched: Mutex::new(HashSet::new()),
         role: watch::Sender::new(crate::zab::Role::Looking),
         proposals: proposals_tx,
+        proposal_bytes: super::pipeline::ProposalBytes::new(config.proposal_queue_bytes_max),
         reads: reads_tx,
         hub,
         storage: storage.clone(),
@@ -294,8 +299,7 @@ fn launch(
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
-    let (persisted_tx, persisted_rx) = mpsc::unbounded_channel();
-    let persist = Persister::start(storage, persisted_tx)
+    let (persist, persisted_rx) = Persister::start(storage, config.persist_queue_bytes_max)
         .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;
     let pipeline = Pipeline {
         shared: shared.clone(),
@@ -309,6 +313,7 @@ fn launch(
         since_snapshot: 0,
         snapshot_every_txns: config.snapshot_every_txns,
         batch_txns_max: config.batch_txns_max,
+        batch_bytes_max: config.batch_bytes_max,
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
