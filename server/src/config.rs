@@ -82,6 +82,12 @@ pub struct Config {
     /// Largest message a peer may send, once its pieces are put together; must
     /// exceed the largest snapshot (a follower far behind gets the whole tree).
     pub peer_message_bytes_max: usize,
+    /// Bytes of messages waiting to go to one peer; beyond it the oldest are
+    /// dropped (Zab re-synchronizes a learner whose stream lost messages).
+    pub peer_queue_bytes_max: usize,
+    /// Bytes of messages received from peers and not yet taken by the pipeline;
+    /// beyond it the peer streams wait.
+    pub peer_inbound_bytes_max: usize,
     /// Most sessions in one `Session.List` page (also when the client asks for more,
     /// or for no limit).
     pub session_list_page_max: usize,
@@ -121,6 +127,8 @@ impl Default for Config {
             persist_queue_bytes_max: 64 << 20,
             peer_frame_bytes_max: 1 << 20,
             peer_message_bytes_max: 2 << 30,
+            peer_queue_bytes_max: 64 << 20,
+            peer_inbound_bytes_max: 64 << 20,
             session_list_page_max: 1000,
             children_page_max: 1000,
             watch_queue_txns_max: 4096,
@@ -239,6 +247,9 @@ impl Config {
             || self.peer_message_bytes_max < self.peer_frame_bytes_max
         {
             return bad("need 4096 <= peer_frame_bytes_max <= peer_message_bytes_max");
+        }
+        if self.peer_queue_bytes_max == 0 || self.peer_inbound_bytes_max == 0 {
+            return bad("peer_queue_bytes_max and peer_inbound_bytes_max must be at least 1");
         }
         if self.session_list_page_max == 0 || self.children_page_max == 0 {
             return bad("session_list_page_max and children_page_max must be at least 1");

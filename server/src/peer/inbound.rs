@@ -21,7 +21,7 @@ use concord_proto::peer::v1::peer_transport_server::{
 };
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -33,15 +33,20 @@ struct Inbound {
     shared: Arc<Shared>,
     /// Ids allowed to send: every member but this server.
     senders: HashSet<ServerId>,
-    /// Where received messages go (the runtime's inbound channel).
-    tx: mpsc::Sender<Delivery>,
+    /// Where received messages go (the runtime's inbound channel), each with the
+    /// bytes it took from `bytes`.
+    tx: mpsc::Sender<(Delivery, u32)>,
+    /// The inbound byte budget: a message takes its size before it is queued, and
+    /// the runtime's `InboundRx` gives it back.
+    bytes: Arc<Semaphore>,
 }
 
 /// The server task: serves until shutdown, then drains.
 pub(super) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
-    tx: mpsc::Sender<Delivery>,
+    tx: mpsc::Sender<(Delivery, u32)>,
+    bytes: Arc<Semaphore>,
     beside: tonic::service::Routes,
 ) {
     let senders = shared.peers.keys().copied().collect();
@@ -49,6 +54,7 @@ pub(super) async fn serve(
         shared: shared.clone(),
         senders,
         tx,
+        bytes,
     })
     .max_decoding_message_size(shared.config.frame_bytes_max.saturating_add(64));
     let mut stop = shared.stop.subscribe();
@@ -90,14 +96,15 @@ impl Inbound {
         Ok(frame.from)
     }
 
-    /// Checks one frame and decodes the message it completes: None for a hello or
-    /// a piece of a message still incomplete (kept in `pieces`).
+    /// Checks one frame and decodes the message it completes (with its encoded
+    /// size): None for a hello or a piece of a message still incomplete (kept in
+    /// `pieces`).
     fn accept(
         &self,
         frame: Frame,
         from: Option<ServerId>,
         pieces: &mut Vec<u8>,
-    ) -> Result<(ServerId, Option<Message>), Status> {
+    ) -> Result<(ServerId, Option<(Message, usize)>), Status> {
         let sender = self.check(&frame, from)?;
         let whole = if frame.more || !pieces.is_empty() {
             let total = pieces.len().saturating_add(frame.payload.len());
@@ -120,7 +127,7 @@ impl Inbound {
         }
         let msg = codec::decode::<Message>(&whole)
             .map_err(|e| Status::invalid_argument(format!("bad payload: {e}")))?;
-        Ok((sender, Some(msg)))
+        Ok((sender, Some((msg, whole.len()))))
     }
 }
 
@@ -139,13 +146,32 @@ impl PeerTransportService for Inbound {
         // Unless this server is stopping, tell the runtime the sender went quiet
         // (a kill -9 of the peer ends up here at once, through the reset socket).
         if let (Some(sender), false) = (from, *self.shared.stop.borrow()) {
-            let _ = self.tx.try_send(Delivery::StreamLost(sender));
+            let _ = self.tx.try_send((Delivery::StreamLost(sender), 0));
         }
         ended.map(|()| Response::new(DeliverReply { frames_received }))
     }
 }
 
 impl Inbound {
+    /// Takes `bytes` of the inbound budget (all of it, for a larger message), then
+    /// queues the message for the runtime; false once the runtime stopped listening.
+    async fn deliver(&self, delivery: Delivery, bytes: usize) -> bool {
+        let n = u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .min(u32::try_from(self.shared.config.inbound_bytes_max).unwrap_or(u32::MAX))
+            .max(1);
+        let Ok(permit) = self.bytes.acquire_many(n).await else {
+            return false;
+        };
+        // The runtime's InboundRx gives the bytes back when it takes the message.
+        permit.forget();
+        if self.tx.send((delivery, n)).await.is_err() {
+            self.bytes.add_permits(n as usize);
+            return false;
+        }
+        true
+    }
+
     /// Hands the stream's messages to the runtime until the stream ends, this
     /// server stops, or the runtime stops listening; `from` is the sender once known.
     async fn pump(
@@ -177,10 +203,10 @@ impl Inbound {
             }
             *from = Some(sender);
             *frames_received += 1;
-            let Some(msg) = msg else { continue };
+            let Some((msg, bytes)) = msg else { continue };
             let delivered = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
-                sent = self.tx.send(Delivery::Message(sender, msg)) => sent.is_ok(),
+                sent = self.deliver(Delivery::Message(sender, msg), bytes) => sent,
             };
             if !delivered {
                 // The runtime dropped its receiver: nobody listens any more.

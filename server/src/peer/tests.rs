@@ -10,7 +10,6 @@ use bytes::Bytes;
 use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
 use concord_proto::peer::v1::Frame;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
 use super::*;
@@ -19,7 +18,7 @@ use crate::config::Role;
 /// Upper bound for anything that should happen "soon" on loopback.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-type Inbox = mpsc::Receiver<Inbound>;
+type Inbox = InboundRx;
 
 fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
     Member {
@@ -354,4 +353,31 @@ async fn t51_pieces_beyond_the_message_bound_end_the_stream() {
     assert!(err.is_err(), "{err:?}");
     b.shutdown().await;
     s[0].0.shutdown().await;
+}
+
+#[tokio::test]
+async fn t52_received_messages_wait_within_the_inbound_byte_bound() {
+    let small = |c: PeerConfig| PeerConfig {
+        inbound_bytes_max: 5000,
+        ..c
+    };
+    let (_, mut s) = ensemble_with(2, small).await;
+    for _ in 0..10 {
+        s[0].0.send(Envelope {
+            to: 2,
+            msg: snap(2000),
+        });
+    }
+    // Nobody reads server 2's inbox: two messages of about 2000 bytes fit its
+    // 5000, the rest wait in the stream (and the sender's queue).
+    let b = s[1].0.clone();
+    wait_until("two received", || b.metrics().received >= 2).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.metrics().received, 2, "received past the byte bound");
+    for _ in 0..10 {
+        assert_eq!(recv(&mut s[1].1).await, (1, snap(2000)));
+    }
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
 }

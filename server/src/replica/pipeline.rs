@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use super::forward::Write;
 use super::persist::{Done, PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
-use crate::peer::{Inbound, PeerHandle};
+use crate::peer::{Inbound, InboundRx, PeerHandle};
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::{Node, ReadState, Ready, Role, Snapshot, Status};
@@ -97,7 +97,7 @@ pub(super) struct Inputs {
     /// Snapshots written by the snapshotter, for `Node::compact`.
     pub(super) compacted: mpsc::Receiver<Snapshot>,
     /// Messages from the other servers (None: an ensemble of one).
-    pub(super) peers: Option<mpsc::Receiver<Inbound>>,
+    pub(super) peers: Option<InboundRx>,
 }
 
 /// The task's state.
@@ -394,7 +394,7 @@ fn fill_batch(
 }
 
 /// The next message from a peer; never resolves without peers.
-async fn recv_peer(inbox: &mut Option<mpsc::Receiver<Inbound>>) -> Option<Inbound> {
+async fn recv_peer(inbox: &mut Option<InboundRx>) -> Option<Inbound> {
     match inbox {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -20,7 +20,7 @@ use super::persist::Persister;
 use super::pipeline::{Inputs, Pipeline};
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
-use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
+use crate::peer::{InboundRx, PeerConfig, PeerHandle, PeerTransport};
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
@@ -28,7 +28,7 @@ use crate::watch::{WatchConfig, WatchHub};
 use crate::zab::{self, Node, Restored, Snapshot};
 
 /// The transport's handle and the channel its messages arrive on.
-type Peers = (PeerHandle, mpsc::Receiver<Inbound>);
+type Peers = (PeerHandle, InboundRx);
 
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";
@@ -106,6 +106,8 @@ async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartErr
     let peer_config = PeerConfig {
         frame_bytes_max: config.peer_frame_bytes_max,
         message_bytes_max: config.peer_message_bytes_max,
+        queue_bytes_max: config.peer_queue_bytes_max,
+        inbound_bytes_max: config.peer_inbound_bytes_max,
         ..PeerConfig::new(config.server_id, config.cluster_id, config.ensemble())
     };
     PeerTransport::start(peer_config, listener, forward)
