@@ -12,6 +12,12 @@
 //!     status / reads / fatal ─▶ serving flag, read waiters, stop
 //! ```
 //!
+//! Back-pressure, in bytes: a caller takes its write's share of
+//! `proposal_queue_bytes_max` before queueing it and keeps it until answered; a
+//! batch closes at `batch_bytes_max`; while the persister holds more than
+//! `persist_queue_bytes_max`, the loop takes neither writes nor peer messages (the
+//! peer streams wait), only ticks, reads, and the persister's progress.
+//!
 //! What it must not do: await storage itself (the persister does), or apply a txn
 //! the core has not handed out as committed.
 
@@ -379,7 +385,7 @@ impl Pipeline {
 /// Adds queued writes to `batch` (which holds one) while it has fewer than
 /// `count_max` and weighs less than `bytes_max`; the write that reaches the weight
 /// is the last one in.
-fn fill_batch(
+pub(super) fn fill_batch(
     queue: &mut mpsc::Receiver<Proposal>,
     batch: &mut Vec<Proposal>,
     count_max: usize,

@@ -519,3 +519,35 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
         r.shutdown();
     }
 }
+
+#[tokio::test]
+async fn a_group_commit_batch_closes_at_its_byte_bound() {
+    use super::forward::Write;
+    use super::pipeline::{admit, fill_batch, ProposalBytes};
+    let budget = ProposalBytes::new(1 << 20);
+    let (tx, mut rx) = mpsc::channel(16);
+    for _ in 0..10 {
+        let write = Write {
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op: heavy_txn(1, 1000).op,
+        };
+        let bytes = admit(&budget, &write).await.unwrap();
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let queued = super::Proposal {
+            write,
+            reply,
+            bytes,
+        };
+        assert!(tx.send(queued).await.is_ok());
+    }
+    let mut batch = vec![rx.recv().await.unwrap()];
+    // About 1100 bytes each: the third crosses 2500 and is the last one in.
+    fill_batch(&mut rx, &mut batch, 1024, 2500);
+    assert_eq!(batch.len(), 3);
+    // The count bound still holds on its own.
+    let mut batch = vec![rx.recv().await.unwrap()];
+    fill_batch(&mut rx, &mut batch, 2, 1 << 20);
+    assert_eq!(batch.len(), 2);
+}
