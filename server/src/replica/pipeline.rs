@@ -15,8 +15,9 @@
 //! Back-pressure, in bytes: a caller takes its write's share of
 //! `proposal_queue_bytes_max` before queueing it and keeps it until answered; a
 //! batch closes at `batch_bytes_max`; while the persister holds more than
-//! `persist_queue_bytes_max`, the loop takes neither writes nor peer messages (the
-//! peer streams wait), only ticks, reads, and the persister's progress.
+//! `persist_queue_bytes_max`, the loop takes no writes and, unless it leads, no
+//! peer messages and no ticks (the peer streams wait; its clock stands), only
+//! reads and the persister's progress.
 //!
 //! What it must not do: await storage itself (the persister does), or apply a txn
 //! the core has not handed out as committed.
@@ -146,20 +147,24 @@ impl Pipeline {
         while running {
             // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
             // (The role is the one the core last reported, kept in `Shared`.)
-            let learner = matches!(
-                *self.shared.role.borrow(),
-                Role::Following | Role::Observing
-            );
+            let role = *self.shared.role.borrow();
+            let learner = matches!(role, Role::Following | Role::Observing);
             let room = self.inflight_max.saturating_sub(self.waiting.len());
-            // Back-pressure: while the persister is over its byte budget, neither
-            // new writes nor peer messages (proposals from a leader) come in; the
-            // peer streams wait, and so do the callers.
+            // Back-pressure: while the persister is over its byte budget, no new
+            // writes come in (their callers wait). A server that does not lead also
+            // stops reading its peers (the leader's PROPOSALs: its stream waits) and
+            // lets its clock stand, so it does not call a leader it cannot hear
+            // dead; its leader counts it absent meanwhile. A leader keeps hearing
+            // acks and keeps its heartbeats going: its input from peers is small.
             let open = !self.persist.over_budget();
+            let hear_peers = open || role == Role::Leading;
             let take = open && ((*self.shared.serving.borrow() && room > 0) || learner);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
-                _ = interval.tick() => self.node.tick(),
+                _ = interval.tick() => if hear_peers {
+                    self.node.tick();
+                },
                 first = inputs.proposals.recv(), if take => {
                     let Some(first) = first else { break };
                     batch.push(first);
@@ -178,7 +183,7 @@ impl Pipeline {
                     }
                 }
                 Some(snapshot) = inputs.compacted.recv() => self.node.compact(snapshot),
-                Some(inbound) = recv_peer(&mut inputs.peers), if open => match inbound {
+                Some(inbound) = recv_peer(&mut inputs.peers), if hear_peers => match inbound {
                     Inbound::Message(from, msg) => self.node.step(from, msg),
                     Inbound::StreamLost(from) => self.node.peer_lost(from),
                 },
