@@ -357,6 +357,47 @@ mod tests {
     }
 
     #[test]
+    fn byte_bounds_and_page_caps_are_checked() {
+        let ok = Config::default();
+        let bad = [
+            Config {
+                persist_queue_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                batch_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                peer_frame_bytes_max: 100,
+                ..ok.clone()
+            },
+            Config {
+                peer_message_bytes_max: ok.peer_frame_bytes_max - 1,
+                ..ok.clone()
+            },
+            Config {
+                peer_inbound_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                children_page_max: 0,
+                ..ok.clone()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Invalid(_))),
+                "{c:?}"
+            );
+        }
+        let c: Config =
+            toml::from_str("children_page_max = 3\npersist_queue_bytes_max = 4096\n").unwrap();
+        assert_eq!((c.children_page_max, c.persist_queue_bytes_max), (3, 4096));
+        c.validate().unwrap();
+    }
+
+    #[test]
     fn non_loopback_needs_insecure() {
         let mut c = Config {
             client_addr: "0.0.0.0:7181".parse().unwrap(),
