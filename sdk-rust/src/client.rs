@@ -27,8 +27,9 @@ use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOpt
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
 
-/// Bound on the pages `children_all` follows, so a faulty server cannot loop it forever.
-const CHILDREN_PAGES_MAX: usize = 1_000_000;
+/// Bound on the pages `children_all` and `list_sessions` follow, so a faulty server
+/// cannot loop them forever.
+const PAGES_MAX: usize = 1_000_000;
 
 /// A connection to a Concord server, or to an ensemble's servers. Cheap to clone:
 /// clones share one channel, which reconnects by itself after a broken connection,
@@ -289,7 +290,9 @@ impl Client {
         Ok(self.saw(&resp.header))
     }
 
-    /// One page of a node's children (all of them when `page_size` is 0).
+    /// One page of a node's children: at most `page_size`, and at most the server's
+    /// cap (1000 by default) also when `page_size` is 0. Follow `next_page_token`,
+    /// or use [`Client::children_all`].
     pub async fn children(&self, path: &str, options: &ChildrenOptions) -> Result<Children, Error> {
         let options = ChildrenOptions {
             read: self.not_older(options.read),
@@ -321,7 +324,7 @@ impl Client {
         let mut all = self.children(path, &options).await?;
         let mut pages = 1;
         while !all.next_page_token.is_empty() {
-            if pages >= CHILDREN_PAGES_MAX || all.next_page_token == options.page_token {
+            if pages >= PAGES_MAX || all.next_page_token == options.page_token {
                 return Err(Error::client(
                     ErrorCode::Internal,
                     "the server's page tokens do not advance",
@@ -410,15 +413,47 @@ impl Client {
             .ok_or_else(|| Error::client(ErrorCode::Internal, "the server sent no session"))
     }
 
-    /// Every live session, sorted by id (without their ephemerals).
+    /// Every live session, sorted by id (without their ephemerals), following page
+    /// tokens; each page is read at its own zxid.
     pub async fn list_sessions(&self) -> Result<Vec<SessionInfo>, Error> {
+        let (mut all, mut token) = self.list_sessions_page(0, "").await?;
+        let mut pages = 1;
+        while !token.is_empty() {
+            let (page, next) = self.list_sessions_page(0, &token).await?;
+            if pages >= PAGES_MAX || next == token {
+                return Err(Error::client(
+                    ErrorCode::Internal,
+                    "the server's page tokens do not advance",
+                ));
+            }
+            all.extend(page);
+            token = next;
+            pages += 1;
+        }
+        Ok(all)
+    }
+
+    /// One page of the live sessions, sorted by id: at most `page_size` (0: the
+    /// server's cap, 1000 by default), after `page_token` (empty: from the start).
+    /// Returns the page and the next page's token (empty on the last page).
+    pub async fn list_sessions_page(
+        &self,
+        page_size: u32,
+        page_token: &str,
+    ) -> Result<(Vec<SessionInfo>, String), Error> {
+        let req = ListSessionsRequest {
+            min_zxid: self.last_seen_zxid(),
+            page_size,
+            page_token: page_token.to_owned(),
+        };
         let resp = self
             .sessions()
-            .list(ListSessionsRequest::default())
+            .list(req)
             .await
             .map_err(read_err)?
             .into_inner();
-        Ok(resp.sessions)
+        self.saw(&resp.header);
+        Ok((resp.sessions, resp.next_page_token))
     }
 
     /// Describes the server this client talks to.

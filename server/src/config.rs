@@ -74,6 +74,35 @@ pub struct Config {
     /// Writes waiting to be sequenced before callers are made to wait; also the most
     /// writes in flight (proposed, not yet answered).
     pub proposal_queue_max: usize,
+    /// A group-commit batch closes once its writes weigh this many bytes (encoded),
+    /// whatever `batch_txns_max` says. Also bounds a broadcast PROPOSAL.
+    pub batch_bytes_max: usize,
+    /// Bytes of writes queued for sequencing or in flight (proposed, not yet
+    /// answered) on this server; beyond it callers wait. A write heavier than the
+    /// whole budget waits until it has the budget to itself.
+    pub proposal_queue_bytes_max: usize,
+    /// Bytes of log entries (and snapshots from the leader) queued for the disk;
+    /// beyond it the pipeline takes neither writes nor peer messages until the disk
+    /// catches up (back-pressure on the leader's stream to a slow follower).
+    pub persist_queue_bytes_max: usize,
+    /// Largest frame on a peer stream, in bytes: a larger message (a SNAP with the
+    /// whole tree, a long sync) travels in pieces of this size.
+    pub peer_frame_bytes_max: usize,
+    /// Largest message a peer may send, once its pieces are put together; must
+    /// exceed the largest snapshot (a follower far behind gets the whole tree).
+    pub peer_message_bytes_max: usize,
+    /// Bytes of messages waiting to go to one peer; beyond it the oldest are
+    /// dropped (Zab re-synchronizes a learner whose stream lost messages).
+    pub peer_queue_bytes_max: usize,
+    /// Bytes of messages received from peers and not yet taken by the pipeline;
+    /// beyond it the peer streams wait.
+    pub peer_inbound_bytes_max: usize,
+    /// Most sessions in one `Session.List` page (also when the client asks for more,
+    /// or for no limit).
+    pub session_list_page_max: usize,
+    /// Most children in one `Children` page (also when the client asks for more, or
+    /// for no limit).
+    pub children_page_max: usize,
     /// Per-watch-stream queue, in txns; a consumer this far behind is cut off.
     pub watch_queue_txns_max: usize,
     /// Txns of recent events kept in memory for watch resume.
@@ -104,6 +133,15 @@ impl Default for Config {
             snapshots_keep: 3,
             batch_txns_max: 1024,
             proposal_queue_max: 16_384,
+            batch_bytes_max: 4 << 20,
+            proposal_queue_bytes_max: 64 << 20,
+            persist_queue_bytes_max: 64 << 20,
+            peer_frame_bytes_max: 1 << 20,
+            peer_message_bytes_max: 2 << 30,
+            peer_queue_bytes_max: 64 << 20,
+            peer_inbound_bytes_max: 64 << 20,
+            session_list_page_max: 1000,
+            children_page_max: 1000,
             watch_queue_txns_max: 4096,
             watch_history_txns_max: 100_000,
             insecure: false,
@@ -194,6 +232,7 @@ impl Config {
         if self.batch_txns_max == 0 || self.proposal_queue_max == 0 {
             return bad("batch_txns_max and proposal_queue_max must be at least 1");
         }
+        self.validate_bounds()?;
         if self.watch_queue_txns_max == 0 || self.watch_history_txns_max == 0 {
             return bad("watch_queue_txns_max and watch_history_txns_max must be at least 1");
         }
@@ -209,6 +248,31 @@ impl Config {
         }
         self.check_plain_text(self.client_addr)?;
         self.validate_members()
+    }
+
+    /// Checks the byte bounds of queues, peer messages and pages.
+    fn validate_bounds(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.batch_bytes_max == 0
+            || self.proposal_queue_bytes_max == 0
+            || self.persist_queue_bytes_max == 0
+        {
+            return bad(
+                "batch_bytes_max, proposal_queue_bytes_max and persist_queue_bytes_max must be at least 1",
+            );
+        }
+        if self.peer_frame_bytes_max < 4096
+            || self.peer_message_bytes_max < self.peer_frame_bytes_max
+        {
+            return bad("need 4096 <= peer_frame_bytes_max <= peer_message_bytes_max");
+        }
+        if self.peer_queue_bytes_max == 0 || self.peer_inbound_bytes_max == 0 {
+            return bad("peer_queue_bytes_max and peer_inbound_bytes_max must be at least 1");
+        }
+        if self.session_list_page_max == 0 || self.children_page_max == 0 {
+            return bad("session_list_page_max and children_page_max must be at least 1");
+        }
+        Ok(())
     }
 
     /// The ensemble: `members`, or this server alone as a voter when none are listed.
@@ -322,6 +386,47 @@ mod tests {
             Config::from_file(&p),
             Err(ConfigError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn byte_bounds_and_page_caps_are_checked() {
+        let ok = Config::default();
+        let bad = [
+            Config {
+                persist_queue_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                batch_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                peer_frame_bytes_max: 100,
+                ..ok.clone()
+            },
+            Config {
+                peer_message_bytes_max: ok.peer_frame_bytes_max - 1,
+                ..ok.clone()
+            },
+            Config {
+                peer_inbound_bytes_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                children_page_max: 0,
+                ..ok.clone()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Invalid(_))),
+                "{c:?}"
+            );
+        }
+        let c: Config =
+            toml::from_str("children_page_max = 3\npersist_queue_bytes_max = 4096\n").unwrap();
+        assert_eq!((c.children_page_max, c.persist_queue_bytes_max), (3, 4096));
+        c.validate().unwrap();
     }
 
     #[test]

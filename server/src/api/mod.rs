@@ -66,14 +66,19 @@ pub fn routes(replica: &Replica, config: &Config) -> Routes {
         node_data_bytes_max: config.node_data_bytes_max,
     };
     let (max_in, max_out) = (message_bytes_max(config), response_bytes_max(config));
-    let tree = TreeServer::new(tree::TreeService::new(replica.clone(), limits))
+    let tree = tree::TreeService::new(replica.clone(), limits)
+        .with_children_page_max(config.children_page_max);
+    let tree = TreeServer::new(tree)
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
-    let session = SessionServer::new(session::SessionService::new(
-        replica.clone(),
-        config.session_ttl_range_ms(),
-        config.session_ttl_default_ms,
-    ))
+    let session = SessionServer::new(
+        session::SessionService::new(
+            replica.clone(),
+            config.session_ttl_range_ms(),
+            config.session_ttl_default_ms,
+        )
+        .with_list_page_max(config.session_list_page_max),
+    )
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);
     let watch = WatchServer::new(watch::WatchService::new(replica.clone()))

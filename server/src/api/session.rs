@@ -20,9 +20,13 @@ use concord_proto::v1::ErrorCode;
 
 /// Keep-alive replies buffered per stream before the server stops reading pings.
 const KEEPALIVE_QUEUE_MAX: usize = 16;
+/// `session_list_page_max` unless configured.
+const DEFAULT_PAGE_MAX: usize = 1000;
 
 pub struct SessionService {
     replica: Replica,
+    /// Most sessions in one `List` page (`session_list_page_max`).
+    list_page_max: usize,
     /// Clamp range of granted TTLs (`session_ttl_min_ms`, `session_ttl_max_ms`).
     ttl_range_ms: (u64, u64),
     ttl_default_ms: u64,
@@ -34,7 +38,14 @@ impl SessionService {
             replica,
             ttl_range_ms,
             ttl_default_ms,
+            list_page_max: DEFAULT_PAGE_MAX,
         }
+    }
+
+    /// Caps `List` pages at `n` sessions (at least 1).
+    pub fn with_list_page_max(mut self, n: usize) -> Self {
+        self.list_page_max = n.max(1);
+        self
     }
 
     /// The TTL to grant for a requested one.
@@ -166,13 +177,28 @@ impl Session for SessionService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        ready_for_read(&self.replica, request.into_inner().min_zxid, false).await?;
-        let (zxid, ids) = self.replica.read(|t| {
-            (
-                t.last_zxid(),
-                t.sessions().map(|(id, _)| id).collect::<Vec<_>>(),
-            )
+        let r = request.into_inner();
+        let after = match r.page_token.as_str() {
+            "" => 0,
+            token => token
+                .parse::<u64>()
+                .map_err(|_| bad_arguments("page_token is not one from a previous response"))?,
+        };
+        ready_for_read(&self.replica, r.min_zxid, false).await?;
+        let limit = match r.page_size as usize {
+            0 => self.list_page_max,
+            n => n.min(self.list_page_max),
+        };
+        // One extra session tells whether another page follows.
+        let (zxid, mut ids) = self.replica.read(|t| {
+            let ids = t.sessions_after(after).map(|(id, _)| id);
+            (t.last_zxid(), ids.take(limit + 1).collect::<Vec<_>>())
         });
+        let mut next_page_token = String::new();
+        if ids.len() > limit {
+            ids.truncate(limit);
+            next_page_token = ids.last().map(u64::to_string).unwrap_or_default();
+        }
         let sessions = ids
             .into_iter()
             .filter_map(|id| self.info(id, false))
@@ -180,6 +206,7 @@ impl Session for SessionService {
         Ok(Response::new(pb::ListSessionsResponse {
             header: header(self.replica.server_id(), zxid),
             sessions,
+            next_page_token,
         }))
     }
 }

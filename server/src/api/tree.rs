@@ -15,15 +15,34 @@ use concord_proto::v1::ErrorCode;
 
 /// Most ops in one Multi.
 const MULTI_OPS_MAX: usize = 1024;
+/// `children_page_max` unless configured.
+const DEFAULT_PAGE_MAX: usize = 1000;
+/// A `Children` page ends early once its names (and stats) weigh this much, so a
+/// page of long names still fits a response.
+const PAGE_BYTES_MAX: usize = 1 << 20;
+/// What a child's stat weighs in a response, about.
+const STAT_BYTES: usize = 96;
 
 pub struct TreeService {
     replica: Replica,
     limits: Limits,
+    /// Most children in one `Children` page (`children_page_max`).
+    children_page_max: usize,
 }
 
 impl TreeService {
     pub fn new(replica: Replica, limits: Limits) -> Self {
-        TreeService { replica, limits }
+        TreeService {
+            replica,
+            limits,
+            children_page_max: DEFAULT_PAGE_MAX,
+        }
+    }
+
+    /// Caps `Children` pages at `n` children (at least 1).
+    pub fn with_children_page_max(mut self, n: usize) -> Self {
+        self.children_page_max = n.max(1);
+        self
     }
 
     /// Submits a write and turns a deterministic tree error into its status.
@@ -169,9 +188,12 @@ impl Tree for TreeService {
             ));
         }
         ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
-        let limit = r.page_size as usize;
+        let limit = match r.page_size as usize {
+            0 => self.children_page_max,
+            n => n.min(self.children_page_max),
+        };
         // One extra child tells whether another page follows.
-        let fetch = if limit == 0 { 0 } else { limit + 1 };
+        let fetch = limit + 1;
         let (zxid, parent, children) = self.replica.read(|t| {
             let parent = t.get(&r.path).map(|n| n.stat);
             (
@@ -186,9 +208,11 @@ impl Tree for TreeService {
                 format!("{} does not exist", clip(&r.path)),
             ));
         };
+        let per_child = if r.with_stats { STAT_BYTES } else { 0 };
+        let fits = page_len(children.iter().map(|(n, _)| n.len() + per_child));
         let mut next_page_token = String::new();
-        if limit > 0 && children.len() > limit {
-            children.truncate(limit);
+        if children.len() > limit.min(fits) {
+            children.truncate(limit.min(fits));
             next_page_token = children.last().map(|(n, _)| n.clone()).unwrap_or_default();
         }
         let children = children
@@ -297,5 +321,34 @@ fn op_result(r: &OpResult) -> pb::OpResult {
     };
     pb::OpResult {
         result: Some(result),
+    }
+}
+
+/// How many of the leading items (of these weights) fit one page of
+/// `PAGE_BYTES_MAX`; at least one, so every page makes progress.
+fn page_len(weights: impl Iterator<Item = usize>) -> usize {
+    let mut total = 0usize;
+    let mut n = 0;
+    for w in weights {
+        total = total.saturating_add(w);
+        if n > 0 && total > PAGE_BYTES_MAX {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_ends_at_its_byte_bound_but_holds_at_least_one_child() {
+        assert_eq!(page_len([10, 10, 10].into_iter()), 3);
+        let half = PAGE_BYTES_MAX / 2;
+        assert_eq!(page_len([half, half, 1, 1].into_iter()), 2);
+        assert_eq!(page_len([PAGE_BYTES_MAX * 3, 1].into_iter()), 1);
+        assert_eq!(page_len(std::iter::empty()), 0);
     }
 }

@@ -32,6 +32,12 @@ pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     }
 }
 
+/// The length of `encode(value)`, without encoding it.
+pub fn encoded_len<T: Serialize>(value: &T) -> usize {
+    // Sizing plain data cannot fail; count the format byte alone if it ever does.
+    1 + postcard::experimental::serialized_size(value).unwrap_or(0)
+}
+
 /// Decodes bytes written by `encode`; they must be exactly one value.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
     let (&format, rest) = bytes.split_first().ok_or(DecodeError::Empty)?;

@@ -3,9 +3,12 @@
 //! in this cluster), decodes its message and hands it to the runtime's channel.
 //!
 //! ```text
-//!   peer ──Frame{from,to,cluster_id,payload}──▶ check ──decode──▶ mpsc ──▶ runtime
-//!                                          (refused: PERMISSION_DENIED, ...)
+//!   peer ──Frame{from,to,cluster_id,payload,more}──▶ check ──▶ pieces put together
+//!        (refused: PERMISSION_DENIED, ...)        ──decode──▶ mpsc ──▶ runtime
 //! ```
+//!
+//! A frame carries at most `frame_bytes_max` (tonic refuses a longer one); a message
+//! in pieces is held until its last piece, at most `message_bytes_max`.
 //!
 //! What it must not do: accept a frame from a server that is not a member, or keep
 //! a stream open after shutdown (graceful shutdown waits for open streams).
@@ -18,7 +21,7 @@ use concord_proto::peer::v1::peer_transport_server::{
 };
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -30,15 +33,20 @@ struct Inbound {
     shared: Arc<Shared>,
     /// Ids allowed to send: every member but this server.
     senders: HashSet<ServerId>,
-    /// Where received messages go (the runtime's inbound channel).
-    tx: mpsc::Sender<Delivery>,
+    /// Where received messages go (the runtime's inbound channel), each with the
+    /// bytes it took from `bytes`.
+    tx: mpsc::Sender<(Delivery, u32)>,
+    /// The inbound byte budget: a message takes its size before it is queued, and
+    /// the runtime's `InboundRx` gives it back.
+    bytes: Arc<Semaphore>,
 }
 
 /// The server task: serves until shutdown, then drains.
 pub(super) async fn serve(
     shared: Arc<Shared>,
     listener: TcpListener,
-    tx: mpsc::Sender<Delivery>,
+    tx: mpsc::Sender<(Delivery, u32)>,
+    bytes: Arc<Semaphore>,
     beside: tonic::service::Routes,
 ) {
     let senders = shared.peers.keys().copied().collect();
@@ -46,6 +54,7 @@ pub(super) async fn serve(
         shared: shared.clone(),
         senders,
         tx,
+        bytes,
     })
     .max_decoding_message_size(shared.config.frame_bytes_max.saturating_add(64));
     let mut stop = shared.stop.subscribe();
@@ -87,19 +96,38 @@ impl Inbound {
         Ok(frame.from)
     }
 
-    /// Checks and decodes one frame: None for a hello.
+    /// Checks one frame and decodes the message it completes (with its encoded
+    /// size): None for a hello or a piece of a message still incomplete (kept in
+    /// `pieces`).
     fn accept(
         &self,
-        frame: &Frame,
+        frame: Frame,
         from: Option<ServerId>,
-    ) -> Result<(ServerId, Option<Message>), Status> {
-        let sender = self.check(frame, from)?;
-        if frame.payload.is_empty() {
+        pieces: &mut Vec<u8>,
+    ) -> Result<(ServerId, Option<(Message, usize)>), Status> {
+        let sender = self.check(&frame, from)?;
+        let whole = if frame.more || !pieces.is_empty() {
+            let total = pieces.len().saturating_add(frame.payload.len());
+            let max = self.shared.config.message_bytes_max;
+            if total > max {
+                return Err(Status::resource_exhausted(format!(
+                    "a message of more than {max} bytes (peer_message_bytes_max)"
+                )));
+            }
+            pieces.extend_from_slice(&frame.payload);
+            if frame.more {
+                return Ok((sender, None));
+            }
+            bytes::Bytes::from(std::mem::take(pieces))
+        } else {
+            frame.payload
+        };
+        if whole.is_empty() {
             return Ok((sender, None));
         }
-        let msg = codec::decode::<Message>(&frame.payload)
+        let msg = codec::decode::<Message>(&whole)
             .map_err(|e| Status::invalid_argument(format!("bad payload: {e}")))?;
-        Ok((sender, Some(msg)))
+        Ok((sender, Some((msg, whole.len()))))
     }
 }
 
@@ -118,13 +146,32 @@ impl PeerTransportService for Inbound {
         // Unless this server is stopping, tell the runtime the sender went quiet
         // (a kill -9 of the peer ends up here at once, through the reset socket).
         if let (Some(sender), false) = (from, *self.shared.stop.borrow()) {
-            let _ = self.tx.try_send(Delivery::StreamLost(sender));
+            let _ = self.tx.try_send((Delivery::StreamLost(sender), 0));
         }
         ended.map(|()| Response::new(DeliverReply { frames_received }))
     }
 }
 
 impl Inbound {
+    /// Takes `bytes` of the inbound budget (all of it, for a larger message), then
+    /// queues the message for the runtime; false once the runtime stopped listening.
+    async fn deliver(&self, delivery: Delivery, bytes: usize) -> bool {
+        let n = u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .min(u32::try_from(self.shared.config.inbound_bytes_max).unwrap_or(u32::MAX))
+            .max(1);
+        let Ok(permit) = self.bytes.acquire_many(n).await else {
+            return false;
+        };
+        // The runtime's InboundRx gives the bytes back when it takes the message.
+        permit.forget();
+        if self.tx.send((delivery, n)).await.is_err() {
+            self.bytes.add_permits(n as usize);
+            return false;
+        }
+        true
+    }
+
     /// Hands the stream's messages to the runtime until the stream ends, this
     /// server stops, or the runtime stops listening; `from` is the sender once known.
     async fn pump(
@@ -134,16 +181,21 @@ impl Inbound {
         frames_received: &mut u64,
     ) -> Result<(), Status> {
         let mut stop = self.shared.stop.subscribe();
+        // The pieces of a message whose last piece has not come yet.
+        let mut pieces = Vec::new();
         loop {
             let frame = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
                 frame = frames.message() => frame?,
             };
             let Some(frame) = frame else { return Ok(()) };
-            let (sender, msg) = self.accept(&frame, *from).inspect_err(|status| {
-                tracing::warn!(from = frame.from, %status, "peer stream refused");
-                Counters::add(&self.shared.counters.rejected, 1);
-            })?;
+            let frame_from = frame.from;
+            let (sender, msg) = self
+                .accept(frame, *from, &mut pieces)
+                .inspect_err(|status| {
+                    tracing::warn!(from = frame_from, %status, "peer stream refused");
+                    Counters::add(&self.shared.counters.rejected, 1);
+                })?;
             if from.is_none() {
                 if let Some(peer) = self.shared.peers.get(&sender) {
                     peer.back.notify_one();
@@ -151,10 +203,10 @@ impl Inbound {
             }
             *from = Some(sender);
             *frames_received += 1;
-            let Some(msg) = msg else { continue };
+            let Some((msg, bytes)) = msg else { continue };
             let delivered = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return Ok(()),
-                sent = self.tx.send(Delivery::Message(sender, msg)) => sent.is_ok(),
+                sent = self.deliver(Delivery::Message(sender, msg), bytes) => sent,
             };
             if !delivered {
                 // The runtime dropped its receiver: nobody listens any more.

@@ -6,7 +6,7 @@
 //! ```text
 //!   runtime ──send(Envelope)──▶ DropOldest queue (per peer) ──▶ outbound task ──gRPC──┐
 //!      ▲                        never blocks; full: drop oldest  reconnect w/ back-off │
-//!      └── inbound: mpsc::Receiver<Inbound> ◀── Deliver handler ◀─────────────────────┘
+//!      └── inbound: InboundRx ◀────────────────── Deliver handler ◀──────────────────┘
 //!          (messages; a stream's end)           (checks the sender is a member)
 //! ```
 //!
@@ -15,9 +15,15 @@
 //! (the oldest goes, counted in `dropped`), when the stream breaks with frames in
 //! flight (lost, not counted), or when the transport is shut down. One outbound
 //! stream per peer, opened on the first message to it, reopened with capped
-//! exponential back-off plus jitter after it breaks. The inbound channel is bounded:
-//! when the runtime falls behind, the streams wait (HTTP/2 flow control) and the
-//! senders' queues drop their oldest messages.
+//! exponential back-off plus jitter after it breaks. Both sides are bounded in
+//! messages and in bytes: when the runtime falls behind, the inbound streams wait
+//! (HTTP/2 flow control) and the senders' queues drop their oldest messages.
+//!
+//! Frames are bounded (`frame_bytes_max`): a message whose encoding is longer, a
+//! SNAP with the whole tree say, is cut into pieces sent as consecutive frames on
+//! the same stream, and the receiver puts them together (at most
+//! `message_bytes_max`) before it decodes the message. A broken stream loses the
+//! pieces of a message in flight, like any frame.
 //!
 //! What it must not do: block the caller of `send`, interpret messages, or accept
 //! frames from a server that is not a member.
@@ -37,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use codec::{decode, encode, DecodeError, FORMAT_V1};
@@ -57,8 +63,14 @@ pub struct PeerConfig {
     pub members: Vec<Member>,
     /// Messages waiting per destination; beyond it the oldest is dropped.
     pub queue_messages_max: usize,
+    /// Bytes (encoded) of messages waiting per destination; beyond it the oldest
+    /// are dropped (the newest is always kept).
+    pub queue_bytes_max: usize,
     /// Received messages waiting for the runtime; beyond it the streams wait.
     pub inbound_messages_max: usize,
+    /// Bytes (encoded) of received messages waiting for the runtime; beyond it the
+    /// streams wait. A message larger than all of it waits until it has it all.
+    pub inbound_bytes_max: usize,
     /// First pause before reopening a broken stream (it doubles, with jitter).
     pub backoff_ms: u64,
     /// Cap of that pause; a stream that stayed up this long resets it.
@@ -68,8 +80,13 @@ pub struct PeerConfig {
     /// HTTP/2 keep-alive: ping an idle connection this often, and call it dead when
     /// a ping is unanswered for as long (detects a stopped peer).
     pub keepalive_ms: u64,
-    /// Largest encoded message accepted or sent (SNAP carries a whole snapshot).
+    /// Largest frame payload sent or accepted: a longer encoded message (a SNAP
+    /// carries the whole tree) travels as consecutive frames of at most this much,
+    /// all but the last marked `more`, put together again by the receiver.
     pub frame_bytes_max: usize,
+    /// Largest encoded message sent or accepted, once put together: a larger one is
+    /// dropped by the sender, and ends the stream at the receiver.
+    pub message_bytes_max: usize,
 }
 
 impl PeerConfig {
@@ -80,12 +97,15 @@ impl PeerConfig {
             cluster_id,
             members,
             queue_messages_max: 4096,
+            queue_bytes_max: 64 << 20,
             inbound_messages_max: 4096,
+            inbound_bytes_max: 64 << 20,
             backoff_ms: 50,
             backoff_ms_max: 2000,
             connect_timeout_ms: 1000,
             keepalive_ms: 1000,
-            frame_bytes_max: 256 << 20,
+            frame_bytes_max: 1 << 20,
+            message_bytes_max: 2 << 30,
         }
     }
 }
@@ -108,6 +128,31 @@ pub enum Inbound {
     /// the connection failed): the runtime may stop waiting for it to speak.
     /// Best effort, like everything here: it may come late or not at all.
     StreamLost(ServerId),
+}
+
+/// Where received messages arrive: a channel bounded in messages, and in bytes by
+/// a budget that each message takes from on its way in and gives back here.
+#[derive(Debug)]
+pub struct InboundRx {
+    rx: mpsc::Receiver<(Inbound, u32)>,
+    /// The inbound byte budget, shared with the Deliver handler.
+    bytes: Arc<Semaphore>,
+}
+
+impl InboundRx {
+    /// The next message or stream end; None once the transport has stopped.
+    pub async fn recv(&mut self) -> Option<Inbound> {
+        let (inbound, bytes) = self.rx.recv().await?;
+        self.bytes.add_permits(bytes as usize);
+        Some(inbound)
+    }
+
+    /// The next message or stream end if one is waiting now.
+    pub fn try_recv(&mut self) -> Result<Inbound, mpsc::error::TryRecvError> {
+        let (inbound, bytes) = self.rx.try_recv()?;
+        self.bytes.add_permits(bytes as usize);
+        Ok(inbound)
+    }
 }
 
 /// Counters since start, for tests and metrics.
@@ -202,14 +247,14 @@ impl PeerTransport {
         config: PeerConfig,
         listener: TcpListener,
         beside: tonic::service::Routes,
-    ) -> Result<(PeerHandle, mpsc::Receiver<Inbound>), PeerError> {
+    ) -> Result<(PeerHandle, InboundRx), PeerError> {
         let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
         let mut peers = HashMap::new();
         for m in &config.members {
             let peer = Arc::new(Peer {
                 id: m.id,
                 addr: m.peer_addr,
-                queue: DropOldest::new(config.queue_messages_max),
+                queue: DropOldest::new(config.queue_messages_max, config.queue_bytes_max),
                 started: AtomicBool::new(false),
                 back: tokio::sync::Notify::new(),
             });
@@ -219,6 +264,13 @@ impl PeerTransport {
         }
         peers.remove(&config.id);
         let (in_tx, in_rx) = mpsc::channel(config.inbound_messages_max.max(1));
+        let in_bytes = Arc::new(Semaphore::new(
+            config.inbound_bytes_max.clamp(1, u32::MAX as usize),
+        ));
+        let in_rx = InboundRx {
+            rx: in_rx,
+            bytes: in_bytes.clone(),
+        };
         let (stop, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             config,
@@ -229,7 +281,7 @@ impl PeerTransport {
             tasks: Mutex::new(Vec::new()),
             local_addr,
         });
-        let server = inbound::serve(shared.clone(), listener, in_tx, beside);
+        let server = inbound::serve(shared.clone(), listener, in_tx, in_bytes, beside);
         let handle = PeerHandle { shared };
         handle.track(handle.shared.runtime.spawn(server));
         Ok((handle, in_rx))

@@ -4,7 +4,8 @@
 //! is back) and opens it again, until shutdown.
 //!
 //! ```text
-//!   queue.pop_all() ──encode──▶ frames, polled by the tonic client stream ──▶ peer
+//!   queue.pop_all() ──encode──▶ frames (a long message in pieces), polled by the
+//!                               tonic client stream ──▶ peer
 //!        ▲ waits while disconnected: the queue keeps the newest messages
 //! ```
 //!
@@ -123,29 +124,49 @@ async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
 /// polls it directly, so a message goes from the queue to the connection with no
 /// task in between. Messages taken from the queue when the stream breaks are lost.
 fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + Send + 'static {
-    let frame = |shared: &Shared, peer: &Peer, payload: Bytes| Frame {
-        from: shared.config.id,
-        to: peer.id,
-        cluster_id: shared.config.cluster_id,
-        payload,
-    };
-    let hello = frame(&shared, &peer, Bytes::new());
+    let hello = frame(&shared, &peer, Bytes::new(), false);
     let messages = stream::unfold((shared, peer), move |(shared, peer)| async move {
         let msgs = peer.queue.pop_all().await;
         let mut batch = Vec::with_capacity(msgs.len());
+        let mut sent = 0;
         for msg in msgs {
             let payload = codec::encode(&msg);
-            if payload.len() > shared.config.frame_bytes_max {
+            if payload.len() > shared.config.message_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");
                 Counters::add(&shared.counters.dropped, 1);
                 continue;
             }
-            batch.push(frame(&shared, &peer, Bytes::from(payload)));
+            batch.extend(pieces(&shared, &peer, Bytes::from(payload)));
+            sent += 1;
         }
-        Counters::add(&shared.counters.sent, batch.len() as u64);
+        Counters::add(&shared.counters.sent, sent);
         Some((stream::iter(batch), (shared, peer)))
     });
     stream::once(async move { hello }).chain(messages.flatten())
+}
+
+/// One frame to `peer`.
+fn frame(shared: &Shared, peer: &Peer, payload: Bytes, more: bool) -> Frame {
+    Frame {
+        from: shared.config.id,
+        to: peer.id,
+        cluster_id: shared.config.cluster_id,
+        payload,
+        more,
+    }
+}
+
+/// The frames of one encoded message: pieces of at most `frame_bytes_max`, each but
+/// the last marked `more` (the pieces share the buffer: no copy).
+fn pieces(shared: &Shared, peer: &Peer, payload: Bytes) -> Vec<Frame> {
+    let size = shared.config.frame_bytes_max.max(1);
+    let count = payload.len().div_ceil(size).max(1);
+    (0..count)
+        .map(|i| {
+            let end = payload.len().min((i + 1) * size);
+            frame(shared, peer, payload.slice(i * size..end), i + 1 < count)
+        })
+        .collect()
 }
 
 #[cfg(test)]

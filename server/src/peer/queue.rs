@@ -6,6 +6,9 @@
 //! messages are the ones worth keeping: after an outage the peer gets the current
 //! vote and heartbeat, not a backlog of stale ones.
 //!
+//! The bound is in messages and in bytes (each message weighed by its encoded
+//! size); the newest message is always kept, even if it alone is over the bytes.
+//!
 //! What it must not do: block, or grow past its bound.
 
 use std::collections::VecDeque;
@@ -18,35 +21,54 @@ use crate::zab::Message;
 /// A bounded FIFO of messages for one destination; full means drop-oldest.
 #[derive(Debug)]
 pub struct DropOldest {
-    /// The waiting messages, oldest first.
-    items: Mutex<VecDeque<Message>>,
+    /// The waiting messages, oldest first, with their weights.
+    items: Mutex<Items>,
     /// Most messages held at once.
     len_max: usize,
+    /// Most bytes held at once (but the newest message is always kept).
+    bytes_max: usize,
     /// Wakes the one consumer when a message arrives.
     ready: Notify,
 }
 
+/// The queue's contents.
+#[derive(Debug, Default)]
+struct Items {
+    /// Messages oldest first, each with its encoded size.
+    queue: VecDeque<(Message, usize)>,
+    /// The sum of the sizes.
+    bytes: usize,
+}
+
 impl DropOldest {
-    /// An empty queue holding at most `len_max` messages (at least 1).
-    pub fn new(len_max: usize) -> DropOldest {
+    /// An empty queue holding at most `len_max` messages (at least 1) and about
+    /// `bytes_max` bytes.
+    pub fn new(len_max: usize, bytes_max: usize) -> DropOldest {
         DropOldest {
-            items: Mutex::new(VecDeque::new()),
+            items: Mutex::new(Items::default()),
             len_max: len_max.max(1),
+            bytes_max,
             ready: Notify::new(),
         }
     }
 
-    /// Adds `msg`; returns how many older messages were dropped to make room (0 or 1).
+    /// Adds `msg`; returns how many older messages were dropped to make room.
     pub fn push(&self, msg: Message) -> u64 {
+        let size = super::codec::encoded_len(&msg);
         let dropped = {
             let mut items = self.lock();
-            let dropped = if items.len() >= self.len_max {
-                items.pop_front();
-                1
-            } else {
-                0
-            };
-            items.push_back(msg);
+            let mut dropped = 0;
+            while !items.queue.is_empty()
+                && (items.queue.len() >= self.len_max
+                    || items.bytes.saturating_add(size) > self.bytes_max)
+            {
+                if let Some((_, old)) = items.queue.pop_front() {
+                    items.bytes -= old;
+                }
+                dropped += 1;
+            }
+            items.queue.push_back((msg, size));
+            items.bytes += size;
             dropped
         };
         self.ready.notify_one();
@@ -56,7 +78,11 @@ impl DropOldest {
     /// Takes every waiting message, oldest first, waiting until there is one.
     pub async fn pop_all(&self) -> Vec<Message> {
         loop {
-            let taken: Vec<Message> = self.lock().drain(..).collect();
+            let taken: Vec<Message> = {
+                let mut items = self.lock();
+                items.bytes = 0;
+                items.queue.drain(..).map(|(m, _)| m).collect()
+            };
             if !taken.is_empty() {
                 return taken;
             }
@@ -68,12 +94,18 @@ impl DropOldest {
 
     /// Messages waiting now.
     pub fn waiting(&self) -> usize {
-        self.lock().len()
+        self.lock().queue.len()
+    }
+
+    /// Bytes waiting now.
+    #[cfg(test)]
+    pub fn waiting_bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// A poisoned lock only means another thread panicked mid-push; the deque
     /// itself is still consistent, so keep using it.
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Message>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Items> {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -88,7 +120,7 @@ mod tests {
 
     #[tokio::test]
     async fn full_queue_drops_the_oldest() {
-        let q = DropOldest::new(3);
+        let q = DropOldest::new(3, 1 << 20);
         let dropped: u64 = (1..=5).map(|s| q.push(reset(s))).sum();
         assert_eq!(dropped, 2);
         assert_eq!(q.waiting(), 3);
@@ -98,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn pop_waits_for_a_push() {
-        let q = std::sync::Arc::new(DropOldest::new(2));
+        let q = std::sync::Arc::new(DropOldest::new(2, 1 << 20));
         let waiter = tokio::spawn({
             let q = q.clone();
             async move { q.pop_all().await }
@@ -110,5 +142,35 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(got, vec![reset(1)]);
+    }
+}
+
+#[cfg(test)]
+mod bytes_tests {
+    use super::*;
+
+    fn bulky(session: u64) -> Message {
+        Message::ToLearner {
+            session,
+            seq: 1,
+            body: crate::zab::LeaderMsg::Sync(crate::zab::SyncKind::Snap {
+                zxid: 1,
+                data: bytes::Bytes::from(vec![0u8; 1000]),
+            }),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_bytes_bound_drops_the_oldest_but_keeps_the_newest() {
+        let q = DropOldest::new(100, 2500);
+        let dropped: u64 = (1..=5).map(|s| q.push(bulky(s))).sum();
+        assert_eq!(dropped, 3, "two of about 1000 bytes fit in 2500");
+        assert!(q.waiting_bytes() <= 2500, "{}", q.waiting_bytes());
+        assert_eq!(q.pop_all().await, vec![bulky(4), bulky(5)]);
+        assert_eq!(q.waiting_bytes(), 0);
+        // One message over the whole bound is still kept, alone.
+        let q = DropOldest::new(100, 10);
+        assert_eq!(q.push(bulky(1)) + q.push(bulky(2)), 1);
+        assert_eq!(q.pop_all().await, vec![bulky(2)]);
     }
 }

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
 use concord_proto::peer::v1::Frame;
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
 use super::*;
@@ -19,7 +18,7 @@ use crate::config::Role;
 /// Upper bound for anything that should happen "soon" on loopback.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-type Inbox = mpsc::Receiver<Inbound>;
+type Inbox = InboundRx;
 
 fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
     Member {
@@ -58,6 +57,14 @@ fn config(id: ServerId, members: &[Member]) -> PeerConfig {
 
 /// Starts one transport per member on its own address; listeners bound first.
 async fn ensemble(n: u64) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
+    ensemble_with(n, |c| c).await
+}
+
+/// `ensemble`, each config changed by `tweak`.
+async fn ensemble_with(
+    n: u64,
+    tweak: impl Fn(PeerConfig) -> PeerConfig,
+) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
     let mut listeners = Vec::new();
     for _ in 0..n {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -68,7 +75,10 @@ async fn ensemble(n: u64) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
         .collect();
     let started = (1..=n)
         .zip(listeners)
-        .map(|(id, l)| PeerTransport::start(config(id, &members), l, Routes::default()).unwrap())
+        .map(|(id, l)| {
+            let config = tweak(config(id, &members));
+            PeerTransport::start(config, l, Routes::default()).unwrap()
+        })
         .collect();
     (members, started)
 }
@@ -240,6 +250,7 @@ async fn t40_strangers_and_garbage_are_refused() {
         to,
         cluster_id,
         payload: Bytes::copy_from_slice(payload),
+        more: false,
     };
     let hello = frame(1, 2, 7, b"");
     let cases = [
@@ -265,4 +276,108 @@ async fn t40_strangers_and_garbage_are_refused() {
     assert_eq!(b.metrics().received, 1);
     b.shutdown().await;
     s[0].0.shutdown().await;
+}
+
+/// A SNAP carrying `bytes` of snapshot.
+fn snap(bytes: usize) -> Message {
+    let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+    Message::ToLearner {
+        session: 1,
+        seq: 1,
+        body: crate::zab::LeaderMsg::Sync(crate::zab::SyncKind::Snap {
+            zxid: 9,
+            data: Bytes::from(data),
+        }),
+    }
+}
+
+#[tokio::test]
+async fn t50_a_message_longer_than_a_frame_travels_in_pieces() {
+    let small = |c: PeerConfig| PeerConfig {
+        frame_bytes_max: 4096,
+        message_bytes_max: 1 << 20,
+        ..c
+    };
+    let (_, mut s) = ensemble_with(2, small).await;
+    // A tree 50 frames long, then a message that fits one, then one too long.
+    let big = snap(200_000);
+    s[0].0.send(Envelope {
+        to: 2,
+        msg: big.clone(),
+    });
+    s[0].0.send(envelope(2, 5));
+    s[0].0.send(Envelope {
+        to: 2,
+        msg: snap(2 << 20),
+    });
+    s[0].0.send(envelope(2, 6));
+    assert_eq!(recv(&mut s[1].1).await, (1, big));
+    assert_eq!(recv(&mut s[1].1).await, (1, reset(5)));
+    assert_eq!(recv(&mut s[1].1).await, (1, reset(6)));
+    let a = s[0].0.metrics();
+    assert_eq!((a.sent, a.dropped), (3, 1), "the one too long was dropped");
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn t51_pieces_beyond_the_message_bound_end_the_stream() {
+    let small = |c: PeerConfig| PeerConfig {
+        frame_bytes_max: 4096,
+        message_bytes_max: 10_000,
+        ..c
+    };
+    let (_, mut s) = ensemble_with(2, small).await;
+    let (b, _inbox) = s.pop().unwrap();
+    let piece = |more| Frame {
+        from: 1,
+        to: 2,
+        cluster_id: 7,
+        payload: Bytes::from(vec![1u8; 4000]),
+        more,
+    };
+    // Three pieces of 4000 bytes: 12,000 > 10,000.
+    let frames = vec![piece(true), piece(true), piece(true), piece(false)];
+    let err = raw_deliver(b.local_addr(), frames).await;
+    assert_eq!(
+        err.map_err(|e| e.code()),
+        Err(tonic::Code::ResourceExhausted)
+    );
+    // A frame longer than frame_bytes_max is refused by the gRPC layer itself.
+    let long = Frame {
+        payload: Bytes::from(vec![1u8; 8192]),
+        ..piece(false)
+    };
+    let err = raw_deliver(b.local_addr(), vec![long]).await;
+    assert!(err.is_err(), "{err:?}");
+    b.shutdown().await;
+    s[0].0.shutdown().await;
+}
+
+#[tokio::test]
+async fn t52_received_messages_wait_within_the_inbound_byte_bound() {
+    let small = |c: PeerConfig| PeerConfig {
+        inbound_bytes_max: 5000,
+        ..c
+    };
+    let (_, mut s) = ensemble_with(2, small).await;
+    for _ in 0..10 {
+        s[0].0.send(Envelope {
+            to: 2,
+            msg: snap(2000),
+        });
+    }
+    // Nobody reads server 2's inbox: two messages of about 2000 bytes fit its
+    // 5000, the rest wait in the stream (and the sender's queue).
+    let b = s[1].0.clone();
+    wait_until("two received", || b.metrics().received >= 2).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(b.metrics().received, 2, "received past the byte bound");
+    for _ in 0..10 {
+        assert_eq!(recv(&mut s[1].1).await, (1, snap(2000)));
+    }
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
 }

@@ -3,12 +3,20 @@
 //! nodes; on a follower, report the sessions its clients kept alive to the leader; and
 //! write snapshots handed over by the pipeline, purge what they make obsolete, and
 //! hand them back so the Zab core drops the log they cover.
+//!
+//! Expiry is one task at a time: it proposes the expiries of every session found
+//! expired, at most `EXPIRIES_IN_FLIGHT_MAX` at once (those in flight together share
+//! a proposal batch); sessions that expire meanwhile wait for the next tick after
+//! it ends. A thousand sessions expiring together cost one task, not a thousand.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::stream::{self, StreamExt};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 use super::pipeline::SnapshotJob;
 use super::{lock, Replica, Shared};
@@ -18,12 +26,16 @@ use crate::zab::Snapshot;
 
 /// Most reap proposals started per tick (the rest wait for later ticks).
 const REAPS_PER_TICK_MAX: usize = 256;
+/// Most session expiries proposed and not yet answered at once.
+pub(super) const EXPIRIES_IN_FLIGHT_MAX: usize = 64;
 
 /// Proposes session expiries and reaps once per tick until the server stops.
 pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
     let mut interval = tokio::time::interval(Duration::from_millis(tick_ms.max(1)));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let reaping: Arc<Mutex<HashSet<String>>> = Arc::default();
+    // The expiry task, while it runs (one at a time).
+    let mut expiring: Option<JoinHandle<()>> = None;
     loop {
         interval.tick().await;
         let Some(shared) = shared.upgrade() else {
@@ -35,7 +47,9 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
         let replica = Replica { shared };
         // Only the leader expires sessions and reaps nodes.
         if replica.is_leader() {
-            expire_sessions(&replica);
+            if expiring.as_ref().is_none_or(JoinHandle::is_finished) {
+                expiring = expire_sessions(&replica);
+            }
             reap_nodes(&replica, &reaping);
         } else {
             report_touched(&replica).await;
@@ -59,30 +73,66 @@ async fn report_touched(replica: &Replica) {
     }
 }
 
-fn expire_sessions(replica: &Replica) {
+/// Starts the task that proposes the expiry of every session now expired; None
+/// when there is none.
+fn expire_sessions(replica: &Replica) -> Option<JoinHandle<()>> {
     let now = replica.now_ms();
     let expired = replica.shared.lock_sessions().take_expired(now);
-    for session_id in expired {
-        let replica = replica.clone();
-        tokio::spawn(async move {
-            let op = TxnOp::CloseSession {
-                session_id,
-                reason: CloseReason::Expired,
-            };
-            match replica.submit(0, 0, op).await {
-                Ok(c) => {
-                    if let Err(e) = c.result {
-                        tracing::debug!(session_id, error = %e, "expiry found the session gone");
-                    } else {
-                        tracing::info!(session_id, "session expired");
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(session_id, error = %e, "expiry not proposed; will retry");
-                    replica.shared.lock_sessions().retry_expiry(session_id);
-                }
+    if expired.is_empty() {
+        return None;
+    }
+    let replica = replica.clone();
+    Some(tokio::spawn(async move {
+        let close = |session_id| expire_one(&replica, session_id);
+        let failed = propose_expiries(expired, EXPIRIES_IN_FLIGHT_MAX, close).await;
+        let mut sessions = replica.shared.lock_sessions();
+        for session_id in failed {
+            sessions.retry_expiry(session_id);
+        }
+    }))
+}
+
+/// Runs `close` for every id, at most `in_flight_max` at once, in this task;
+/// returns the ids whose close failed (to be retried).
+pub(super) async fn propose_expiries<F, Fut>(
+    ids: Vec<u64>,
+    in_flight_max: usize,
+    close: F,
+) -> Vec<u64>
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = bool>,
+{
+    stream::iter(ids)
+        .map(|id| {
+            let closed = close(id);
+            async move { (id, closed.await) }
+        })
+        .buffer_unordered(in_flight_max.max(1))
+        .filter_map(|(id, closed)| async move { (!closed).then_some(id) })
+        .collect()
+        .await
+}
+
+/// Proposes one session's expiry; false if it was not proposed (retry later).
+async fn expire_one(replica: &Replica, session_id: u64) -> bool {
+    let op = TxnOp::CloseSession {
+        session_id,
+        reason: CloseReason::Expired,
+    };
+    match replica.submit(0, 0, op).await {
+        Ok(c) => {
+            if let Err(e) = c.result {
+                tracing::debug!(session_id, error = %e, "expiry found the session gone");
+            } else {
+                tracing::info!(session_id, "session expired");
             }
-        });
+            true
+        }
+        Err(e) => {
+            tracing::warn!(session_id, error = %e, "expiry not proposed; will retry");
+            false
+        }
     }
 }
 

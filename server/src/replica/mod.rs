@@ -71,6 +71,8 @@ type ReadWaiter = oneshot::Sender<Result<Zxid, ReplicaError>>;
 struct Proposal {
     write: Write,
     reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+    /// Its share of the proposal byte budget, held until it is answered.
+    bytes: pipeline::Admitted,
 }
 
 /// Handle to the running replica; cheap to clone.
@@ -108,6 +110,9 @@ struct Shared {
     role: watch::Sender<crate::zab::Role>,
     /// Writes waiting for the pipeline (bounded: callers wait when it is full).
     proposals: mpsc::Sender<Proposal>,
+    /// Bytes of writes queued for the pipeline or in flight there: a caller waits
+    /// for its write's share before it queues it (see `pipeline::admit`).
+    proposal_bytes: pipeline::ProposalBytes,
     /// Linearizable reads waiting for the pipeline to ask the core for a read index.
     reads: mpsc::Sender<ReadWaiter>,
     /// Watch registrations and recent events.
@@ -214,8 +219,15 @@ impl Replica {
     /// leads; otherwise it is refused as NotLeader).
     async fn submit_local(&self, write: Write) -> Result<Committed, ReplicaError> {
         let (reply, rx) = oneshot::channel();
-        let proposal = Proposal { write, reply };
         let stopped = || ReplicaError::Unavailable("the write pipeline has stopped".into());
+        let bytes = pipeline::admit(&self.shared.proposal_bytes, &write)
+            .await
+            .ok_or_else(stopped)?;
+        let proposal = Proposal {
+            write,
+            reply,
+            bytes,
+        };
         self.shared
             .proposals
             .send(proposal)

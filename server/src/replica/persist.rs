@@ -18,52 +18,163 @@
 //! durable, or touch the tree.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::recovery::{ACCEPTED_EPOCH, CURRENT_EPOCH, MUST_RESYNC};
 use crate::storage::{Storage, StorageError};
 use crate::txn::Txn;
 use crate::zab::PersistOp;
 
+/// What the persister reports: `Ok(number)` once every Ready up to `number` is
+/// durable (numbers only grow, so the newest value says it all), or `Err` once
+/// storage failed (then it stops). A watch holds one value: this channel cannot
+/// grow however far the pipeline falls behind.
+pub(super) type Done = watch::Receiver<Result<u64, String>>;
+
+/// Bytes counted for a job besides its txns and snapshot (its ops, the queue slot).
+const JOB_OVERHEAD_BYTES: usize = 64;
+
 /// The persist ops of one Ready.
 pub(super) struct PersistJob {
     /// The Ready's number, for `Node::persisted`.
     pub(super) number: u64,
     pub(super) ops: Vec<PersistOp>,
+    /// What the job weighs in the queue's byte budget (see `PersistJob::new`).
+    bytes: usize,
+}
+
+impl PersistJob {
+    /// A job, weighed: the encoded size of its txns, the size of its snapshot, and
+    /// a small overhead per job.
+    pub(super) fn new(number: u64, ops: Vec<PersistOp>) -> PersistJob {
+        let bytes = ops.iter().map(op_bytes).sum::<usize>() + JOB_OVERHEAD_BYTES;
+        PersistJob { number, ops, bytes }
+    }
+}
+
+/// About what `op` weighs in memory (`zab::log::txn_bytes` for txns).
+fn op_bytes(op: &PersistOp) -> usize {
+    match op {
+        PersistOp::Append(txns) => txns.iter().map(crate::zab::log::txn_bytes).sum(),
+        PersistOp::Snapshot(s) => s.data.len(),
+        PersistOp::AcceptedEpoch(_)
+        | PersistOp::CurrentEpoch(_)
+        | PersistOp::Truncate { .. }
+        | PersistOp::Resynced => 8,
+    }
+}
+
+/// The bytes queued for the persister and not yet written: the pipeline adds a
+/// job's weight when it queues it, the persister takes it off once the job is
+/// durable. The pipeline takes no new input while it is over `bytes_max`, so the
+/// queue holds at most `bytes_max` plus what one input produces.
+#[derive(Debug)]
+pub(super) struct Backlog {
+    /// Bytes queued or being written now.
+    bytes: AtomicUsize,
+    /// The budget.
+    bytes_max: usize,
+}
+
+impl Backlog {
+    /// An empty backlog with a budget of `bytes_max`.
+    pub(super) fn new(bytes_max: usize) -> Backlog {
+        Backlog {
+            bytes: AtomicUsize::new(0),
+            bytes_max,
+        }
+    }
+
+    fn add(&self, n: usize) {
+        self.bytes.fetch_add(n, Ordering::AcqRel);
+    }
+
+    fn sub(&self, n: usize) {
+        // Never below zero, even if a caller's arithmetic were off.
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(n))
+            });
+    }
+
+    /// Bytes queued or being written now.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Whether the queue holds more than its budget.
+    pub(super) fn over(&self) -> bool {
+        self.bytes() > self.bytes_max
+    }
 }
 
 /// The persister thread and its job queue. Dropping it closes the queue and waits for
 /// the thread to finish the batch in hand, so the storage is released by the time
 /// the pipeline that owns it is gone (a restart may open the same file at once).
+///
+/// The queue is a channel without a count limit, bounded in bytes by `Backlog`:
+/// the pipeline stops taking proposals and peer input while it is over budget (a
+/// follower whose disk is slow makes its leader's stream wait, instead of growing
+/// this queue without limit).
 pub(super) struct Persister {
     jobs: Option<mpsc::UnboundedSender<PersistJob>>,
     thread: Option<JoinHandle<()>>,
+    /// The bytes queued, shared with the thread.
+    backlog: Arc<Backlog>,
 }
 
 impl Persister {
-    /// Starts the thread; it reports to `done` as `run` does.
+    /// Starts the thread with a queue budget of `bytes_max`; it reports on the
+    /// returned channel as `run` does.
     pub(super) fn start(
         storage: Arc<dyn Storage>,
-        done: mpsc::UnboundedSender<Result<u64, String>>,
-    ) -> std::io::Result<Persister> {
+        bytes_max: usize,
+    ) -> std::io::Result<(Persister, Done)> {
         let (jobs, queue) = mpsc::unbounded_channel();
+        let (done, done_rx) = watch::channel(Ok(0));
+        let backlog = Arc::new(Backlog::new(bytes_max));
         let thread = std::thread::Builder::new()
             .name("concord-persist".into())
-            .spawn(move || run(storage, queue, done))?;
-        Ok(Persister {
+            .spawn({
+                let backlog = backlog.clone();
+                move || run(storage, queue, done, &backlog)
+            })?;
+        let persister = Persister {
             jobs: Some(jobs),
             thread: Some(thread),
-        })
+            backlog,
+        };
+        Ok((persister, done_rx))
     }
 
     /// Queues a job; false if the thread has stopped (storage failed).
     pub(super) fn send(&self, job: PersistJob) -> bool {
-        self.jobs
+        let bytes = job.bytes;
+        self.backlog.add(bytes);
+        let sent = self
+            .jobs
             .as_ref()
-            .is_some_and(|jobs| jobs.send(job).is_ok())
+            .is_some_and(|jobs| jobs.send(job).is_ok());
+        if !sent {
+            self.backlog.sub(bytes);
+        }
+        sent
+    }
+
+    /// Whether the queue holds more than its byte budget: take no new input.
+    pub(super) fn over_budget(&self) -> bool {
+        self.backlog.over()
+    }
+
+    /// Bytes queued or being written now.
+    #[cfg(test)]
+    pub(super) fn queued_bytes(&self) -> usize {
+        self.backlog.bytes()
     }
 }
 
@@ -81,20 +192,24 @@ impl Drop for Persister {
 /// Most Readies written in one batch.
 const JOBS_PER_BATCH_MAX: usize = 4096;
 
-/// Runs on its own thread until the job queue closes. Sends `Ok(number)` once every
-/// job up to `number` is durable, or `Err` once (then stops): storage failed.
+/// Runs on its own thread until the job queue closes. Reports `Ok(number)` once
+/// every job up to `number` is durable (and takes their bytes off `backlog`), or
+/// `Err` once (then stops): storage failed.
 pub(super) fn run(
     storage: Arc<dyn Storage>,
     mut jobs: mpsc::UnboundedReceiver<PersistJob>,
-    done: mpsc::UnboundedSender<Result<u64, String>>,
+    done: watch::Sender<Result<u64, String>>,
+    backlog: &Backlog,
 ) {
     let mut batch = Vec::new();
     while let Some(first) = jobs.blocking_recv() {
         let mut number = first.number;
+        let mut bytes = first.bytes;
         batch.push(first);
         while batch.len() < JOBS_PER_BATCH_MAX {
             let Ok(job) = jobs.try_recv() else { break };
             number = job.number;
+            bytes += job.bytes;
             batch.push(job);
         }
         let ops = merge(std::mem::take(&mut batch));
@@ -104,6 +219,7 @@ pub(super) fn run(
             .map_err(|_| "storage panicked".to_string())
             .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
         let failed = written.is_err();
+        backlog.sub(bytes);
         if done.send(written.map(|()| number)).is_err() || failed {
             return;
         }
@@ -180,18 +296,15 @@ mod tests {
     #[test]
     fn merge_joins_consecutive_appends_only() {
         let jobs = vec![
-            PersistJob {
-                number: 1,
-                ops: vec![PersistOp::AcceptedEpoch(2), PersistOp::Append(vec![txn(1)])],
-            },
-            PersistJob {
-                number: 2,
-                ops: vec![PersistOp::Append(vec![txn(2), txn(3)])],
-            },
-            PersistJob {
-                number: 3,
-                ops: vec![PersistOp::CurrentEpoch(2), PersistOp::Append(vec![txn(4)])],
-            },
+            PersistJob::new(
+                1,
+                vec![PersistOp::AcceptedEpoch(2), PersistOp::Append(vec![txn(1)])],
+            ),
+            PersistJob::new(2, vec![PersistOp::Append(vec![txn(2), txn(3)])]),
+            PersistJob::new(
+                3,
+                vec![PersistOp::CurrentEpoch(2), PersistOp::Append(vec![txn(4)])],
+            ),
         ];
         let ops = merge(jobs);
         assert_eq!(

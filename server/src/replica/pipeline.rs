@@ -16,6 +16,13 @@
 //! bounds the core's in-memory log in bytes; a leader whose log is full holds new
 //! proposals back until the snapshot being written compacts it.
 //!
+//! Back-pressure, in bytes: a caller takes its write's share of
+//! `proposal_queue_bytes_max` before queueing it and keeps it until answered; a
+//! batch closes at `batch_bytes_max`; while the persister holds more than
+//! `persist_queue_bytes_max`, the loop takes no writes and, unless it leads, no
+//! peer messages and no ticks (the peer streams wait; its clock stands), only
+//! reads and the persister's progress.
+//!
 //! What it must not do: await storage itself (the persister does), or apply a txn
 //! the core has not handed out as committed.
 
@@ -24,11 +31,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::persist::{PersistJob, Persister};
+use super::forward::Write;
+use super::persist::{Done, PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
-use crate::peer::{Inbound, PeerHandle};
+use crate::peer::{Inbound, InboundRx, PeerHandle};
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::log::txn_bytes;
@@ -103,16 +111,70 @@ impl SnapshotPolicy {
     }
 }
 
+/// Bytes counted for a write besides its op (the caller, the txn's header).
+const WRITE_OVERHEAD_BYTES: usize = 64;
+
+/// The byte budget of writes queued for the pipeline or in flight there
+/// (`proposal_queue_bytes_max`): a caller takes its write's share before queueing
+/// it and gives it back once answered, so a flood of large writes waits in its
+/// callers instead of in memory here.
+pub(super) struct ProposalBytes {
+    permits: Arc<Semaphore>,
+    /// The budget; a write heavier than it takes all of it.
+    bytes_max: usize,
+}
+
+impl ProposalBytes {
+    pub(super) fn new(bytes_max: usize) -> ProposalBytes {
+        let bytes_max = bytes_max.clamp(1, Semaphore::MAX_PERMITS);
+        ProposalBytes {
+            permits: Arc::new(Semaphore::new(bytes_max)),
+            bytes_max,
+        }
+    }
+
+    /// Bytes of the budget free now.
+    #[cfg(test)]
+    pub(super) fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+}
+
+/// A write's share of the proposal byte budget, given back when dropped.
+pub(super) struct Admitted {
+    permit: OwnedSemaphorePermit,
+}
+
+impl Admitted {
+    /// The write's weight.
+    fn bytes(&self) -> usize {
+        self.permit.num_permits()
+    }
+}
+
+/// Waits for `write`'s share of the budget; None once the pipeline has stopped.
+pub(super) async fn admit(budget: &ProposalBytes, write: &Write) -> Option<Admitted> {
+    let bytes = crate::zab::log::op_bytes(&write.op)
+        .saturating_add(WRITE_OVERHEAD_BYTES)
+        .min(budget.bytes_max);
+    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+    let permit = budget.permits.clone().acquire_many_owned(n).await.ok()?;
+    Some(Admitted { permit })
+}
+
+/// A caller waiting for its write, with the write's share of the byte budget.
+pub(super) type Waiter = (oneshot::Sender<Result<Committed, ReplicaError>>, Admitted);
+
 /// What the pipeline listens to besides the clock.
 pub(super) struct Inputs {
     pub(super) proposals: mpsc::Receiver<Proposal>,
     pub(super) reads: mpsc::Receiver<ReadWaiter>,
     /// `Ok(number)`: Readies up to `number` are durable; `Err`: storage failed.
-    pub(super) persisted: mpsc::UnboundedReceiver<Result<u64, String>>,
+    pub(super) persisted: Done,
     /// Snapshots written by the snapshotter, for `Node::compact`.
     pub(super) compacted: mpsc::Receiver<Snapshot>,
     /// Messages from the other servers (None: an ensemble of one).
-    pub(super) peers: Option<mpsc::Receiver<Inbound>>,
+    pub(super) peers: Option<InboundRx>,
 }
 
 /// The task's state.
@@ -120,7 +182,7 @@ pub(super) struct Pipeline {
     pub(super) shared: Arc<Shared>,
     pub(super) node: Node,
     /// Callers of this server's proposals, by the zxid the core gave them.
-    pub(super) waiting: HashMap<Zxid, oneshot::Sender<Result<Committed, ReplicaError>>>,
+    pub(super) waiting: HashMap<Zxid, Waiter>,
     /// Callers of read-index requests, by request id.
     pub(super) reading: HashMap<u64, ReadWaiter>,
     pub(super) next_read_id: u64,
@@ -133,6 +195,8 @@ pub(super) struct Pipeline {
     /// When a snapshot is due, and how the core's in-memory log is bounded.
     pub(super) snapshot_policy: SnapshotPolicy,
     pub(super) batch_txns_max: usize,
+    /// A group-commit batch closes once its writes weigh this much.
+    pub(super) batch_bytes_max: usize,
     /// Most proposals in flight (proposed, not yet answered). Bounds the callers
     /// waiting here and, with them, the persist queue: a flood of writes waits in
     /// the bounded proposal queue instead.
@@ -153,10 +217,8 @@ impl Pipeline {
         while running {
             // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
             // (The role is the one the core last reported, kept in `Shared`.)
-            let learner = matches!(
-                *self.shared.role.borrow(),
-                Role::Following | Role::Observing
-            );
+            let role = *self.shared.role.borrow();
+            let learner = matches!(role, Role::Following | Role::Observing);
             let serving = *self.shared.serving.borrow();
             let log_room = self.snapshot_policy.has_room(self.node.log_bytes());
             // Proposals held back while the log was full go first, once it has room
@@ -167,27 +229,40 @@ impl Pipeline {
                 continue;
             }
             let room = self.inflight_max.saturating_sub(self.waiting.len());
-            let take = ((serving && room > 0 && log_room) || learner) && batch.is_empty();
+            // Back-pressure: while the persister is over its byte budget, no new
+            // writes come in (their callers wait). A server that does not lead also
+            // stops reading its peers (the leader's PROPOSALs: its stream waits) and
+            // lets its clock stand, so it does not call a leader it cannot hear
+            // dead; its leader counts it absent meanwhile. A leader keeps hearing
+            // acks and keeps its heartbeats going: its input from peers is small.
+            let open = !self.persist.over_budget();
+            let hear_peers = open || role == Role::Leading;
+            let take = open && batch.is_empty() && ((serving && room > 0 && log_room) || learner);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
-                _ = interval.tick() => self.node.tick(),
-                n = inputs.proposals.recv_many(&mut batch, take_max), if take => {
-                    if n == 0 {
-                        break;
-                    }
+                _ = interval.tick() => if hear_peers {
+                    self.node.tick();
+                },
+                first = inputs.proposals.recv(), if take => {
+                    let Some(first) = first else { break };
+                    batch.push(first);
+                    fill_batch(&mut inputs.proposals, &mut batch, take_max, self.batch_bytes_max);
                     self.propose(&mut batch);
                 }
                 Some(waiter) = inputs.reads.recv() => self.read_index(waiter),
-                Some(done) = inputs.persisted.recv() => match done {
-                    Ok(number) => self.node.persisted(number),
-                    Err(e) => {
-                        self.shared.set_fatal(format!("log append failed: {e}"));
-                        break;
+                Ok(()) = inputs.persisted.changed() => {
+                    let done = inputs.persisted.borrow_and_update().clone();
+                    match done {
+                        Ok(number) => self.node.persisted(number),
+                        Err(e) => {
+                            self.shared.set_fatal(format!("log append failed: {e}"));
+                            break;
+                        }
                     }
-                },
+                }
                 Some(snapshot) = inputs.compacted.recv() => self.compacted(snapshot),
-                Some(inbound) = recv_peer(&mut inputs.peers) => match inbound {
+                Some(inbound) = recv_peer(&mut inputs.peers), if hear_peers => match inbound {
                     Inbound::Message(from, msg) => self.node.step(from, msg),
                     Inbound::StreamLost(from) => self.node.peer_lost(from),
                 },
@@ -197,6 +272,7 @@ impl Pipeline {
         // Stopping: waiting callers and queued proposals are dropped unanswered,
         // so callers see Unavailable.
         self.fail_waiting("the write pipeline has stopped");
+        self.shared.proposal_bytes.permits.close();
         if let Some(peers) = &self.peers {
             peers.shutdown().await;
         }
@@ -226,7 +302,7 @@ impl Pipeline {
             };
             match self.node.propose(txn) {
                 Ok(zxid) => {
-                    self.waiting.insert(zxid, p.reply);
+                    self.waiting.insert(zxid, (p.reply, p.bytes));
                 }
                 Err(e) => {
                     let _ = p.reply.send(Err(e.into()));
@@ -282,10 +358,7 @@ impl Pipeline {
             self.install(&snapshot);
         }
         if !ready.persist.is_empty() {
-            let job = PersistJob {
-                number: ready.number,
-                ops: ready.persist,
-            };
+            let job = PersistJob::new(ready.number, ready.persist);
             if !self.persist.send(job) {
                 self.shared.set_fatal("the persister has stopped".into());
                 return false;
@@ -344,7 +417,7 @@ impl Pipeline {
                 let applied = tree.apply(txn);
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
-                if let Some(reply) = self.waiting.remove(&txn.zxid) {
+                if let Some((reply, _bytes)) = self.waiting.remove(&txn.zxid) {
                     let committed = Committed {
                         zxid: txn.zxid,
                         result: applied.result,
@@ -420,7 +493,7 @@ impl Pipeline {
     }
 
     fn fail_waiting(&mut self, why: &str) {
-        for (_, reply) in self.waiting.drain() {
+        for (_, (reply, _bytes)) in self.waiting.drain() {
             let _ = reply.send(Err(ReplicaError::Unavailable(why.into())));
         }
         for (_, waiter) in self.reading.drain() {
@@ -429,8 +502,25 @@ impl Pipeline {
     }
 }
 
+/// Adds queued writes to `batch` (which holds one) while it has fewer than
+/// `count_max` and weighs less than `bytes_max`; the write that reaches the weight
+/// is the last one in.
+pub(super) fn fill_batch(
+    queue: &mut mpsc::Receiver<Proposal>,
+    batch: &mut Vec<Proposal>,
+    count_max: usize,
+    bytes_max: usize,
+) {
+    let mut bytes: usize = batch.iter().map(|p| p.bytes.bytes()).sum();
+    while batch.len() < count_max && bytes < bytes_max {
+        let Ok(p) = queue.try_recv() else { return };
+        bytes = bytes.saturating_add(p.bytes.bytes());
+        batch.push(p);
+    }
+}
+
 /// The next message from a peer; never resolves without peers.
-async fn recv_peer(inbox: &mut Option<mpsc::Receiver<Inbound>>) -> Option<Inbound> {
+async fn recv_peer(inbox: &mut Option<InboundRx>) -> Option<Inbound> {
     match inbox {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -25,7 +25,7 @@ use super::persist::Persister;
 use super::pipeline::{Inputs, Pipeline, SnapshotPolicy};
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
-use crate::peer::{Inbound, PeerConfig, PeerHandle, PeerTransport};
+use crate::peer::{InboundRx, PeerConfig, PeerHandle, PeerTransport};
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
@@ -33,7 +33,7 @@ use crate::watch::{WatchConfig, WatchHub};
 use crate::zab::{self, Node, Restored, Snapshot};
 
 /// The transport's handle and the channel its messages arrive on.
-type Peers = (PeerHandle, mpsc::Receiver<Inbound>);
+type Peers = (PeerHandle, InboundRx);
 
 /// Keys of the durable epochs (Zab's accepted and current epoch).
 pub(crate) const ACCEPTED_EPOCH: &str = "accepted_epoch";
@@ -143,7 +143,13 @@ async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartErr
     let listener = tokio::net::TcpListener::bind(config.peer_addr)
         .await
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
-    let peer_config = PeerConfig::new(config.server_id, config.cluster_id, config.ensemble());
+    let peer_config = PeerConfig {
+        frame_bytes_max: config.peer_frame_bytes_max,
+        message_bytes_max: config.peer_message_bytes_max,
+        queue_bytes_max: config.peer_queue_bytes_max,
+        inbound_bytes_max: config.peer_inbound_bytes_max,
+        ..PeerConfig::new(config.server_id, config.cluster_id, config.ensemble())
+    };
     PeerTransport::start(peer_config, listener, forward)
         .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
 }
@@ -416,6 +422,7 @@ fn launch(
         touched: Mutex::new(HashSet::new()),
         role: watch::Sender::new(crate::zab::Role::Looking),
         proposals: proposals_tx,
+        proposal_bytes: super::pipeline::ProposalBytes::new(config.proposal_queue_bytes_max),
         reads: reads_tx,
         hub,
         storage: storage.clone(),
@@ -425,8 +432,7 @@ fn launch(
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
-    let (persisted_tx, persisted_rx) = mpsc::unbounded_channel();
-    let persist = Persister::start(storage, persisted_tx)
+    let (persist, persisted_rx) = Persister::start(storage, config.persist_queue_bytes_max)
         .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;
     let pipeline = Pipeline {
         shared: shared.clone(),
@@ -443,6 +449,7 @@ fn launch(
             config.log_memory_bytes_max,
         ),
         batch_txns_max: config.batch_txns_max,
+        batch_bytes_max: config.batch_bytes_max,
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),

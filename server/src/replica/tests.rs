@@ -15,11 +15,13 @@ use crate::storage::{MemStorage, Storage, StorageError};
 use crate::txn::{zxid_epoch, CreateMode, CreateOp, Txn, TxnOp, Zxid};
 use crate::zab::PersistOp;
 
-/// A storage that counts appends (each is one durable commit), or panics in them.
+/// A storage that counts appends (each is one durable commit), or panics in them;
+/// an append waits while the test holds `gate` (a stalled disk).
 struct Counting {
     inner: MemStorage,
     appends: AtomicUsize,
     panics: bool,
+    gate: std::sync::Mutex<()>,
 }
 
 impl Counting {
@@ -28,12 +30,14 @@ impl Counting {
             inner: MemStorage::new(),
             appends: AtomicUsize::new(0),
             panics,
+            gate: std::sync::Mutex::new(()),
         }
     }
 }
 
 impl Storage for Counting {
     fn append(&self, txns: &[Txn]) -> Result<(), StorageError> {
+        drop(self.gate.lock());
         assert!(!self.panics, "a storage engine bug");
         self.appends.fetch_add(1, Ordering::SeqCst);
         self.inner.append(txns)
@@ -85,16 +89,19 @@ fn txn(zxid: Zxid) -> Txn {
 async fn readies_queued_during_a_write_share_one_append() {
     let storage = Arc::new(Counting::new(false));
     let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (done_tx, mut done_rx) = tokio::sync::watch::channel(Ok(0));
     for number in 1..=3u64 {
         let ops = vec![PersistOp::Append(vec![txn(number)])];
-        assert!(jobs_tx.send(PersistJob { number, ops }).is_ok());
+        assert!(jobs_tx.send(PersistJob::new(number, ops)).is_ok());
     }
     let thread = std::thread::spawn({
         let storage = storage.clone();
-        move || persist::run(storage, jobs_rx, done_tx)
+        let backlog = persist::Backlog::new(1 << 20);
+        move || persist::run(storage, jobs_rx, done_tx, &backlog)
     });
-    assert_eq!(done_rx.recv().await, Some(Ok(3)));
+    let done = done_rx.wait_for(|d| d != &Ok(0));
+    let done = tokio::time::timeout(Duration::from_secs(10), done).await;
+    assert_eq!(*done.unwrap().unwrap(), Ok(3));
     assert_eq!(storage.appends.load(Ordering::SeqCst), 1);
     assert_eq!(storage.read_after(0, 10).unwrap().len(), 3);
     drop(jobs_tx);
@@ -104,13 +111,23 @@ async fn readies_queued_during_a_write_share_one_append() {
 #[test]
 fn a_panic_in_storage_is_a_reported_failure_and_dropping_the_persister_joins_it() {
     let storage = Arc::new(Counting::new(true));
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
-    let persister = Persister::start(storage.clone(), done_tx).unwrap();
+    let (persister, mut done_rx) = Persister::start(storage.clone(), 1 << 20).unwrap();
     let ops = vec![PersistOp::Append(vec![txn(1)])];
-    assert!(persister.send(PersistJob { number: 1, ops }));
-    let reported = done_rx.blocking_recv();
+    assert!(persister.send(PersistJob::new(1, ops)));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let reported = rt.block_on(async {
+        let done = done_rx.wait_for(|d| d != &Ok(0));
+        tokio::time::timeout(Duration::from_secs(10), done)
+            .await
+            .unwrap()
+            .unwrap()
+            .clone()
+    });
     assert!(
-        matches!(&reported, Some(Err(e)) if e.contains("panicked")),
+        matches!(&reported, Err(e) if e.contains("panicked")),
         "{reported:?}"
     );
     drop(persister);
@@ -119,6 +136,79 @@ fn a_panic_in_storage_is_a_reported_failure_and_dropping_the_persister_joins_it(
         1,
         "the thread let go of the storage"
     );
+}
+
+/// A txn carrying `data_bytes` of node data.
+fn heavy_txn(zxid: Zxid, data_bytes: usize) -> Txn {
+    Txn {
+        op: TxnOp::Create(CreateOp {
+            path: format!("/n{zxid}"),
+            data: Bytes::from(vec![7u8; data_bytes]),
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+        }),
+        ..txn(zxid)
+    }
+}
+
+#[tokio::test]
+async fn the_persister_queue_is_bounded_in_bytes_and_drains_as_the_disk_catches_up() {
+    let storage = Arc::new(Counting::new(false));
+    let (persister, mut done) = Persister::start(storage.clone(), 10_000).unwrap();
+    let stalled = storage.gate.lock().unwrap();
+    // Under the budget: input keeps coming.
+    assert!(persister.send(PersistJob::new(
+        1,
+        vec![PersistOp::Append(vec![heavy_txn(1, 4000)])]
+    )));
+    assert!(!persister.over_budget(), "{}", persister.queued_bytes());
+    // The disk is stalled; the next jobs take the queue over its budget, and the
+    // pipeline must take no more input (it asks `over_budget` before each).
+    for n in 2..=3 {
+        let ops = vec![PersistOp::Append(vec![heavy_txn(n, 4000)])];
+        assert!(persister.send(PersistJob::new(n, ops)));
+    }
+    assert!(persister.over_budget());
+    assert!(
+        persister.queued_bytes() >= 12_000,
+        "{}",
+        persister.queued_bytes()
+    );
+    drop(stalled);
+    let written = tokio::time::timeout(Duration::from_secs(10), done.wait_for(|d| d == &Ok(3)));
+    assert!(written.await.is_ok(), "the jobs were written");
+    assert_eq!(persister.queued_bytes(), 0);
+    assert!(!persister.over_budget());
+    assert_eq!(storage.read_after(0, 10).unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn writes_wait_for_their_share_of_the_proposal_byte_budget() {
+    use super::forward::Write;
+    use super::pipeline::{admit, ProposalBytes};
+    let budget = ProposalBytes::new(10_000);
+    let write = |bytes| Write {
+        session_id: 0,
+        request_id: 0,
+        fence: None,
+        op: heavy_txn(1, bytes).op,
+    };
+    let first = admit(&budget, &write(6000)).await.unwrap();
+    assert!(budget.available() < 4000, "{}", budget.available());
+    // The second does not fit beside the first: it waits until the first is answered.
+    let (w2, w3) = (write(6000), write(50_000));
+    let second = admit(&budget, &w2);
+    tokio::pin!(second);
+    let polled = futures::FutureExt::now_or_never(&mut second);
+    assert!(polled.is_none(), "a write over the budget was admitted");
+    drop(first);
+    let second = tokio::time::timeout(Duration::from_secs(10), second).await;
+    assert!(second.unwrap().is_some());
+    // A write heavier than the whole budget still goes, alone.
+    let huge = admit(&budget, &w3);
+    assert!(tokio::time::timeout(Duration::from_secs(10), huge)
+        .await
+        .is_ok());
 }
 
 fn config(dir: &std::path::Path) -> Config {
@@ -430,4 +520,166 @@ async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     for r in replicas.iter().chain([&late]) {
         r.shutdown();
     }
+}
+
+#[tokio::test]
+async fn expiries_are_proposed_with_a_bounded_number_in_flight() {
+    use super::housekeeping::propose_expiries;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let close = |id: u64| {
+        let in_flight = in_flight.clone();
+        let peak = peak.clone();
+        async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            !id.is_multiple_of(10)
+        }
+    };
+    let failed = propose_expiries((1..=5000).collect(), 64, close).await;
+    let mut failed = failed;
+    failed.sort_unstable();
+    assert_eq!(failed, (1..=500).map(|i| i * 10).collect::<Vec<u64>>());
+    let peak = peak.load(Ordering::SeqCst);
+    assert!((2..=64).contains(&peak), "peak {peak}");
+}
+
+#[test]
+fn many_sessions_expiring_at_once_cost_a_bounded_number_of_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    with_replica(dir.path(), async |r| {
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = alive();
+        let opens = (0..1000).map(|_| r.submit(0, 0, TxnOp::OpenSession { ttl_ms: 200 }));
+        for opened in futures::future::join_all(opens).await {
+            assert!(opened.unwrap().result.is_ok());
+        }
+        // Sample the runtime's tasks until every session is gone.
+        let mut peak = 0;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while r.read(|t| t.sessions().count()) > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "sessions not expired"
+            );
+            peak = peak.max(alive());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(
+            peak <= before + 4,
+            "{peak} tasks alive at the peak, {before} before"
+        );
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
+    use crate::config::{Member, Role};
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members: Vec<Member> = (1..=3u64)
+        .map(|id| Member {
+            id,
+            client_addr: free_addr(),
+            peer_addr: free_addr(),
+            role: Role::Voter,
+        })
+        .collect();
+    let config_of = |i: usize| Config {
+        server_id: members[i].id,
+        client_addr: members[i].client_addr,
+        peer_addr: members[i].peer_addr,
+        members: members.clone(),
+        peer_frame_bytes_max: 4096,
+        // Server 3 takes no snapshot of its own: one in its storage came from the leader.
+        snapshot_every_txns: if i == 2 { 100_000 } else { 3 },
+        ..config(dirs[i].path())
+    };
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        replicas.push(Replica::start(&config_of(i)).await.unwrap());
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let leader = loop {
+        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
+            break r.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // About 300 KB of tree, in batches of concurrent writes.
+    let mut last = 0;
+    for batch in 0..10 {
+        let writes = (0..30).map(|i| {
+            let op = TxnOp::Create(CreateOp {
+                path: format!("/n{batch}-{i}"),
+                data: Bytes::from(vec![b'x'; 1000]),
+                mode: CreateMode::Persistent,
+                ttl_ms: 0,
+            });
+            leader.submit(0, 0, op)
+        });
+        for c in futures::future::join_all(writes).await {
+            let c = c.unwrap();
+            assert!(c.result.is_ok(), "{:?}", c.result);
+            last = last.max(c.zxid);
+        }
+    }
+    // Wait until the leader's storage has dropped the log's start.
+    let storage = leader.storage();
+    while storage.log_start().unwrap() == 0 {
+        assert!(tokio::time::Instant::now() < deadline + Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let late = Replica::start(&config_of(2)).await.unwrap();
+    late.wait_applied(last, Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(
+        late.read(|t| t.get("/n9-29").map(|n| n.data.len())),
+        Some(1000)
+    );
+    let snapshots = late.storage().snapshots().unwrap();
+    assert!(!snapshots.is_empty(), "server 3 was not sent a snapshot");
+    late.shutdown();
+    for r in &replicas {
+        r.shutdown();
+    }
+}
+
+#[tokio::test]
+async fn a_group_commit_batch_closes_at_its_byte_bound() {
+    use super::forward::Write;
+    use super::pipeline::{admit, fill_batch, ProposalBytes};
+    let budget = ProposalBytes::new(1 << 20);
+    let (tx, mut rx) = mpsc::channel(16);
+    for _ in 0..10 {
+        let write = Write {
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op: heavy_txn(1, 1000).op,
+        };
+        let bytes = admit(&budget, &write).await.unwrap();
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let queued = super::Proposal {
+            write,
+            reply,
+            bytes,
+        };
+        assert!(tx.send(queued).await.is_ok());
+    }
+    let mut batch = vec![rx.recv().await.unwrap()];
+    // About 1100 bytes each: the third crosses 2500 and is the last one in.
+    fill_batch(&mut rx, &mut batch, 1024, 2500);
+    assert_eq!(batch.len(), 3);
+    // The count bound still holds on its own.
+    let mut batch = vec![rx.recv().await.unwrap()];
+    fill_batch(&mut rx, &mut batch, 2, 1 << 20);
+    assert_eq!(batch.len(), 2);
 }

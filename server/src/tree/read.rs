@@ -51,6 +51,12 @@ impl DataTree {
         self.sessions.iter().map(|(id, s)| (*id, s))
     }
 
+    /// Live sessions with an id above `after`, in id order (a page of a listing).
+    pub fn sessions_after(&self, after: u64) -> impl Iterator<Item = (u64, &SessionEntry)> {
+        let range = (Bound::Excluded(after), Bound::Unbounded);
+        self.sessions.range(range).map(|(id, s)| (*id, s))
+    }
+
     /// `path` and, if `recursive`, every node below it, parents before children,
     /// siblings sorted. Empty if `path` does not exist.
     pub fn walk(&self, path: &str, recursive: bool) -> Vec<(String, NodeView)> {

@@ -16,7 +16,13 @@ use crate::txn::{MultiOp, QueueOp, Txn, TxnOp, Zxid};
 /// The memory one txn holds in the log, approximately: the struct and the paths and
 /// data it points to. Used for the log's byte budget; cheap (no encoding).
 pub fn txn_bytes(txn: &Txn) -> usize {
-    let heap = match &txn.op {
+    let fence = txn.fence.as_ref().map_or(0, |f| f.key.len());
+    std::mem::size_of::<Txn>() + op_bytes(&txn.op) + fence
+}
+
+/// The heap bytes an op points to (paths, data, names), without the op itself.
+pub fn op_bytes(op: &TxnOp) -> usize {
+    match op {
         TxnOp::Create(c) => c.path.len() + c.data.len(),
         TxnOp::Set(s) => s.path.len() + s.data.len(),
         TxnOp::Delete(d) => d.path.len(),
@@ -44,9 +50,7 @@ pub fn txn_bytes(txn: &Txn) -> usize {
             QueueOp::Leave { path, .. } => path.len(),
             QueueOp::Update { path, value, .. } => path.len() + value.len(),
         },
-    };
-    let fence = txn.fence.as_ref().map_or(0, |f| f.key.len());
-    std::mem::size_of::<Txn>() + heap + fence
+    }
 }
 
 /// A snapshot the core can send to a learner far behind.
