@@ -19,6 +19,7 @@ mod housekeeping;
 mod persist;
 mod pipeline;
 mod recovery;
+mod supervise;
 
 #[cfg(test)]
 mod tests;

@@ -52,7 +52,15 @@ impl Persister {
         let (jobs, queue) = mpsc::unbounded_channel();
         let thread = std::thread::Builder::new()
             .name("concord-persist".into())
-            .spawn(move || run(storage, queue, done))?;
+            .spawn(move || {
+                // Any panic left (storage panics are caught in `run`) is reported
+                // too: the pipeline must stop, not wait for numbers that never come.
+                let report = done.clone();
+                let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(storage, queue, done)));
+                if ran.is_err() {
+                    let _ = report.send(Err("the persister thread panicked".into()));
+                }
+            })?;
         Ok(Persister {
             jobs: Some(jobs),
             thread: Some(thread),
