@@ -40,6 +40,8 @@ use crate::watch::WatchHub;
 use forward::{Forwarder, Write};
 
 pub use recovery::StartError;
+#[cfg(test)]
+pub(crate) use supervise::crash;
 
 /// Why a request could not be carried out (as opposed to a deterministic tree error).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

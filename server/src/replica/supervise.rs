@@ -61,7 +61,7 @@ fn panic_message(payload: Box<dyn Any + Send>) -> String {
 /// started inside `CRASH.scope((name, notify), ..)`, and `notify.notify_one()` makes
 /// the task of that name panic. Task-local, so tests running at once do not meet.
 #[cfg(test)]
-pub(super) mod crash {
+pub(crate) mod crash {
     use std::future::Future;
     use std::sync::Arc;
 
@@ -69,7 +69,7 @@ pub(super) mod crash {
 
     tokio::task_local! {
         /// The task to crash, and the trigger.
-        pub(in crate::replica) static CRASH: (&'static str, Arc<Notify>);
+        pub(crate) static CRASH: (&'static str, Arc<Notify>);
     }
 
     /// `task`, or `task` raced against the trigger when `name` is the one to crash.
