@@ -43,6 +43,24 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 /// open-file limit.
 pub const FDS_RESERVED: u64 = 64;
 
+/// Connections the kernel queues for `accept` (tokio's default is 128: a burst of
+/// reconnecting clients, after a failover, would see SYNs dropped and a 1 s retry).
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `addr` for a listener with `LISTEN_BACKLOG` (and SO_REUSEADDR on Unix, so a
+/// restart can bind the port of connections still in TIME_WAIT, as tokio does).
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The bounds a listener enforces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenLimits {
@@ -372,6 +390,24 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::ZERO);
     }
 
+    /// The listener queues `LISTEN_BACKLOG` connections, not tokio's 128: 300
+    /// connects complete while nothing accepts.
+    #[tokio::test]
+    async fn the_backlog_holds_a_burst() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connected = tokio::task::spawn_blocking(move || {
+            (0..300)
+                .map(|_| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)))
+                .filter(Result::is_ok)
+                .count()
+        })
+        .await
+        .unwrap();
+        assert_eq!(connected, 300);
+        drop(listener);
+    }
+
     #[test]
     fn the_cap_fits_under_the_open_file_limit() {
         assert_eq!(fit_to_open_files(4096, Some(256), 64), 192);
@@ -393,7 +429,7 @@ mod tests {
     async fn listen(
         limits: ListenLimits,
     ) -> (std::net::SocketAddr, tokio::sync::mpsc::Receiver<Conn>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {

@@ -150,7 +150,7 @@ async fn main() -> ExitCode {
         Ok(limit) => tracing::info!(open_files_limit = limit, "open-file limit"),
         Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
     }
-    let listener = match tokio::net::TcpListener::bind(config.client_addr).await {
+    let listener = match concord_server::listen::bind(config.client_addr) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: cannot listen on {}: {e}", config.client_addr);
