@@ -74,7 +74,8 @@ pub struct Config {
 
     // Connections (client port).
     /// Open client connections at most; more are accepted and closed at once. Lowered
-    /// at start-up to fit under the open-file limit (less 64 for everything else).
+    /// at start-up to fit under the open-file limit (less 64, and 8 per member, for
+    /// everything else).
     pub client_connections_max: usize,
     /// Concurrent HTTP/2 streams (calls, watch streams) per client connection: the
     /// client is told, and streams beyond it are refused.

@@ -1,5 +1,6 @@
 //! Runs one Concord server: recover, serve gRPC (Concord's services, reflection and
-//! health) on a listener the caller bound, and stop cleanly on `shutdown` or on a
+//! health) on a listener the caller bound, within the connection bounds of
+//! `listen.rs`, tell the caller it serves, and stop cleanly on `shutdown` or on a
 //! fatal error.
 //!
 //! `main.rs` parses arguments and calls `run`; tests bind port 0 and pass the
@@ -104,7 +105,12 @@ pub async fn run(
             let _ = stop_rx.await;
         });
     tokio::pin!(server);
-    tracing::info!(%addr, server_id = config.server_id, connections_max = limits.connections_max, "serving");
+    tracing::info!(
+        %addr,
+        server_id = config.server_id,
+        connections_max = limits.connections_max,
+        "serving"
+    );
     serving(addr);
     let mut fatal = None;
     let served = tokio::select! {
