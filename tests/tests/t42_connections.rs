@@ -19,7 +19,7 @@ use tonic::transport::Channel;
 
 /// Idle timeout and keep-alive interval the tests run with (the idle timeout must be
 /// at least two intervals).
-const IDLE_MS: u64 = 1000;
+const IDLE_MS: u64 = 1500;
 const KEEPALIVE_MS: u64 = 400;
 
 fn connection_flags() -> Vec<String> {
@@ -219,7 +219,7 @@ async fn t42_silent_sockets_are_closed_and_live_clients_kept() {
         opened.elapsed()
     );
     // Well past the idle timeout: the watch's connection is still up.
-    let quiet_until = opened + Duration::from_millis(3 * IDLE_MS);
+    let quiet_until = opened + Duration::from_millis(2 * IDLE_MS);
     tokio::time::sleep(quiet_until.saturating_duration_since(Instant::now())).await;
     let mut tree = server.tree().await;
     tree.create(pb::CreateRequest {
