@@ -12,7 +12,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use concord_proto::peer::v1::peer_transport_server::{
     PeerTransport as PeerTransportService, PeerTransportServer,
@@ -20,30 +19,11 @@ use concord_proto::peer::v1::peer_transport_server::{
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{codec, Counters, Inbound as Delivery, Shared};
-use crate::listen::{self, ListenLimits};
 use crate::zab::{Message, ServerId};
-
-/// The peer port's HTTP/2 keep-alive: ping a connection quiet this long (so idle
-/// links, such as a follower's forwarding channel, keep reading as busy)...
-const PEER_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-/// ...and close it when a ping stays unanswered this long (a stopped peer
-/// reconnects when it runs again).
-const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// A peer connection from which nothing was read for this long is closed (at least
-/// two keep-alive intervals: a live peer answers the pings).
-const PEER_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The peer port's bounds: each member opens a few connections (its message
-/// stream, its forwarding channel, reconnects under way), never dozens.
-fn peer_limits(members: usize) -> ListenLimits {
-    ListenLimits {
-        connections_max: members.saturating_mul(4).saturating_add(16),
-        idle_timeout: PEER_IDLE_TIMEOUT,
-    }
-}
 
 /// The `Deliver` handler's state.
 struct Inbound {
@@ -69,15 +49,16 @@ pub(super) async fn serve(
     })
     .max_decoding_message_size(shared.config.frame_bytes_max.saturating_add(64));
     let mut stop = shared.stop.subscribe();
-    let limits = peer_limits(shared.config.members.len());
     let served = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(PEER_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(PEER_KEEPALIVE_TIMEOUT))
+        .tcp_nodelay(true)
         .add_routes(beside)
         .add_service(service)
-        .serve_with_incoming_shutdown(listen::incoming(listener, limits, "peer"), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        )
         .await;
     if let Err(e) = served {
         tracing::error!(error = %e, "peer transport server failed");
