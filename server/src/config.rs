@@ -109,6 +109,24 @@ pub struct Config {
     pub watch_history_txns_max: usize,
     /// Allow binding a non-loopback address without TLS.
     pub insecure: bool,
+
+    // Connections (client port).
+    /// Open client connections at most; more are accepted and closed at once. Lowered
+    /// at start-up to fit under the open-file limit (less 64, and 8 per member, for
+    /// everything else).
+    pub client_connections_max: usize,
+    /// Concurrent HTTP/2 streams (calls, watch streams) per client connection: the
+    /// client is told, and streams beyond it are refused.
+    pub client_streams_per_connection_max: u32,
+    /// A client connection from which nothing was read for this long is closed (one
+    /// that never sends its HTTP/2 preface, or a dead peer). A live client answers
+    /// the keep-alive pings, so it never goes idle.
+    pub connection_idle_timeout_ms: u64,
+    /// HTTP/2 keep-alive: the server pings a client connection after this long
+    /// without input. At most half of `connection_idle_timeout_ms`.
+    pub http2_keepalive_interval_ms: u64,
+    /// A connection whose keep-alive ping is unanswered for this long is closed.
+    pub http2_keepalive_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -145,6 +163,12 @@ impl Default for Config {
             watch_queue_txns_max: 4096,
             watch_history_txns_max: 100_000,
             insecure: false,
+
+            client_connections_max: 4096,
+            client_streams_per_connection_max: 1024,
+            connection_idle_timeout_ms: 60_000,
+            http2_keepalive_interval_ms: 10_000,
+            http2_keepalive_timeout_ms: 20_000,
         }
     }
 }
@@ -246,6 +270,7 @@ impl Config {
                 self.snapshot_every_bytes, self.log_memory_bytes_max
             )));
         }
+        self.validate_connections()?;
         self.check_plain_text(self.client_addr)?;
         self.validate_members()
     }
@@ -271,6 +296,30 @@ impl Config {
         }
         if self.session_list_page_max == 0 || self.children_page_max == 0 {
             return bad("session_list_page_max and children_page_max must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// Caps at least 1; the idle timeout at least two keep-alive intervals, so a
+    /// live client (which answers the pings) is never closed as idle.
+    fn validate_connections(&self) -> Result<(), ConfigError> {
+        if self.client_connections_max == 0 || self.client_streams_per_connection_max == 0 {
+            return Err(ConfigError::Invalid(
+                "client_connections_max and client_streams_per_connection_max must be at least 1"
+                    .into(),
+            ));
+        }
+        if self.http2_keepalive_interval_ms == 0 || self.http2_keepalive_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "http2_keepalive_interval_ms and http2_keepalive_timeout_ms must be at least 1"
+                    .into(),
+            ));
+        }
+        if self.connection_idle_timeout_ms < self.http2_keepalive_interval_ms.saturating_mul(2) {
+            return Err(ConfigError::Invalid(format!(
+                "connection_idle_timeout_ms ({}) must be at least 2 x http2_keepalive_interval_ms ({})",
+                self.connection_idle_timeout_ms, self.http2_keepalive_interval_ms
+            )));
         }
         Ok(())
     }
@@ -427,6 +476,37 @@ mod tests {
             toml::from_str("children_page_max = 3\npersist_queue_bytes_max = 4096\n").unwrap();
         assert_eq!((c.children_page_max, c.persist_queue_bytes_max), (3, 4096));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn connection_settings_are_checked() {
+        let ok = Config {
+            connection_idle_timeout_ms: 500,
+            http2_keepalive_interval_ms: 250,
+            ..Config::default()
+        };
+        ok.validate().unwrap();
+        let quick_idle = Config {
+            connection_idle_timeout_ms: 499,
+            ..ok.clone()
+        };
+        assert!(quick_idle.validate().is_err(), "idle under two pings");
+        for bad in [
+            Config {
+                client_connections_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                client_streams_per_connection_max: 0,
+                ..ok.clone()
+            },
+            Config {
+                http2_keepalive_timeout_ms: 0,
+                ..ok.clone()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod config;
+pub mod listen;
 pub mod peer;
 pub mod recipes;
 pub mod replica;

@@ -25,7 +25,7 @@ struct Args {
     #[arg(long)]
     server_id: Option<u64>,
     /// Client address to listen on (port 0 picks a free port; the chosen address is
-    /// printed on stdout as `listening ADDR`).
+    /// printed on stdout as `listening ADDR` once the server serves).
     #[arg(long)]
     listen: Option<SocketAddr>,
     /// Folder for the log, epochs and snapshots.
@@ -67,6 +67,23 @@ struct Args {
     /// docs/operations.md, "Corruption and recovery".
     #[arg(long)]
     discard_local_state: bool,
+
+    // Connections (client port).
+    /// Open client connections at most (lowered to fit under the open-file limit).
+    #[arg(long)]
+    client_connections_max: Option<usize>,
+    /// Concurrent HTTP/2 streams per client connection.
+    #[arg(long)]
+    client_streams_per_connection_max: Option<u32>,
+    /// Close a client connection from which nothing was read for this long.
+    #[arg(long)]
+    connection_idle_timeout_ms: Option<u64>,
+    /// Ping a client connection after this long without input (HTTP/2 keep-alive).
+    #[arg(long)]
+    http2_keepalive_interval_ms: Option<u64>,
+    /// Close a connection whose keep-alive ping is unanswered for this long.
+    #[arg(long)]
+    http2_keepalive_timeout_ms: Option<u64>,
 }
 
 impl Args {
@@ -75,6 +92,7 @@ impl Args {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
+        self.connection_flags(&mut c);
         if let Some(v) = self.server_id {
             c.server_id = v;
         }
@@ -117,6 +135,25 @@ impl Args {
         c.validate()?;
         Ok(c)
     }
+
+    /// The connection flags over `c`.
+    fn connection_flags(&self, c: &mut Config) {
+        if let Some(v) = self.client_connections_max {
+            c.client_connections_max = v;
+        }
+        if let Some(v) = self.client_streams_per_connection_max {
+            c.client_streams_per_connection_max = v;
+        }
+        if let Some(v) = self.connection_idle_timeout_ms {
+            c.connection_idle_timeout_ms = v;
+        }
+        if let Some(v) = self.http2_keepalive_interval_ms {
+            c.http2_keepalive_interval_ms = v;
+        }
+        if let Some(v) = self.http2_keepalive_timeout_ms {
+            c.http2_keepalive_timeout_ms = v;
+        }
+    }
 }
 
 #[tokio::main]
@@ -143,18 +180,25 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let listener = match tokio::net::TcpListener::bind(config.client_addr).await {
+    // Every connection is a file: use all the process may have.
+    match concord_server::listen::raise_open_files_limit() {
+        Ok(limit) => tracing::info!(open_files_limit = limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open-file limit"),
+    }
+    let listener = match concord_server::listen::bind(config.client_addr) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("error: cannot listen on {}: {e}", config.client_addr);
             return ExitCode::from(1);
         }
     };
-    if let Ok(addr) = listener.local_addr() {
+    // `listening ADDR` only once recovery is done and the server accepts: a
+    // supervisor waiting for the line must not read a failing start as healthy.
+    let serving = |addr| {
         println!("listening {addr}");
         let _ = std::io::stdout().flush();
-    }
-    match concord_server::run(config, listener, shutdown_signal()).await {
+    };
+    match concord_server::run(config, listener, shutdown_signal(), serving).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

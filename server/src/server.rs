@@ -1,22 +1,41 @@
 //! Runs one Concord server: recover, serve gRPC (Concord's services, reflection and
-//! health) on a listener the caller bound, and stop cleanly on `shutdown` or on a
+//! health) on a listener the caller bound, within the connection bounds of
+//! `listen.rs`, tell the caller it serves, and stop cleanly on `shutdown` or on a
 //! fatal error.
 //!
 //! `main.rs` parses arguments and calls `run`; tests bind port 0 and pass the
 //! listener in.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::{Config, ConfigError};
+use crate::listen::{self, ListenLimits};
 use crate::replica::{Replica, StartError};
 
-/// Accepted client connections, with Nagle's algorithm off: small responses must
-/// leave at once, not wait for the client's delayed ACK (a 40 ms stall otherwise).
-fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
+/// The client port's bounds: the configured connection cap, fitted under the
+/// open-file limit (with room for storage, the runtime and the peer links).
+fn client_limits(config: &Config) -> ListenLimits {
+    let members = u64::try_from(config.ensemble().len()).unwrap_or(u64::MAX);
+    let reserved = listen::FDS_RESERVED.saturating_add(members.saturating_mul(8));
+    let soft_limit = listen::open_files_limit();
+    let connections_max =
+        listen::fit_to_open_files(config.client_connections_max, soft_limit, reserved);
+    if connections_max < config.client_connections_max {
+        tracing::warn!(
+            client_connections_max = config.client_connections_max,
+            lowered_to = connections_max,
+            open_files_limit = soft_limit,
+            "the connection cap does not fit under the open-file limit; lowered"
+        );
+    }
+    ListenLimits {
+        connections_max,
+        idle_timeout: Duration::from_millis(config.connection_idle_timeout_ms),
+    }
 }
 
 /// How long a stopping server lets requests in flight finish.
@@ -38,10 +57,13 @@ pub enum RunError {
 }
 
 /// Serves until `shutdown` resolves (Ok) or the server hits a fatal error (Err).
+/// `serving` is called with the client address once recovery is done and the gRPC
+/// server is about to accept (never when start-up fails).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
+    serving: impl FnOnce(SocketAddr) + Send,
 ) -> Result<(), RunError> {
     config.validate()?;
     let replica = Replica::start(&config).await?;
@@ -65,15 +87,31 @@ pub async fn run(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(health_service);
-    let addr = listener.local_addr().ok();
-    tracing::info!(?addr, server_id = config.server_id, "serving");
+    let addr = listener
+        .local_addr()
+        .map_err(|e| RunError::Setup(format!("the client listener has no address: {e}")))?;
+    let limits = client_limits(&config);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(config.client_streams_per_connection_max))
+        .http2_keepalive_interval(Some(Duration::from_millis(
+            config.http2_keepalive_interval_ms,
+        )))
+        .http2_keepalive_timeout(Some(Duration::from_millis(
+            config.http2_keepalive_timeout_ms,
+        )))
         .add_routes(routes)
-        .serve_with_incoming_shutdown(incoming(listener), async {
+        .serve_with_incoming_shutdown(listen::incoming(listener, limits, "client"), async {
             let _ = stop_rx.await;
         });
     tokio::pin!(server);
+    tracing::info!(
+        %addr,
+        server_id = config.server_id,
+        connections_max = limits.connections_max,
+        "serving"
+    );
+    serving(addr);
     let mut fatal = None;
     let served = tokio::select! {
         served = &mut server => served,
@@ -110,5 +148,72 @@ where
             tracing::info!("requests still open after {DRAIN_TIMEOUT:?}; closing them");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::{oneshot, Notify};
+
+    use super::*;
+    use crate::replica::crash::CRASH;
+
+    fn config(dir: &std::path::Path) -> Config {
+        Config {
+            data_dir: dir.to_path_buf(),
+            client_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..Config::default()
+        }
+    }
+
+    /// A pipeline that dies after the server serves stops `run` with an error (the
+    /// binary exits 1), instead of serving on with health SERVING.
+    #[tokio::test]
+    async fn a_dead_pipeline_stops_run_with_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let notify = Arc::new(Notify::new());
+        let (serving_tx, serving_rx) = oneshot::channel();
+        let serving = move |addr| {
+            let _ = serving_tx.send(addr);
+        };
+        let running = CRASH.scope(
+            ("pipeline", notify.clone()),
+            run(
+                config(dir.path()),
+                listener,
+                std::future::pending(),
+                serving,
+            ),
+        );
+        tokio::pin!(running);
+        tokio::select! {
+            addr = serving_rx => { addr.unwrap(); }
+            ended = &mut running => panic!("run ended before serving: {ended:?}"),
+        }
+        notify.notify_one();
+        let ended = tokio::time::timeout(Duration::from_secs(10), running)
+            .await
+            .expect("run kept serving after its pipeline died");
+        match ended {
+            Err(RunError::Fatal(reason)) => assert!(reason.contains("pipeline"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A start that fails never reports serving.
+    #[tokio::test]
+    async fn a_failed_start_never_reports_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, b"a file, not a folder").unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let served = run(config(&file), listener, std::future::pending(), |_| {
+            panic!("reported serving")
+        })
+        .await;
+        assert!(matches!(served, Err(RunError::Start(_))), "{served:?}");
     }
 }

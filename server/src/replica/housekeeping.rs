@@ -179,10 +179,14 @@ pub(super) async fn snapshotter(
         let storage = shared.storage.clone();
         let zxid = tree.last_zxid();
         let written = tokio::task::spawn_blocking(move || {
-            let bytes = tree.encode_snapshot();
-            storage.save_snapshot(zxid, &bytes)?;
-            storage.purge(keep)?;
-            Ok::<Vec<u8>, crate::storage::StorageError>(bytes)
+            // A tree that cannot be encoded whole breaks an invariant: nothing is
+            // saved (an empty or partial snapshot would lose state), and it is fatal.
+            let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
+            storage
+                .save_snapshot(zxid, &bytes)
+                .map_err(|e| e.to_string())?;
+            storage.purge(keep).map_err(|e| e.to_string())?;
+            Ok::<Vec<u8>, String>(bytes)
         })
         .await;
         match written {
@@ -202,5 +206,47 @@ pub(super) async fn snapshotter(
             Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
+    use crate::config::Config;
+    use crate::replica::Replica;
+
+    /// A tree that cannot be encoded whole is not saved (an empty or partial snapshot
+    /// would lose state at the next restart), and the server stops naming it.
+    #[tokio::test]
+    async fn a_snapshot_that_cannot_be_encoded_is_not_saved_and_is_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let replica = Replica::start(&config).await.unwrap();
+        let mut broken = replica.read(Clone::clone);
+        let root = broken.nodes.get("/").unwrap().clone();
+        broken.nodes.insert("/lost/orphan".into(), root);
+        let (jobs_tx, jobs_rx) = mpsc::channel(1);
+        let (compacted_tx, mut compacted_rx) = mpsc::channel(1);
+        let task = tokio::spawn(super::snapshotter(
+            std::sync::Arc::downgrade(&replica.shared),
+            jobs_rx,
+            compacted_tx,
+            3,
+        ));
+        jobs_tx.send(broken).await.unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(10), replica.stopped())
+            .await
+            .expect("the encoding failure went unnoticed");
+        assert!(reason.contains("reachable"), "{reason}");
+        assert_eq!(replica.storage().snapshots().unwrap(), Vec::<u64>::new());
+        assert!(compacted_rx.try_recv().is_err(), "no snapshot handed back");
+        task.await.unwrap();
+        replica.shutdown();
     }
 }

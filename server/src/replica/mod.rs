@@ -19,6 +19,7 @@ mod housekeeping;
 mod persist;
 mod pipeline;
 mod recovery;
+mod supervise;
 
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,8 @@ use crate::watch::WatchHub;
 use forward::{Forwarder, Write};
 
 pub use recovery::{discard_local_state, StartError};
+#[cfg(test)]
+pub(crate) use supervise::crash;
 
 /// Why a request could not be carried out (as opposed to a deterministic tree error).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

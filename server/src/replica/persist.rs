@@ -142,7 +142,17 @@ impl Persister {
             .name("concord-persist".into())
             .spawn({
                 let backlog = backlog.clone();
-                move || run(storage, queue, done, &backlog)
+                move || {
+                    // Any panic left (storage panics are caught in `run`) is reported
+                    // too: the pipeline must stop, not wait for numbers that never come.
+                    let report = done.clone();
+                    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        run(storage, queue, done, &backlog)
+                    }));
+                    if ran.is_err() {
+                        let _ = report.send(Err("the persister thread panicked".into()));
+                    }
+                }
             })?;
         let persister = Persister {
             jobs: Some(jobs),

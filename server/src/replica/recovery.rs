@@ -23,6 +23,7 @@ use tonic::service::Routes;
 use super::forward::{ForwardService, Forwarder};
 use super::persist::Persister;
 use super::pipeline::{Inputs, Pipeline, SnapshotPolicy};
+use super::supervise::spawn_essential;
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
 use crate::peer::{InboundRx, PeerConfig, PeerHandle, PeerTransport};
@@ -461,17 +462,23 @@ fn launch(
         compacted: compacted_rx,
         peers: peers.map(|(_, inbox)| inbox),
     };
-    tokio::spawn(pipeline.run(inputs));
-    tokio::spawn(housekeeping::snapshotter(
-        Arc::downgrade(&shared),
-        snap_rx,
-        compacted_tx,
-        config.snapshots_keep,
-    ));
-    tokio::spawn(housekeeping::ticker(
-        Arc::downgrade(&shared),
-        config.tick_ms,
-    ));
+    // Essential tasks: a panic in one, or an end before the server stops, is fatal.
+    spawn_essential(&shared, "pipeline", pipeline.run(inputs));
+    spawn_essential(
+        &shared,
+        "snapshotter",
+        housekeeping::snapshotter(
+            Arc::downgrade(&shared),
+            snap_rx,
+            compacted_tx,
+            config.snapshots_keep,
+        ),
+    );
+    spawn_essential(
+        &shared,
+        "ticker",
+        housekeeping::ticker(Arc::downgrade(&shared), config.tick_ms),
+    );
     Ok(Replica { shared })
 }
 

@@ -20,7 +20,7 @@ fn snapshot_at(zxid: Zxid) -> Vec<u8> {
     for z in 1..=zxid {
         tree.apply(&txn(z));
     }
-    tree.encode_snapshot()
+    tree.encode_snapshot().unwrap()
 }
 
 fn store_with(path: &Path, log: std::ops::RangeInclusive<Zxid>) -> RedbStorage {

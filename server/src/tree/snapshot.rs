@@ -37,11 +37,19 @@ const HEADER_BYTES: usize = MAGIC.len() + 1;
 /// The crc32 trailer.
 const CRC_BYTES: usize = 4;
 
-/// A snapshot could not be decoded.
+/// A snapshot could not be decoded, or a tree could not be encoded whole.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     #[error("malformed snapshot: {0}")]
     Malformed(String),
+    /// The tree breaks an invariant (or the encoder failed): a snapshot of it would
+    /// not hold the whole state, so none is written.
+    #[error("cannot encode a snapshot: {0}")]
+    Encode(String),
+}
+
+fn encode_failed(e: postcard::Error) -> SnapshotError {
+    SnapshotError::Encode(e.to_string())
 }
 
 fn malformed(what: impl Into<String>) -> SnapshotError {
@@ -104,22 +112,13 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), postca
 
 impl DataTree {
     /// Encodes the whole replicated state. Deterministic: equal trees give equal bytes.
-    pub fn encode_snapshot(&self) -> Vec<u8> {
-        match self.try_encode() {
-            Ok(out) => out,
-            Err(e) => {
-                // Cannot happen (plain data into a Vec); an empty snapshot never decodes.
-                tracing::error!("snapshot encoding failed: {e}");
-                Vec::new()
-            }
-        }
-    }
-
-    fn try_encode(&self) -> Result<Vec<u8>, postcard::Error> {
+    /// Fails, rather than write a partial snapshot, when a node is not reachable from
+    /// the root (a broken invariant) or the encoder fails.
+    pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let mut out = Vec::with_capacity(64 * self.nodes.len() + 64);
         out.extend_from_slice(MAGIC);
         out.push(FORMAT_V1);
-        put(&mut out, &self.last_zxid)?;
+        put(&mut out, &self.last_zxid).map_err(encode_failed)?;
         let sessions: Vec<SessionRecord> = self
             .sessions
             .iter()
@@ -133,14 +132,13 @@ impl DataTree {
                     .collect(),
             })
             .collect();
-        put(&mut out, &sessions)?;
-        let written = self.encode_nodes(&mut out)?;
+        put(&mut out, &sessions).map_err(encode_failed)?;
+        let written = self.encode_nodes(&mut out).map_err(encode_failed)?;
         if written != self.nodes.len() {
-            tracing::error!(
-                "snapshot: {} of {} nodes reachable from the root",
-                written,
+            return Err(SnapshotError::Encode(format!(
+                "{written} of {} nodes are reachable from the root",
                 self.nodes.len()
-            );
+            )));
         }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());

@@ -74,7 +74,7 @@ fn reference(txns: &[Txn], snap_at: &[Zxid], storage: &dyn Storage) -> Vec<(Zxid
         out.push((t.zxid, tree.apply(t).events));
         if snap_at.contains(&t.zxid) {
             storage
-                .save_snapshot(t.zxid, &tree.encode_snapshot())
+                .save_snapshot(t.zxid, &tree.encode_snapshot().unwrap())
                 .unwrap();
         }
     }

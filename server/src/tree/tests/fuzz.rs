@@ -196,7 +196,7 @@ fn snapshot_mid_run_resumes_identically() {
     let mut resumed = DataTree::new();
     for (i, (txn, outcome)) in txns.iter().zip(&outcomes).enumerate() {
         if i % 250 == 0 {
-            let bytes = resumed.encode_snapshot();
+            let bytes = resumed.encode_snapshot().unwrap();
             let decoded = DataTree::decode_snapshot(&bytes).unwrap();
             assert_eq!(decoded.digest(), resumed.digest(), "step {i}");
             check_invariants(&decoded);

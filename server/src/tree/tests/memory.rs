@@ -36,7 +36,7 @@ fn a_million_nodes_of_100_bytes() {
         ));
     }
     let tree = rss_mib() - before;
-    let snapshot = d.tree.encode_snapshot();
+    let snapshot = d.tree.encode_snapshot().unwrap();
     let snapshot_mib = snapshot.len() as f64 / (1 << 20) as f64;
     println!(
         "{NODES} nodes: tree {tree:.0} MiB of RSS ({:.0} bytes a node); snapshot {snapshot_mib:.0} MiB",

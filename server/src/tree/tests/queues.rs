@@ -236,7 +236,7 @@ fn queues_survive_a_snapshot_and_the_empty_queue_is_reapable() {
     let mut d = Driver::new();
     let s = d.open();
     let (k, t) = d.join_as(s, join(Q, "a", 2));
-    let back = DataTree::decode_snapshot(&d.tree.encode_snapshot()).unwrap();
+    let back = DataTree::decode_snapshot(&d.tree.encode_snapshot().unwrap()).unwrap();
     assert!(back.fence_holds(&fence(&k, t)));
     assert_eq!(back.queue_permits(Q), Some(2));
     assert_eq!(back.digest(), d.tree.digest());

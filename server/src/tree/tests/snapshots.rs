@@ -53,12 +53,12 @@ fn assert_same(a: &DataTree, b: &DataTree) {
 #[test]
 fn round_trip_keeps_everything() {
     let mut d = rich_tree();
-    let bytes = d.tree.encode_snapshot();
+    let bytes = d.tree.encode_snapshot().unwrap();
     let mut back = DataTree::decode_snapshot(&bytes).unwrap();
     assert_same(&d.tree, &back);
     check_invariants(&back);
     // Deterministic bytes: re-encoding gives the same snapshot.
-    assert_eq!(back.encode_snapshot(), bytes);
+    assert_eq!(back.encode_snapshot().unwrap(), bytes);
     // Both continue identically, retries included.
     let s = d.tree.sessions().next().unwrap().0;
     let txns = [
@@ -77,13 +77,13 @@ fn round_trip_keeps_everything() {
 #[test]
 fn round_trip_of_a_new_tree() {
     let tree = DataTree::new();
-    let back = DataTree::decode_snapshot(&tree.encode_snapshot()).unwrap();
+    let back = DataTree::decode_snapshot(&tree.encode_snapshot().unwrap()).unwrap();
     assert_same(&tree, &back);
 }
 
 #[test]
 fn garbage_is_rejected() {
-    let bytes = rich_tree().tree.encode_snapshot();
+    let bytes = rich_tree().tree.encode_snapshot().unwrap();
     for cut in 0..bytes.len() {
         assert!(
             DataTree::decode_snapshot(&bytes[..cut]).is_err(),
@@ -116,10 +116,27 @@ fn garbage_is_rejected() {
 
 /// Re-seals `tree`'s snapshot so only the content checks can reject it.
 fn decode_err(tree: &DataTree) -> String {
-    match DataTree::decode_snapshot(&tree.encode_snapshot()) {
+    match DataTree::decode_snapshot(&tree.encode_snapshot().unwrap()) {
         Ok(_) => panic!("decoded an inconsistent tree"),
         Err(SnapshotError::Malformed(reason)) => reason,
+        Err(e) => panic!("not a decoding error: {e}"),
     }
+}
+
+/// A node the root does not reach would be left out of the snapshot: encoding fails
+/// instead of writing a snapshot that loses it (it used to log and go on).
+#[test]
+fn unreachable_nodes_fail_encoding() {
+    let mut tree = rich_tree().tree;
+    let node = tree.nodes.get("/app/cfg").unwrap().clone();
+    tree.nodes.insert("/lost/orphan".into(), node);
+    match tree.encode_snapshot() {
+        Err(SnapshotError::Encode(reason)) => assert!(reason.contains("reachable"), "{reason}"),
+        other => panic!("encoded a tree with an orphan: {other:?}"),
+    }
+    let mut tree = rich_tree().tree;
+    tree.nodes.get_mut("/app").unwrap().children.remove("cfg");
+    assert!(tree.encode_snapshot().is_err(), "a child its parent lost");
 }
 
 #[test]

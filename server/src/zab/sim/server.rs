@@ -156,7 +156,11 @@ impl SimServer {
         }
         let snap = Snapshot {
             zxid,
-            data: bytes::Bytes::from(self.tree.encode_snapshot()),
+            data: bytes::Bytes::from(
+                self.tree
+                    .encode_snapshot()
+                    .expect("the simulated tree encodes"),
+            ),
         };
         self.disk.log.retain(|t| t.zxid > zxid);
         self.disk.snapshot = Some(snap.clone());
