@@ -11,7 +11,9 @@
 //! ```
 //!
 //! Memory per stream: the feed's one chunk and queue (both charged to the watch
-//! budget), the batch being sent, and `STREAM_BUFFER_MAX` messages.
+//! budget), the batch being sent, and `STREAM_BUFFER_MAX` messages. The task ends as
+//! soon as the client's stream is gone (the channel's `closed()`), whatever the
+//! progress interval: that drops the watch's registration at once.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -94,7 +96,12 @@ impl Watch for WatchService {
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_MAX);
         tokio::spawn(async move {
-            stream_watch(start, r.once, r.with_data, interval, &tx).await;
+            // The client may go at any time, also while the task waits on an idle
+            // watch: end (and unregister) at once, not at the next send.
+            tokio::select! {
+                () = stream_watch(start, r.once, r.with_data, interval, &tx) => {}
+                () = tx.closed() => {}
+            }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
