@@ -6,6 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::hub_tests::spec;
+use super::snapshot::SnapshotWalk;
 use super::*;
 use crate::storage::{MemStorage, Storage};
 use crate::tree::{DataTree, Event, EventKind};
@@ -374,4 +375,45 @@ async fn a_feed_cancelled_mid_replay_loses_nothing() {
         }
     }
     assert_eq!(got, want);
+}
+
+#[test]
+fn snapshot_walk_is_the_tree_walk_node_by_node_at_its_zxid() {
+    let mut tree = DataTree::new();
+    let mut txns = script();
+    let mut z = txns.len() as Zxid;
+    for p in ["/a/r11/x", "/a/r11/x/y", "/a/r11/x/y/z", "/a/r11/b", "/x/q"] {
+        z += 1;
+        txns.push(txn(z, create(p)));
+    }
+    for t in &txns {
+        tree.apply(t);
+    }
+    let cases = [
+        ("/", true),
+        ("/", false),
+        ("/a", true),
+        ("/a/r11", true),
+        ("/a/r11/x/y/z", true),
+        ("/x", false),
+        ("/missing", true),
+    ];
+    let frozen = tree.clone();
+    let mut walks: Vec<SnapshotWalk> = cases
+        .iter()
+        .map(|&(p, rec)| SnapshotWalk::new(frozen.clone(), p, rec))
+        .collect();
+    // Half-way through, the live tree moves on: the walks stay at their zxid.
+    let firsts: Vec<_> = walks.iter_mut().map(|w| w.next()).collect();
+    for p in ["/a/r11/x/y/new", "/a/zz", "/b"] {
+        z += 1;
+        tree.apply(&txn(z, create(p)));
+    }
+    z += 1;
+    tree.apply(&txn(z, delete("/a/r11/b")));
+    for ((walk, first), &(p, rec)) in walks.into_iter().zip(firsts).zip(&cases) {
+        let got: Vec<_> = first.into_iter().chain(walk).collect();
+        assert_eq!(got, frozen.walk(p, rec), "{p} recursive={rec}");
+    }
+    assert!(frozen.walk("/", true).len() >= 10);
 }
