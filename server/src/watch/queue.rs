@@ -293,9 +293,10 @@ impl WatchReceiver {
         self.start_zxid
     }
 
-    /// The next batch, in zxid order. `Some(Err(SlowConsumer))` once after the queued
-    /// batches of a cut watch; `None` when the watch is over (a `once` watch fired, the
-    /// hub shut down or was dropped, or after the error). Cancel-safe.
+    /// The next batch, in zxid order. `Some(Err(SlowConsumer))` once when the watch
+    /// was cut (what was queued is dropped; the error names the last zxid taken);
+    /// `None` when the watch is over (a `once` watch fired, the hub shut down or was
+    /// dropped, or after the error). Cancel-safe.
     pub async fn next(&mut self) -> Option<Result<WatchBatch, WatchError>> {
         loop {
             match self.queue.pop() {
