@@ -105,8 +105,20 @@ pub struct Config {
     pub children_page_max: usize,
     /// Per-watch-stream queue, in txns; a consumer this far behind is cut off.
     pub watch_queue_txns_max: usize,
+    /// Per-watch-stream queue, in bytes of events (paths, data, prev_data and a fixed
+    /// size each); a consumer this far behind is cut off. An empty queue still takes
+    /// one txn of any size.
+    pub watch_queue_bytes_max: usize,
+    /// All watch streams together: queued events and catch-up chunks (history or
+    /// storage replay read-ahead). Over it, the watch holding the most is cut off.
+    pub watch_memory_bytes_max: usize,
     /// Txns of recent events kept in memory for watch resume.
     pub watch_history_txns_max: usize,
+    /// Bytes of recent events kept in memory for watch resume (counted like a queue).
+    pub watch_history_bytes_max: usize,
+    /// Watch resumes replayed from storage at once (each holds a tree rebuilt from a
+    /// snapshot); more are refused with UNAVAILABLE until one ends.
+    pub watch_replays_max: usize,
     /// Allow binding a non-loopback address without TLS.
     pub insecure: bool,
 
@@ -161,7 +173,11 @@ impl Default for Config {
             session_list_page_max: 1000,
             children_page_max: 1000,
             watch_queue_txns_max: 4096,
+            watch_queue_bytes_max: 8 << 20,
+            watch_memory_bytes_max: 256 << 20,
             watch_history_txns_max: 100_000,
+            watch_history_bytes_max: 64 << 20,
+            watch_replays_max: 4,
             insecure: false,
 
             client_connections_max: 4096,
@@ -259,6 +275,17 @@ impl Config {
         self.validate_bounds()?;
         if self.watch_queue_txns_max == 0 || self.watch_history_txns_max == 0 {
             return bad("watch_queue_txns_max and watch_history_txns_max must be at least 1");
+        }
+        if self.watch_queue_bytes_max == 0
+            || self.watch_history_bytes_max == 0
+            || self.watch_replays_max == 0
+        {
+            return bad(
+                "watch_queue_bytes_max, watch_history_bytes_max and watch_replays_max must be at least 1",
+            );
+        }
+        if self.watch_memory_bytes_max < self.watch_queue_bytes_max {
+            return bad("watch_memory_bytes_max must be at least watch_queue_bytes_max");
         }
         if self.snapshots_keep == 0 || self.snapshot_every_txns == 0 {
             return bad("snapshots_keep and snapshot_every_txns must be at least 1");
@@ -520,6 +547,31 @@ mod tests {
         c.validate().unwrap();
         c.session_ttl_default_ms = 1;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn watch_byte_bounds_are_checked() {
+        let c = Config::default();
+        assert_eq!(c.watch_queue_bytes_max, 8 << 20);
+        assert_eq!(c.watch_memory_bytes_max, 256 << 20);
+        let small_total = Config {
+            watch_memory_bytes_max: c.watch_queue_bytes_max - 1,
+            ..c.clone()
+        };
+        assert!(small_total.validate().is_err());
+        let no_queue = Config {
+            watch_queue_bytes_max: 0,
+            ..c.clone()
+        };
+        assert!(no_queue.validate().is_err());
+        let c: Config =
+            toml::from_str("watch_queue_bytes_max = 1024\nwatch_memory_bytes_max = 4096\n")
+                .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (c.watch_queue_bytes_max, c.watch_memory_bytes_max),
+            (1024, 4096)
+        );
     }
 
     const THREE: &str = r#"

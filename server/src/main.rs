@@ -56,6 +56,12 @@ struct Args {
     /// Largest node data, in bytes.
     #[arg(long)]
     node_data_bytes_max: Option<usize>,
+    /// Per-watch queue, in bytes of events; a consumer this far behind is cut off.
+    #[arg(long)]
+    watch_queue_bytes_max: Option<usize>,
+    /// All watch streams' queued events and read-ahead together, in bytes.
+    #[arg(long)]
+    watch_memory_bytes_max: Option<usize>,
     /// Allow plain text on a non-loopback address.
     #[arg(long)]
     insecure: bool,
@@ -130,6 +136,12 @@ impl Args {
         }
         if let Some(v) = self.node_data_bytes_max {
             c.node_data_bytes_max = v;
+        }
+        if let Some(v) = self.watch_queue_bytes_max {
+            c.watch_queue_bytes_max = v;
+        }
+        if let Some(v) = self.watch_memory_bytes_max {
+            c.watch_memory_bytes_max = v;
         }
         c.insecure |= self.insecure;
         c.validate()?;

@@ -147,6 +147,11 @@ impl Server {
         self.child.is_some()
     }
 
+    /// The process id, while it runs (for `/proc` measurements).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Sends a signal by name (`STOP`, `CONT`, ...) with `kill`.
     pub fn signal(&self, name: &str) {
         let pid = self.child.as_ref().expect("the server is not running").id();

@@ -289,7 +289,18 @@ fn resume_zxid(status: &tonic::Status) -> u64 {
 
 #[tokio::test]
 async fn t31_slow_consumer_is_cut_and_resumes_without_a_gap() {
-    let cfg = config_file("watch_queue_txns_max = 16\n");
+    slow_consumer_is_cut_and_resumes("watch_queue_txns_max = 16\n").await;
+}
+
+/// The same with a queue bounded in bytes only: 256 KiB is 4 of these txns (32 KiB of
+/// data and 32 KiB of prev_data each), whatever the txn bound (4096 by default).
+#[tokio::test]
+async fn t31_slow_consumer_over_its_bytes_is_cut_and_resumes_without_a_gap() {
+    slow_consumer_is_cut_and_resumes("watch_queue_bytes_max = 262144\n").await;
+}
+
+async fn slow_consumer_is_cut_and_resumes(toml: &str) {
+    let cfg = config_file(toml);
     let server = Server::start(ServerOptions {
         extra: config_flags(&cfg),
         ..ServerOptions::default()
@@ -303,10 +314,10 @@ async fn t31_slow_consumer_is_cut_and_resumes_without_a_gap() {
     let mut s = open(&server, req).await;
     let st = started(&mut s).await;
 
-    // 32 KiB per set, data and prev_data in each event. The queue (16 txns) is larger
-    // than a group commit of the 8 writers, so the cut comes from the consumer not
-    // reading: about 120 txns fill the HTTP/2 window and the stream's buffers, then
-    // the queue; 320 sets are well past that.
+    // 32 KiB per set, data and prev_data in each event. The queue (16 txns, or
+    // 256 KiB) is larger than a group commit of the 8 writers, so the cut comes from
+    // the consumer not reading: about 120 txns fill the HTTP/2 window and the
+    // stream's buffers, then the queue; 320 sets are well past that.
     const WRITERS: usize = 8;
     const SETS_PER_WRITER: usize = 40;
     let blob = "x".repeat(32 << 10);

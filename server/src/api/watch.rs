@@ -1,13 +1,19 @@
-//! The `concord.v1.Watch` service: register a watch at a consistent point, then
-//! stream its events (with an optional initial snapshot or a replay from a zxid) and
-//! progress messages, ending with an error that says where to resume.
+//! The `concord.v1.Watch` service: fix a watch's start point, then stream its events
+//! (with an optional initial snapshot or a replay from a zxid) and progress messages,
+//! ending with an error that says where to resume.
 //!
 //! ```text
-//!  request ─▶ register (under the tree's read lock: no txn can slip between
-//!             the snapshot / start zxid and the live registration)
-//!          ─▶ task: Started, [SnapshotNode.., SnapshotDone], [replayed events..],
-//!                   live events / Progress when idle ─▶ bounded channel ─▶ client
+//!  request ─▶ start point z (the applied zxid, or start_zxid); with initial_snapshot,
+//!             an O(1) clone of the tree at z taken under the tree's read lock
+//!          ─▶ task: Started, [SnapshotNode.. one node at a time, SnapshotDone],
+//!                   WatchFeed from z (storage replay / history ring in bounded chunks,
+//!                   then live), Progress when idle ─▶ small channel ─▶ client
 //! ```
+//!
+//! Memory per stream: the feed's one chunk and queue (both charged to the watch
+//! budget), the batch being sent, and `STREAM_BUFFER_MAX` messages. The task ends as
+//! soon as the client's stream is gone (the channel's `closed()`), whatever the
+//! progress interval: that drops the watch's registration at once.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -23,13 +29,14 @@ use tonic::{Request, Response, Status};
 use super::convert::{check_path, stat};
 use super::error::{bad_arguments, error};
 use crate::replica::Replica;
-use crate::tree::{Event, EventKind, NodeView};
+use crate::tree::{Event, EventKind};
 use crate::txn::Zxid;
-use crate::watch::{self, WatchBatch, WatchError, WatchReceiver, WatchSpec};
+use crate::watch::{self, SnapshotWalk, WatchBatch, WatchError, WatchFeed, WatchSpec};
 
-/// Messages buffered between a watch's task and its gRPC stream. The hub's own queue
-/// (`watch_queue_txns_max`) is what bounds a slow consumer.
-const STREAM_BUFFER_MAX: usize = 64;
+/// Messages buffered between a watch's task and its gRPC stream: few, since each may
+/// carry a node's data twice; the feed's bounded, budgeted queue is what holds a slow
+/// consumer's backlog.
+const STREAM_BUFFER_MAX: usize = 4;
 /// Progress interval when the request leaves it at 0.
 const PROGRESS_DEFAULT: Duration = Duration::from_millis(1000);
 /// Shortest progress interval accepted.
@@ -50,13 +57,11 @@ type Tx = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 
 /// Where a new watch starts.
 struct Start {
-    receiver: WatchReceiver,
+    feed: WatchFeed,
     /// The zxid the watch reports in `Started`.
     zxid: Zxid,
-    /// Initial snapshot nodes (initial_snapshot only).
-    snapshot: Option<Vec<(String, NodeView)>>,
-    /// Events replayed from storage before the live ones (start_zxid only).
-    replayed: Vec<WatchBatch>,
+    /// The initial snapshot's walk (initial_snapshot only).
+    snapshot: Option<SnapshotWalk>,
 }
 
 #[tonic::async_trait]
@@ -87,33 +92,38 @@ impl Watch for WatchService {
                 ))
             }
             (Some(after), false) => self.resume(spec, after).await?,
-            (None, snapshot) => self.register_at_current(spec, snapshot)?,
+            (None, snapshot) => self.start_at_current(spec, snapshot),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_MAX);
-        tokio::spawn(stream_watch(start, r.once, r.with_data, interval, tx));
+        tokio::spawn(async move {
+            // The client may go at any time, also while the task waits on an idle
+            // watch: end (and unregister) at once, not at the next send.
+            tokio::select! {
+                () = stream_watch(start, r.once, r.with_data, interval, &tx) => {}
+                () = tx.closed() => {}
+            }
+        });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 
 impl WatchService {
-    /// Registers at the applied zxid; with `snapshot`, also takes the watched nodes as
-    /// of that zxid (from an O(1) clone, walked outside the lock).
-    fn register_at_current(&self, spec: WatchSpec, snapshot: bool) -> Result<Start, Status> {
+    /// Starts at the applied zxid; with `snapshot`, also keeps the tree as of that
+    /// zxid (an O(1) clone, walked later outside the lock).
+    fn start_at_current(&self, spec: WatchSpec, snapshot: bool) -> Start {
         let (path, recursive) = (spec.path.clone(), spec.recursive);
-        let (registered, tree) = self.replica.read(|t| {
-            let registered = self.replica.hub().register(spec, t.last_zxid());
-            (registered, snapshot.then(|| t.clone()))
-        });
-        let receiver = registered.map_err(watch_status)?;
-        Ok(Start {
-            zxid: receiver.start_zxid(),
-            snapshot: tree.map(|t| t.walk(&path, recursive)),
-            replayed: Vec::new(),
-            receiver,
-        })
+        let (zxid, tree) = self
+            .replica
+            .read(|t| (t.last_zxid(), snapshot.then(|| t.clone())));
+        Start {
+            feed: self.feed(spec, zxid),
+            zxid,
+            snapshot: tree.map(|t| SnapshotWalk::new(t, &path, recursive)),
+        }
     }
 
-    /// Registers after `after`, replaying from the log what the history no longer has.
+    /// Starts after `after`: the feed replays from the history or the log what the
+    /// client has not seen. A point neither reaches back to fails the call at once.
     async fn resume(&self, spec: WatchSpec, after: Zxid) -> Result<Start, Status> {
         let committed = self.replica.committed_zxid();
         if after > committed {
@@ -121,63 +131,51 @@ impl WatchService {
                 "start_zxid {after:#x} is ahead of the commit point {committed:#x}"
             )));
         }
-        let (replayed, receiver) =
-            watch::open(self.replica.hub(), self.replica.storage(), spec, after)
-                .await
-                .map_err(watch_status)?;
+        watch::check_resumable(self.replica.hub(), self.replica.storage(), after)
+            .await
+            .map_err(watch_status)?;
         Ok(Start {
+            feed: self.feed(spec, after),
             zxid: after,
             snapshot: None,
-            replayed,
-            receiver,
         })
+    }
+
+    fn feed(&self, spec: WatchSpec, after: Zxid) -> WatchFeed {
+        WatchFeed::new(self.replica.hub(), self.replica.storage(), spec, after)
     }
 }
 
-/// Feeds one watch's stream until it ends, the client goes, or the server stops.
-async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Duration, tx: Tx) {
+/// Feeds one watch's stream until it ends or the server stops (the caller also ends
+/// it when the client goes).
+async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Duration, tx: &Tx) {
     let Start {
-        mut receiver,
+        mut feed,
         zxid,
         snapshot,
-        replayed,
     } = start;
     let started = pb::watch_response::Msg::Started(pb::WatchStarted {
         zxid,
-        watch_id: receiver.id(),
+        watch_id: feed.id(),
     });
-    if !send(&tx, started).await {
+    if !send(tx, started).await {
         return;
     }
-    if let Some(nodes) = snapshot {
-        for (path, node) in nodes {
-            let msg = pb::watch_response::Msg::SnapshotNode(pb::SnapshotNode {
-                path,
-                data: if with_data {
-                    node.data
-                } else {
-                    Default::default()
-                },
-                stat: Some(stat(&node.stat)),
-            });
-            if !send(&tx, msg).await {
-                return;
-            }
-        }
-        let done = pb::watch_response::Msg::SnapshotDone(pb::SnapshotDone { zxid });
-        if !send(&tx, done).await {
+    if let Some(walk) = snapshot {
+        if !send_snapshot(tx, walk, with_data).await {
             return;
         }
-    }
-    for batch in &replayed {
-        if !send_batch(&tx, batch, once).await || (once && !batch.events.is_empty()) {
+        let done = pb::watch_response::Msg::SnapshotDone(pb::SnapshotDone { zxid });
+        if !send(tx, done).await {
             return;
         }
     }
     loop {
-        match tokio::time::timeout(interval, receiver.next()).await {
+        // `next` is cancel-safe (a storage read in flight is kept for the next call);
+        // Progress goes out only once the feed is live and idle.
+        match tokio::time::timeout(interval, feed.next()).await {
             Ok(Some(Ok(batch))) => {
-                if !send_batch(&tx, &batch, once).await || once {
+                if !send_batch(tx, &batch, once).await || once {
                     return;
                 }
             }
@@ -185,19 +183,38 @@ async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Durat
                 let _ = tx.send(Err(watch_status(e))).await;
                 return;
             }
-            // The hub shut down: the server is stopping.
+            // A once watch fired, or the hub shut down: the server is stopping.
             Ok(None) => return,
             Err(_idle) => {
-                // Progress doubles as a heartbeat: a gone client is noticed here.
-                if let Some(progress) = receiver.idle_progress() {
+                if let Some(progress) = feed.idle_progress() {
                     let msg = pb::watch_response::Msg::Progress(pb::Progress { zxid: progress });
-                    if !send(&tx, msg).await {
+                    if !send(tx, msg).await {
                         return;
                     }
                 }
             }
         }
     }
+}
+
+/// Sends the initial snapshot one node per message as the walk finds them (never
+/// the whole list); false once the client has gone.
+async fn send_snapshot(tx: &Tx, walk: SnapshotWalk, with_data: bool) -> bool {
+    for (path, node) in walk {
+        let msg = pb::watch_response::Msg::SnapshotNode(pb::SnapshotNode {
+            path,
+            data: if with_data {
+                node.data
+            } else {
+                Default::default()
+            },
+            stat: Some(stat(&node.stat)),
+        });
+        if !send(tx, msg).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Sends one message; false once the client has gone.
@@ -254,9 +271,9 @@ pub(super) fn watch_status(e: WatchError) -> Status {
             ErrorCode::ZxidCompacted,
             format!("{e}; resume from {oldest_zxid:#x} or later, or start with initial_snapshot"),
         ),
-        WatchError::ReplayTooLarge { .. } => error(
-            ErrorCode::ZxidCompacted,
-            format!("{e}; start again with initial_snapshot"),
+        WatchError::Busy { .. } => error(
+            ErrorCode::Unavailable,
+            format!("{e}; retry later, or start with initial_snapshot"),
         ),
         WatchError::Future { .. } => bad_arguments(e),
         WatchError::SlowConsumer {

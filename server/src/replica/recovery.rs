@@ -395,8 +395,11 @@ fn launch(
     let hub = WatchHub::new(
         WatchConfig {
             queue_txns_max: config.watch_queue_txns_max,
+            queue_bytes_max: config.watch_queue_bytes_max,
+            memory_bytes_max: config.watch_memory_bytes_max,
             history_txns_max: config.watch_history_txns_max,
-            ..WatchConfig::default()
+            history_bytes_max: config.watch_history_bytes_max,
+            replays_max: config.watch_replays_max,
         },
         snapshot_zxid,
     );

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::hub::CatchUp;
+use super::queue::batch_bytes;
 use super::*;
 use crate::tree::{Event, EventKind, Stat};
 
@@ -367,26 +369,154 @@ async fn slow_consumer_is_cut_after_its_queue_fills() {
     let hub = hub(3, 100);
     hub.publish(1, &[ev(1, EventKind::Created, "/q")]);
     hub.publish(2, &[ev(2, EventKind::DataChanged, "/q")]);
-    // Two replayed batches do not count against the bound of 3.
+    // Batches from the history are queued like live ones and count against the bound.
     let mut rx = hub.register(spec("/q", false), 0).unwrap();
-    for z in 3..=5 {
+    assert_eq!(next_batch(&mut rx).await.zxid, 1);
+    for z in 3..=4 {
         hub.publish(z, &[ev(z, EventKind::DataChanged, "/q")]);
     }
     assert_eq!(hub.watch_count(), 1);
-    hub.publish(6, &[ev(6, EventKind::DataChanged, "/q")]);
+    hub.publish(5, &[ev(5, EventKind::DataChanged, "/q")]);
     assert_eq!(hub.watch_count(), 0, "cut watches leave the hub");
-    hub.publish(7, &[ev(7, EventKind::DataChanged, "/q")]);
-    for z in 1..=5 {
-        assert_eq!(next_batch(&mut rx).await.zxid, z);
-    }
+    assert_eq!(
+        hub.stats().memory_bytes,
+        0,
+        "a cut queue gives its memory back"
+    );
+    hub.publish(6, &[ev(6, EventKind::DataChanged, "/q")]);
+    // What was queued is dropped: the error names the last zxid the receiver took.
     assert_eq!(
         next(&mut rx).await,
         Some(Err(WatchError::SlowConsumer {
-            last_delivered_zxid: 5
+            last_delivered_zxid: 1
         }))
     );
     assert!(next(&mut rx).await.is_none());
     assert_eq!(hub.stats().slow_consumer_cuts, 1);
+}
+
+/// An event carrying `n` bytes of data (and none before).
+fn big(zxid: Zxid, path: &str, n: usize) -> Event {
+    Event {
+        data: Bytes::from(vec![1u8; n]),
+        prev_data: Bytes::new(),
+        ..ev(zxid, EventKind::DataChanged, path)
+    }
+}
+
+fn byte_hub(queue_bytes_max: usize, memory_bytes_max: usize) -> WatchHub {
+    let config = WatchConfig {
+        queue_txns_max: 10_000,
+        queue_bytes_max,
+        memory_bytes_max,
+        ..WatchConfig::default()
+    };
+    WatchHub::new(config, 0)
+}
+
+#[tokio::test]
+async fn queue_is_bounded_in_bytes_not_only_in_txns() {
+    const MIB: usize = 1 << 20;
+    // 10,000 txns would be allowed; 3 MiB is the bound.
+    let hub = byte_hub(3 * MIB + MIB / 2, 1 << 30);
+    let mut rx = hub.register_now(spec("/b", false)).unwrap();
+    for z in 1..=3 {
+        hub.publish(z, &[big(z, "/b", MIB)]);
+    }
+    assert_eq!(hub.watch_count(), 1);
+    assert!(hub.stats().memory_bytes >= 3 * MIB);
+    hub.publish(4, &[big(4, "/b", MIB)]);
+    assert_eq!(hub.watch_count(), 0, "the fourth MiB is over the bound");
+    assert_eq!(hub.stats().memory_bytes, 0);
+    assert_eq!(
+        next(&mut rx).await,
+        Some(Err(WatchError::SlowConsumer {
+            last_delivered_zxid: 0
+        }))
+    );
+
+    // An empty queue takes one txn larger than its bound (a txn is never split).
+    let mut rx = hub.register_now(spec("/b", false)).unwrap();
+    hub.publish(5, &[big(5, "/b", 5 * MIB)]);
+    assert_eq!(next_batch(&mut rx).await.zxid, 5);
+    assert_eq!(hub.watch_count(), 1);
+    // A resume whose history part is over the bound is refused (a feed streams it).
+    assert_eq!(
+        hub.register(spec("/b", false), 0).err(),
+        Some(WatchError::SlowConsumer {
+            last_delivered_zxid: 0
+        })
+    );
+}
+
+#[tokio::test]
+async fn the_total_cap_cuts_the_largest_queue() {
+    const MIB: usize = 1 << 20;
+    // Each queue may hold 8 MiB, but all of them together only 6 MiB.
+    let hub = byte_hub(8 * MIB, 6 * MIB);
+    let mut hog = hub.register_now(spec("/busy", true)).unwrap();
+    let mut small = hub.register_now(spec("/busy/quiet", false)).unwrap();
+    let mut reader = hub.register_now(spec("/busy", true)).unwrap();
+    hub.publish(1, &[big(1, "/busy/quiet", MIB / 4)]);
+    assert_eq!(next_batch(&mut reader).await.zxid, 1);
+    for z in 2..=13 {
+        hub.publish(z, &[big(z, "/busy/x", MIB)]);
+        assert!(hub.stats().memory_bytes <= 6 * MIB, "over the cap at {z}");
+        assert_eq!(next_batch(&mut reader).await.zxid, z, "the reader goes on");
+    }
+    // The hog (never read, the most bytes) was cut to make room, once.
+    assert_eq!(hub.stats().slow_consumer_cuts, 1);
+    assert_eq!(
+        next(&mut hog).await,
+        Some(Err(WatchError::SlowConsumer {
+            last_delivered_zxid: 0
+        }))
+    );
+    assert_eq!(hub.watch_count(), 2);
+    assert_eq!(next_batch(&mut small).await.zxid, 1);
+    assert_eq!(hub.stats().memory_bytes, 0);
+}
+
+#[tokio::test]
+async fn catch_up_from_the_ring_comes_in_bounded_chunks() {
+    let hub = hub(4, 1000);
+    for z in 1..=100 {
+        hub.publish(z, &[ev(z, EventKind::DataChanged, "/c")]);
+    }
+    let one = batch_bytes(&WatchBatch {
+        zxid: 1,
+        events: vec![ev(1, EventKind::DataChanged, "/c")],
+    });
+    let mut cursor = 0;
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        match hub
+            .catch_up(&spec("/c", false), cursor, 10 * one, 77)
+            .unwrap()
+        {
+            CatchUp::More {
+                batches,
+                through,
+                charge,
+            } => {
+                assert!(batches.len() <= 10 && charge.bytes() <= 10 * one + one);
+                assert_eq!(hub.stats().memory_bytes, charge.bytes());
+                got.extend(batches.iter().map(|b| b.zxid));
+                cursor = through;
+            }
+            CatchUp::Live {
+                batches, receiver, ..
+            } => {
+                got.extend(batches.iter().map(|b| b.zxid));
+                assert_eq!(receiver.id(), 77);
+                assert_eq!(hub.watch_count(), 1);
+                break;
+            }
+            CatchUp::Fired { .. } => panic!("not a once watch"),
+        }
+    }
+    assert_eq!(got, (1..=100).collect::<Vec<_>>());
+    assert_eq!(hub.stats().memory_bytes, 0);
 }
 
 #[tokio::test]

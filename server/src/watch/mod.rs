@@ -3,38 +3,55 @@
 //! The applier calls `WatchHub::publish(zxid, &events)` for every applied txn, in zxid
 //! order, even one with no events. The hub keeps a bounded ring of recent txns' events
 //! (the history) and hands each matching watch one `WatchBatch` per txn (a txn's events
-//! are never split). A watch registered with `after = z` first gets every matching
-//! event of the history with zxid > z, then continues live: nothing lost, nothing twice.
-//! Older resume points are served from the durable log (`replay`), and `open` glues the
-//! two together.
+//! are never split). A `WatchFeed` delivers one watch from its start point on: the
+//! part older than the ring replayed from the durable log (`replay`), then the ring's
+//! part, then live, each in chunks of bounded bytes: nothing lost, nothing twice, and
+//! never a whole replay in memory. An initial snapshot is walked node by node from an
+//! O(1) clone of the tree (`SnapshotWalk`).
 //!
 //! ```text
 //!   applier ──publish(zxid, events)──▶ WatchHub ──┬─▶ history ring (resume)
-//!                                                 └─▶ index ─▶ per-watch queue ─▶ WatchReceiver
-//!   storage (snapshot + log) ──replay_from_storage──▶ Vec<WatchBatch> (older than the ring)
+//!                                                 └─▶ index ─▶ per-watch queue ─┐
+//!   storage (snapshot + log) ──StorageReplay chunks──▶ WatchFeed ◀─catch_up chunks┤
+//!                                                        │        ◀─WatchReceiver─┘
+//!                                                        ▼
+//!                                                       api
 //! ```
+//!
+//! Memory is bounded in bytes everywhere: each queue (`queue_bytes_max`, and
+//! `queue_txns_max`), the ring (`history_bytes_max`, and `history_txns_max`), each
+//! feed's read-ahead (`CHUNK_BYTES_MAX`), all queues and read-ahead together
+//! (`memory_bytes_max`, the `MemoryBudget`), and replays from storage in number
+//! (`replays_max`, each holding one rebuilt tree).
 //!
 //! Filtering (path, subtree, kinds) and stripping data (`with_data == false`) happen
 //! here; turning batches into protobuf messages is the api's job.
 //!
 //! What it must not do: know Zab, touch the network, or block the applier: every
-//! per-watch queue is bounded and a watch whose queue is full is cut off
+//! per-watch queue is bounded and a watch over its bound (or the server's) is cut off
 //! (`WatchError::SlowConsumer`), never waited for.
 
+mod budget;
+mod feed;
 mod history;
 mod hub;
 mod index;
 mod queue;
 mod replay;
+mod snapshot;
 
 #[cfg(test)]
 mod hub_tests;
 #[cfg(test)]
 mod replay_tests;
 
+pub use feed::{WatchFeed, CHUNK_BYTES_MAX};
 pub use hub::{WatchConfig, WatchHub, WatchStats};
 pub use queue::WatchReceiver;
-pub use replay::{open, replay_from_storage, REPLAY_BYTES_MAX, REPLAY_EVENTS_MAX};
+#[cfg(test)]
+pub(crate) use replay::replay_from_storage;
+pub use replay::{check_resumable, READ_CHUNK_TXNS};
+pub use snapshot::SnapshotWalk;
 
 use crate::tree::{Event, EventKind};
 use crate::txn::Zxid;
@@ -158,9 +175,11 @@ pub enum WatchError {
         last_delivered_zxid: Zxid,
         snapshot_zxid: Zxid,
     },
-    /// Replaying from storage would produce more than the replay limits allow.
-    #[error("replay would exceed {events_max} events or {bytes_max} bytes")]
-    ReplayTooLarge { events_max: usize, bytes_max: usize },
+    /// `replays_max` replays from storage are running already; try again later.
+    #[error(
+        "{replays_max} watch replays from storage are running, the most this server runs at once"
+    )]
+    Busy { replays_max: usize },
     /// Reading snapshots or the log failed.
     #[error("storage: {0}")]
     Storage(String),

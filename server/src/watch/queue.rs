@@ -1,22 +1,32 @@
-//! One watch's bounded queue of batches and the `WatchReceiver` that drains it.
+//! One watch's bounded queue of live batches and the `WatchReceiver` that drains it.
 //!
 //! The hub pushes (under its own lock, then this queue's short lock); the receiver pops.
-//! Batches replayed from history at registration do not count against the bound:
-//! only live batches do, so a resume from far back is not cut for its own replay
-//! (the replay is already bounded by the history's size). When a live batch does not
-//! fit, the queue is cut: already queued batches are still delivered, then one
-//! `SlowConsumer` error, then the end.
+//! The queue is bounded twice, in txns (`queue_txns_max`) and in bytes
+//! (`queue_bytes_max`, counted as the history counts them), and every queued byte is
+//! also charged to the server-wide `MemoryBudget`. An empty queue takes one batch
+//! whatever its size (a txn is never split), so a queue holds at most
+//! `queue_bytes_max` or one txn. When a batch does not fit, the queue is cut: what it
+//! holds is dropped at once (its memory given back; those events are still in the
+//! history or the log), then the receiver gets one `SlowConsumer` naming the last
+//! zxid it took, then the end.
 //!
 //! What it must not do: block the publisher (pushing never waits).
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::Notify;
 
+use super::budget::MemoryBudget;
+use super::history::event_bytes;
 use super::hub::Shared;
 use super::{lock, WatchBatch, WatchError};
 use crate::txn::Zxid;
+
+/// What a batch costs in a queue: its events as the history counts them.
+pub(crate) fn batch_bytes(batch: &WatchBatch) -> usize {
+    batch.events.iter().map(event_bytes).sum()
+}
 
 /// How a queue ends once drained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,14 +45,25 @@ enum End {
 
 #[derive(Debug)]
 struct QueueState {
-    batches: VecDeque<WatchBatch>,
-    /// How many of the front `batches` came from the replay (not bounded).
-    replay_left: usize,
-    /// The zxid of the newest batch ever queued (`after` before the first): what a
-    /// cut watch has been given in full.
+    /// Queued batches with what each is charged.
+    batches: VecDeque<(WatchBatch, usize)>,
+    /// Sum of the charges of `batches` (all taken from the budget).
+    bytes: usize,
+    /// The zxid of the newest batch queued (`after` before the first): with the
+    /// queue drained, what the receiver has been given in full.
     last_queued_zxid: Zxid,
+    /// The zxid of the newest batch the receiver took (`after` before the first):
+    /// what a cut watch names, since the batches after it were dropped.
+    last_taken_zxid: Zxid,
     /// Set when no more batches will be pushed.
     end: Option<End>,
+}
+
+/// The bounds a live batch must fit in.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    pub(super) txns_max: usize,
+    pub(super) bytes_max: usize,
 }
 
 /// Shared between the hub (producer) and one receiver (consumer).
@@ -51,54 +72,114 @@ pub(super) struct Queue {
     state: Mutex<QueueState>,
     /// Wakes the receiver; `notify_one` keeps a permit, so no wake-up is lost.
     notify: Notify,
+    /// Where the queued bytes are charged; given back on pop, cut and drop.
+    budget: Arc<MemoryBudget>,
 }
 
 /// What the hub learns from offering a live batch.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Offer {
     Queued,
-    /// The queue was full: it is now cut and the watch must be removed.
+    /// The queue was over its own bound (or had ended): it is now cut and the watch
+    /// must be removed.
     Cut,
+    /// The server-wide budget has no room for the batch: nothing changed; the hub
+    /// makes room (cutting the largest queue) and offers the batch (given back
+    /// here) again, or cuts this one.
+    NoMemory(WatchBatch),
 }
 
 impl Queue {
-    /// A queue holding the replayed `batches`; `after` is the watch's start point.
-    pub(super) fn new(batches: Vec<WatchBatch>, after: Zxid, finished: bool) -> Self {
-        let last_queued_zxid = batches.last().map_or(after, |b| b.zxid);
-        Queue {
+    /// A queue holding `batches` (charged to `budget` here), or None if the budget
+    /// cannot hold them. `after` is the watch's start point; `finished`: no more
+    /// batches will come.
+    pub(super) fn new(
+        batches: Vec<WatchBatch>,
+        after: Zxid,
+        finished: bool,
+        budget: &Arc<MemoryBudget>,
+    ) -> Option<Self> {
+        let batches: VecDeque<(WatchBatch, usize)> = batches
+            .into_iter()
+            .map(|b| {
+                let n = batch_bytes(&b);
+                (b, n)
+            })
+            .collect();
+        let bytes = batches.iter().map(|(_, n)| n).sum();
+        if !budget.take(bytes) {
+            return None;
+        }
+        let last_queued_zxid = batches.back().map_or(after, |(b, _)| b.zxid);
+        Some(Queue {
             state: Mutex::new(QueueState {
-                replay_left: batches.len(),
-                batches: batches.into(),
+                batches,
+                bytes,
                 last_queued_zxid,
+                last_taken_zxid: after,
                 end: finished.then_some(End::Finished),
             }),
             notify: Notify::new(),
-        }
+            budget: Arc::clone(budget),
+        })
     }
 
-    /// Queues a live batch unless `live_max` live batches are already waiting; then
-    /// cuts the queue instead. With `last`, the queue finishes after this batch.
-    pub(super) fn offer(&self, batch: WatchBatch, live_max: usize, last: bool) -> Offer {
+    /// Queues a live batch if it fits this queue's `bounds` and the budget; cuts the
+    /// queue if it does not fit the bounds. With `last`, the queue finishes after
+    /// this batch.
+    pub(super) fn offer(&self, batch: WatchBatch, bounds: Bounds, last: bool) -> Offer {
+        let bytes = batch_bytes(&batch);
         let mut st = lock(&self.state);
         if st.end.is_some() {
             return Offer::Cut;
         }
-        let offer = if st.batches.len() - st.replay_left >= live_max {
-            st.end = Some(End::Cut {
-                last_delivered_zxid: st.last_queued_zxid,
-            });
-            Offer::Cut
-        } else {
-            st.last_queued_zxid = batch.zxid;
-            st.batches.push_back(batch);
-            if last {
-                st.end = Some(End::Finished);
-            }
-            Offer::Queued
-        };
+        let over = st.batches.len() >= bounds.txns_max
+            || st.bytes.saturating_add(bytes) > bounds.bytes_max;
+        if over && !st.batches.is_empty() {
+            self.cut_locked(&mut st);
+            drop(st);
+            self.notify.notify_one();
+            return Offer::Cut;
+        }
+        if !self.budget.take(bytes) {
+            return Offer::NoMemory(batch);
+        }
+        st.bytes += bytes;
+        st.last_queued_zxid = batch.zxid;
+        st.batches.push_back((batch, bytes));
+        if last {
+            st.end = Some(End::Finished);
+        }
         drop(st);
         self.notify.notify_one();
-        offer
+        Offer::Queued
+    }
+
+    /// Cuts the queue now: drops what it holds and ends with `SlowConsumer` naming
+    /// the last zxid the receiver took. Returns the bytes given back.
+    pub(super) fn cut(&self) -> usize {
+        let mut st = lock(&self.state);
+        let freed = self.cut_locked(&mut st);
+        drop(st);
+        self.notify.notify_one();
+        freed
+    }
+
+    fn cut_locked(&self, st: &mut QueueState) -> usize {
+        let freed = std::mem::take(&mut st.bytes);
+        st.batches.clear();
+        self.budget.give_back(freed);
+        if matches!(st.end, None | Some(End::Resync { .. })) {
+            st.end = Some(End::Cut {
+                last_delivered_zxid: st.last_taken_zxid,
+            });
+        }
+        freed
+    }
+
+    /// Bytes queued now (charged to the budget).
+    pub(super) fn bytes(&self) -> usize {
+        lock(&self.state).bytes
     }
 
     /// No more batches: the receiver drains what is queued, then ends.
@@ -126,8 +207,10 @@ impl Queue {
     /// The next item, or Err(()) if the receiver must wait.
     fn pop(&self) -> Result<Option<Result<WatchBatch, WatchError>>, ()> {
         let mut st = lock(&self.state);
-        if let Some(batch) = st.batches.pop_front() {
-            st.replay_left = st.replay_left.saturating_sub(1);
+        if let Some((batch, bytes)) = st.batches.pop_front() {
+            st.bytes -= bytes;
+            self.budget.give_back(bytes);
+            st.last_taken_zxid = batch.zxid;
             return Ok(Some(Ok(batch)));
         }
         match st.end {
@@ -158,6 +241,13 @@ impl Queue {
     fn is_idle(&self) -> bool {
         let st = lock(&self.state);
         st.batches.is_empty() && st.end.is_none()
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        let st = lock(&self.state);
+        self.budget.give_back(st.bytes);
     }
 }
 
@@ -203,9 +293,10 @@ impl WatchReceiver {
         self.start_zxid
     }
 
-    /// The next batch, in zxid order. `Some(Err(SlowConsumer))` once after the queued
-    /// batches of a cut watch; `None` when the watch is over (a `once` watch fired, the
-    /// hub shut down or was dropped, or after the error). Cancel-safe.
+    /// The next batch, in zxid order. `Some(Err(SlowConsumer))` once when the watch
+    /// was cut (what was queued is dropped; the error names the last zxid taken);
+    /// `None` when the watch is over (a `once` watch fired, the hub shut down or was
+    /// dropped, or after the error). Cancel-safe.
     pub async fn next(&mut self) -> Option<Result<WatchBatch, WatchError>> {
         loop {
             match self.queue.pop() {

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::hub_tests::{next, spec};
+use super::hub_tests::spec;
+use super::snapshot::SnapshotWalk;
 use super::*;
 use crate::storage::{MemStorage, Storage};
 use crate::tree::{DataTree, Event, EventKind};
@@ -163,8 +164,20 @@ async fn replay_from_a_snapshot_and_compacted_before_it() {
     }
 }
 
+/// Reads `feed` until it returned a batch at `zxid` (or failed), with a deadline.
+async fn feed_through(feed: &mut WatchFeed, zxid: Zxid) -> Vec<WatchBatch> {
+    let mut got = Vec::new();
+    while got.last().map(|b: &WatchBatch| b.zxid) != Some(zxid) {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), feed.next()).await {
+            Ok(Some(Ok(batch))) => got.push(batch),
+            other => panic!("feed stopped after {} batches: {other:?}", got.len()),
+        }
+    }
+    got
+}
+
 #[tokio::test]
-async fn open_bridges_storage_and_the_ring() {
+async fn feed_bridges_storage_and_the_ring() {
     let txns = script();
     let n = txns.len() as Zxid;
     let storage = stored(&txns);
@@ -179,9 +192,12 @@ async fn open_bridges_storage_and_the_ring() {
     }
     assert!(hub.oldest_resumable_zxid() > 10);
     let s = spec("/a", true);
-    let (replayed, mut rx) = open(&hub, storage.clone(), s.clone(), 3).await.unwrap();
-    assert!(!replayed.is_empty());
-    assert_eq!(hub.watch_count(), 1);
+    // A 1-byte chunk: one batch per chunk, from storage and from the ring.
+    let mut feed = WatchFeed::with_chunk_bytes(&hub, storage.clone(), s.clone(), 3, 1);
+    let want_so_far = expected(&all, &s, 3, n);
+    let last = want_so_far.last().unwrap().zxid;
+    let mut got = feed_through(&mut feed, last).await;
+    assert_eq!(got, want_so_far);
 
     // Then live events, and the whole sequence is exactly the suffix after 3.
     let live = vec![Event {
@@ -189,30 +205,34 @@ async fn open_bridges_storage_and_the_ring() {
         ..all[0].1[0].clone()
     }];
     hub.publish(n + 1, &live);
-    let mut got = replayed;
-    while got.last().map(|b| b.zxid) != Some(n + 1) {
-        got.push(next(&mut rx).await.unwrap().unwrap());
-    }
+    got.extend(feed_through(&mut feed, n + 1).await);
+    // One more ask finds the ring exhausted and registers live (then waits).
+    let idle = tokio::time::timeout(std::time::Duration::from_millis(50), feed.next()).await;
+    assert!(idle.is_err(), "{idle:?}");
+    assert!(feed.is_live());
+    assert_eq!(hub.watch_count(), 1);
     let mut want = expected(&all, &s, 3, n);
     want.push(WatchBatch {
         zxid: n + 1,
         events: live,
     });
     assert_eq!(got, want);
+    assert_eq!(hub.stats().memory_bytes, 0, "nothing held once delivered");
+    drop(feed);
+    assert_eq!(hub.watch_count(), 0);
 
-    // A resume point the ring still holds needs no storage work.
-    let (replayed, _rx) = open(&hub, storage.clone(), s.clone(), n).await.unwrap();
-    assert!(replayed.is_empty());
+    let mut ahead = WatchFeed::new(&hub, storage, s, n + 5);
     assert_eq!(
-        open(&hub, storage, s, n + 5).await.err(),
-        Some(WatchError::Future {
+        ahead.next().await,
+        Some(Err(WatchError::Future {
             published_zxid: n + 1
-        })
+        }))
     );
+    assert_eq!(ahead.next().await, None);
 }
 
 #[tokio::test]
-async fn open_once_fires_from_storage_and_ends() {
+async fn feed_once_fires_from_storage_and_ends() {
     let txns = script();
     let storage = stored(&txns);
     let all = reference(&txns, &[], storage.as_ref());
@@ -228,34 +248,172 @@ async fn open_once_fires_from_storage_and_ends() {
         once: true,
         ..spec("/a/r0", false)
     };
-    let (replayed, mut rx) = open(&hub, storage, once.clone(), 0).await.unwrap();
+    let mut feed = WatchFeed::new(&hub, storage, once.clone(), 0);
     let first = expected(&all, &once, 0, 100).remove(0);
-    assert_eq!(replayed, [first]);
-    assert_eq!(replayed[0].events.len(), 1);
-    assert!(next(&mut rx).await.is_none());
+    assert_eq!(feed.next().await, Some(Ok(first.clone())));
+    assert_eq!(first.events.len(), 1);
+    assert_eq!(feed.next().await, None);
     assert_eq!(hub.watch_count(), 0);
 }
 
-#[tokio::test]
-async fn replay_larger_than_its_bound_fails() {
+/// Sets of 1 MiB to one node: with data, each event carries 2 MiB.
+fn heavy_script(sets: usize) -> Vec<Txn> {
     let big = Bytes::from(vec![7u8; 1 << 20]);
     let mut txns = vec![txn(1, create("/big"))];
-    let sets = REPLAY_BYTES_MAX / (2 << 20) + 2;
     for z in 2..=sets as Zxid + 1 {
         txns.push(txn(z, set("/big", big.clone())));
     }
-    let storage = stored(&txns);
+    txns
+}
+
+#[tokio::test]
+async fn storage_replay_streams_in_bounded_chunks() {
+    // 40 sets with data are about 80 MiB of events: more than the old whole-replay
+    // limit (64 MiB, then ReplayTooLarge); streamed, one chunk at a time.
+    let txns = heavy_script(40);
     let n = txns.len() as Zxid;
+    let storage = stored(&txns);
+    let hub = WatchHub::new(
+        WatchConfig {
+            history_txns_max: 1,
+            ..WatchConfig::default()
+        },
+        0,
+    );
+    let all = reference(&txns, &[], storage.as_ref());
+    for (z, evs) in &all {
+        hub.publish(*z, evs);
+    }
     let heavy = spec("/big", false);
-    assert!(matches!(
-        replay_from_storage(storage.clone(), &heavy, 0, n).await,
-        Err(WatchError::ReplayTooLarge { .. })
-    ));
-    // Without data the same replay is small.
-    let light = WatchSpec {
-        with_data: false,
-        ..heavy
-    };
-    let got = replay_from_storage(storage, &light, 0, n).await.unwrap();
-    assert_eq!(got.len(), txns.len());
+    let chunk_max = 4 << 20;
+    let one_batch = 2 * (1 << 20) + 4096;
+    let mut feed = WatchFeed::with_chunk_bytes(&hub, storage.clone(), heavy.clone(), 0, chunk_max);
+    let mut got = 0;
+    let mut peak = 0;
+    while got < txns.len() {
+        match feed.next().await {
+            Some(Ok(batch)) => {
+                got += 1;
+                assert_eq!(batch.zxid, got as Zxid);
+            }
+            other => panic!("after {got}: {other:?}"),
+        }
+        peak = peak.max(hub.stats().memory_bytes);
+        assert!(feed.pending_bytes() <= chunk_max + one_batch);
+    }
+    assert!(peak > 0, "chunks are charged to the watch budget");
+    assert!(peak <= chunk_max + one_batch, "peak {peak}");
+    // The whole of it, collected, is the reference.
+    let whole = replay_from_storage(storage, &heavy, 0, n).await.unwrap();
+    assert_eq!(whole, expected(&all, &heavy, 0, n));
+}
+
+#[tokio::test]
+async fn storage_replays_are_limited_in_number() {
+    let txns = script();
+    let storage = stored(&txns);
+    let all = reference(&txns, &[], storage.as_ref());
+    let hub = WatchHub::new(
+        WatchConfig {
+            history_txns_max: 1,
+            replays_max: 2,
+            ..WatchConfig::default()
+        },
+        0,
+    );
+    for (z, evs) in &all {
+        hub.publish(*z, evs);
+    }
+    let s = spec("/", true);
+    let mut feeds: Vec<WatchFeed> = (0..3)
+        .map(|_| WatchFeed::with_chunk_bytes(&hub, storage.clone(), s.clone(), 0, 1))
+        .collect();
+    assert!(matches!(feeds[0].next().await, Some(Ok(_))));
+    assert!(matches!(feeds[1].next().await, Some(Ok(_))));
+    assert_eq!(
+        feeds[2].next().await,
+        Some(Err(WatchError::Busy { replays_max: 2 }))
+    );
+    // A finished (dropped) replay frees its permit.
+    feeds.remove(0);
+    let mut again = WatchFeed::with_chunk_bytes(&hub, storage, s, 0, 1);
+    assert!(matches!(again.next().await, Some(Ok(_))));
+}
+
+#[tokio::test]
+async fn a_feed_cancelled_mid_replay_loses_nothing() {
+    let txns = script();
+    let n = txns.len() as Zxid;
+    let storage = stored(&txns);
+    let all = reference(&txns, &[20], storage.as_ref());
+    let hub = WatchHub::new(
+        WatchConfig {
+            history_txns_max: 3,
+            ..WatchConfig::default()
+        },
+        0,
+    );
+    for (z, evs) in &all {
+        hub.publish(*z, evs);
+    }
+    let s = spec("/", true);
+    let want = expected(&all, &s, 25, n);
+    let mut feed = WatchFeed::with_chunk_bytes(&hub, storage, s, 25, 1);
+    // Poll with a timer that often fires mid-read, as the api's progress timer does.
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while got.len() < want.len() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "stuck after {}",
+            got.len()
+        );
+        match tokio::time::timeout(std::time::Duration::from_micros(50), feed.next()).await {
+            Ok(Some(Ok(batch))) => got.push(batch),
+            Ok(other) => panic!("after {}: {other:?}", got.len()),
+            Err(_cancelled) => {}
+        }
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn snapshot_walk_is_the_tree_walk_node_by_node_at_its_zxid() {
+    let mut tree = DataTree::new();
+    let mut txns = script();
+    let mut z = txns.len() as Zxid;
+    for p in ["/a/r11/x", "/a/r11/x/y", "/a/r11/x/y/z", "/a/r11/b", "/x/q"] {
+        z += 1;
+        txns.push(txn(z, create(p)));
+    }
+    for t in &txns {
+        tree.apply(t);
+    }
+    let cases = [
+        ("/", true),
+        ("/", false),
+        ("/a", true),
+        ("/a/r11", true),
+        ("/a/r11/x/y/z", true),
+        ("/x", false),
+        ("/missing", true),
+    ];
+    let frozen = tree.clone();
+    let mut walks: Vec<SnapshotWalk> = cases
+        .iter()
+        .map(|&(p, rec)| SnapshotWalk::new(frozen.clone(), p, rec))
+        .collect();
+    // Half-way through, the live tree moves on: the walks stay at their zxid.
+    let firsts: Vec<_> = walks.iter_mut().map(|w| w.next()).collect();
+    for p in ["/a/r11/x/y/new", "/a/zz", "/b"] {
+        z += 1;
+        tree.apply(&txn(z, create(p)));
+    }
+    z += 1;
+    tree.apply(&txn(z, delete("/a/r11/b")));
+    for ((walk, first), &(p, rec)) in walks.into_iter().zip(firsts).zip(&cases) {
+        let got: Vec<_> = first.into_iter().chain(walk).collect();
+        assert_eq!(got, frozen.walk(p, rec), "{p} recursive={rec}");
+    }
+    assert!(frozen.walk("/", true).len() >= 10);
 }
