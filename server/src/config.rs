@@ -71,6 +71,12 @@ pub struct Config {
     pub watch_history_txns_max: usize,
     /// Allow binding a non-loopback address without TLS.
     pub insecure: bool,
+
+    // Failover for calls in flight.
+    /// Longest a write waits for a leader to hand it to — this server looking (an
+    /// election under way), or following a leader it cannot reach — before it fails
+    /// with NOT_LEADER (nothing was done: safe to retry, elsewhere).
+    pub leader_wait_ms_max: u64,
 }
 
 impl Default for Config {
@@ -96,6 +102,7 @@ impl Default for Config {
             watch_queue_txns_max: 4096,
             watch_history_txns_max: 100_000,
             insecure: false,
+            leader_wait_ms_max: 2_000,
         }
     }
 }
@@ -188,6 +195,9 @@ impl Config {
         }
         if self.snapshots_keep == 0 || self.snapshot_every_txns == 0 {
             return bad("snapshots_keep and snapshot_every_txns must be at least 1");
+        }
+        if self.leader_wait_ms_max == 0 {
+            return bad("leader_wait_ms_max must be at least 1");
         }
         self.check_plain_text(self.client_addr)?;
         self.validate_members()

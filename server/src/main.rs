@@ -52,6 +52,12 @@ struct Args {
     /// Allow plain text on a non-loopback address.
     #[arg(long)]
     insecure: bool,
+
+    // Failover for calls in flight.
+    /// Longest a write waits for a leader (election, unreachable leader) before it
+    /// fails with NOT_LEADER.
+    #[arg(long)]
+    leader_wait_ms_max: Option<u64>,
 }
 
 impl Args {
@@ -93,6 +99,9 @@ impl Args {
             c.node_data_bytes_max = v;
         }
         c.insecure |= self.insecure;
+        if let Some(v) = self.leader_wait_ms_max {
+            c.leader_wait_ms_max = v;
+        }
         c.validate()?;
         Ok(c)
     }

@@ -30,7 +30,7 @@ fn grpc_code(code: ErrorCode) -> Code {
         | E::LockHeld
         | E::BadState => Code::FailedPrecondition,
         E::BadPath | E::DataTooLarge | E::BadArguments => Code::InvalidArgument,
-        E::NotLeader | E::Unavailable => Code::Unavailable,
+        E::NotLeader | E::Unavailable | E::OutcomeUnknown => Code::Unavailable,
         E::QuotaExceeded | E::SlowConsumer => Code::ResourceExhausted,
         E::PermissionDenied => Code::PermissionDenied,
         E::ZxidCompacted => Code::OutOfRange,
@@ -48,6 +48,43 @@ pub fn error(code: ErrorCode, message: impl std::fmt::Display) -> Status {
         Status::with_error_details(grpc_code(code), format!("{name}: {message}"), details);
     if let Ok(value) = name.parse() {
         status.metadata_mut().insert(ERROR_CODE_HEADER, value);
+    }
+    status
+}
+
+/// Metadata keys naming the leader in NOT_LEADER (also ErrorInfo metadata
+/// `leader_id` and `leader_addr`).
+pub const LEADER_ID_HEADER: &str = "concord-leader-id";
+pub const LEADER_ADDR_HEADER: &str = "concord-leader-addr";
+
+/// NOT_LEADER with the leader hint, if known, in the ErrorInfo metadata and in
+/// `concord-leader-id` / `concord-leader-addr`.
+fn not_leader(e: &ReplicaError, leader: Option<u64>, addr: Option<std::net::SocketAddr>) -> Status {
+    let code = ErrorCode::NotLeader;
+    let name = code.as_str_name();
+    let mut info = Vec::new();
+    if let Some(id) = leader {
+        info.push(("leader_id".to_owned(), id.to_string()));
+    }
+    if let Some(addr) = addr {
+        info.push(("leader_addr".to_owned(), addr.to_string()));
+    }
+    let metadata: std::collections::HashMap<String, String> = info.iter().cloned().collect();
+    let details = ErrorDetails::with_error_info(name, ERROR_DOMAIN, metadata);
+    let mut status = Status::with_error_details(grpc_code(code), format!("{name}: {e}"), details);
+    let metadata = status.metadata_mut();
+    if let Ok(value) = name.parse() {
+        metadata.insert(ERROR_CODE_HEADER, value);
+    }
+    for (key, value) in info {
+        let header = if key == "leader_id" {
+            LEADER_ID_HEADER
+        } else {
+            LEADER_ADDR_HEADER
+        };
+        if let Ok(value) = value.parse() {
+            metadata.insert(header, value);
+        }
     }
     status
 }
@@ -100,7 +137,12 @@ impl From<ReplicaError> for Status {
     fn from(e: ReplicaError) -> Status {
         match e {
             ReplicaError::Unavailable(_) => error(ErrorCode::Unavailable, e),
-            ReplicaError::NotLeader { .. } => error(ErrorCode::NotLeader, e),
+            ReplicaError::NotLeader {
+                leader,
+                client_addr,
+                ..
+            } => not_leader(&e, leader, client_addr),
+            ReplicaError::Indeterminate(_) => error(ErrorCode::OutcomeUnknown, e),
             ReplicaError::Timeout { .. } => error(ErrorCode::Timeout, e),
         }
     }
@@ -139,8 +181,49 @@ mod tests {
     }
 
     #[test]
+    fn not_leader_names_the_leader_in_the_message_metadata_and_error_info() {
+        let s: Status = ReplicaError::NotLeader {
+            leader: Some(3),
+            client_addr: Some("127.0.0.1:7191".parse().unwrap()),
+            why: "cannot reach leader 3".into(),
+        }
+        .into();
+        assert_eq!(s.code(), Code::Unavailable);
+        assert!(s.message().starts_with("NOT_LEADER: "), "{}", s.message());
+        assert!(
+            s.message().contains("server 3 at 127.0.0.1:7191"),
+            "{}",
+            s.message()
+        );
+        let header = |k: &str| s.metadata().get(k).unwrap().to_str().unwrap().to_owned();
+        assert_eq!(header(ERROR_CODE_HEADER), "NOT_LEADER");
+        assert_eq!(header(LEADER_ID_HEADER), "3");
+        assert_eq!(header(LEADER_ADDR_HEADER), "127.0.0.1:7191");
+        let info = s.get_details_error_info().unwrap();
+        assert_eq!(
+            info.metadata.get("leader_id").map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(
+            info.metadata.get("leader_addr").map(String::as_str),
+            Some("127.0.0.1:7191")
+        );
+        let unknown: Status = ReplicaError::Indeterminate("x".into()).into();
+        assert_eq!(code_name(&unknown), "OUTCOME_UNKNOWN");
+    }
+
+    fn code_name(s: &Status) -> String {
+        s.metadata()
+            .get(ERROR_CODE_HEADER)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
     fn every_code_maps_to_a_non_ok_status() {
-        for v in 0..=21 {
+        for v in 0..=22 {
             let code = ErrorCode::try_from(v).unwrap();
             assert_ne!(error(code, "x").code(), Code::Ok);
         }
