@@ -292,9 +292,14 @@ mod tests {
         assert!(short.validate().is_err(), "a TTL under two ticks");
         let hasty = Config {
             sync_limit_ticks: 1,
-            ..c
+            ..c.clone()
         };
         assert!(hasty.validate().is_err());
+        let impatient = Config {
+            leader_wait_ms_max: 0,
+            ..c
+        };
+        assert!(impatient.validate().is_err(), "a write must get a moment");
         std::fs::write(&p, "tick = 100\n").unwrap();
         assert!(matches!(
             Config::from_file(&p),

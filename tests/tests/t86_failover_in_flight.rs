@@ -188,10 +188,12 @@ async fn t86_writes_in_flight_through_a_follower_when_the_leader_freezes() {
     for w in writers {
         attempts.extend(w.await.unwrap());
     }
-    let in_flight = attempts
+    let in_flight: Vec<&Attempt> = attempts
         .iter()
         .filter(|a| a.started < stopped && a.started + a.took > stopped)
-        .count();
+        .collect();
+    let slowest = in_flight.iter().map(|a| a.started + a.took - stopped).max();
+    let in_flight = in_flight.len();
     assert!(
         in_flight > 0,
         "no write was in flight when the leader froze"
@@ -203,7 +205,7 @@ async fn t86_writes_in_flight_through_a_follower_when_the_leader_freezes() {
             .count()
     };
     eprintln!(
-        "{} writes, {in_flight} in flight at the freeze: {} NOT_LEADER, {} OUTCOME_UNKNOWN",
+        "{} writes, {in_flight} in flight at the freeze (the last answered {slowest:?} after it): {} NOT_LEADER, {} OUTCOME_UNKNOWN",
         attempts.len(),
         outcome("NOT_LEADER"),
         outcome("OUTCOME_UNKNOWN")
