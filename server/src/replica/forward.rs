@@ -59,6 +59,8 @@ const QUEUE_WRITES_MAX: usize = 4096;
 const BATCH_WRITES_MAX: usize = 256;
 /// Most Submit calls in flight at once (the next batch gathers meanwhile).
 const BATCHES_IN_FLIGHT_MAX: usize = 4;
+/// Longest a keep-alive report may take (a later tick reports again).
+const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a forwarded write or read index may take at the leader.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest this server waits to apply a write the leader reported committed.
@@ -324,6 +326,17 @@ impl Calls {
         }
     }
 
+    /// Resolves once this server no longer follows `leader`.
+    async fn unfollowed(&self, leader: ServerId) -> String {
+        let mut following = self.following.subscribe();
+        let _ = following.wait_for(|f| *f != Some(leader)).await;
+        if following.has_changed().is_err() {
+            // The forwarder is gone: the server is stopping.
+            std::future::pending::<()>().await;
+        }
+        format!("this server stopped following leader {leader}")
+    }
+
     /// Has `leader` sequence a batch of writes, and answers each one's caller.
     async fn submit(&self, leader: ServerId, batch: Vec<Queued>) {
         let mut request = Request::new(pb::SubmitRequest {
@@ -381,11 +394,14 @@ impl Calls {
             caller: Some(self.caller),
             session_ids,
         });
-        request.set_timeout(self.stale_after);
-        self.client(leader)?
-            .touch(request)
-            .await
-            .map_err(|s| from_status(leader, &s))?;
+        request.set_timeout(TOUCH_TIMEOUT);
+        let mut client = self.client(leader)?;
+        // Ends with the leader given up, so the next tick probes the next one.
+        // (Not when the path is silent: this call is what finds it working again.)
+        tokio::select! {
+            reply = client.touch(request) => reply.map_err(|s| from_status(leader, &s))?,
+            why = self.unfollowed(leader) => return Err(not_leader(leader, why)),
+        };
         self.heard_from(leader);
         Ok(())
     }
