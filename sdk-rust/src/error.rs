@@ -19,6 +19,20 @@ use tonic::Code;
 /// The metadata key under which the server names the error code.
 pub const ERROR_CODE_METADATA_KEY: &str = "concord-error-code";
 
+/// Metadata keys under which a NOT_LEADER failure names the leader, when the server
+/// knows it (also in the ErrorInfo detail's metadata as `leader_id`, `leader_addr`).
+pub const LEADER_ID_METADATA_KEY: &str = "concord-leader-id";
+pub const LEADER_ADDR_METADATA_KEY: &str = "concord-leader-addr";
+
+/// The leader a NOT_LEADER failure points to: send the request there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderHint {
+    /// The leader's server id.
+    pub id: u64,
+    /// Where the leader's clients connect (`host:port`), if the server knows it.
+    pub client_addr: Option<String>,
+}
+
 /// What kind of call failed: it decides whether a retry can change anything on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
@@ -58,6 +72,8 @@ pub struct Error {
     origin: Origin,
     /// What kind of call failed.
     call: CallKind,
+    /// The leader a NOT_LEADER failure names, if any.
+    leader: Option<LeaderHint>,
 }
 
 impl Error {
@@ -67,7 +83,9 @@ impl Error {
         let message = status.message();
         if let Some(code) = code_from_metadata(status) {
             let message = strip_code_prefix(message, code).to_string();
-            return Error::new(code, message, status.code(), Origin::Server, call);
+            let mut e = Error::new(code, message, status.code(), Origin::Server, call);
+            e.leader = leader_from_metadata(status);
+            return e;
         }
         if let Some((code, rest)) = code_from_message(message) {
             return Error::new(code, rest.to_string(), status.code(), Origin::Server, call);
@@ -117,7 +135,14 @@ impl Error {
             grpc_code,
             origin,
             call,
+            leader: None,
         }
+    }
+
+    /// The leader a NOT_LEADER failure names (id and client address), if the server
+    /// knew it: retry the call there.
+    pub fn leader_hint(&self) -> Option<&LeaderHint> {
+        self.leader.as_ref()
     }
 
     /// The machine-readable code.
@@ -178,7 +203,9 @@ impl Error {
     /// That is a write whose failure came after the request may have reached the server
     /// and says nothing about the outcome: a timeout (TIMEOUT / DEADLINE_EXCEEDED /
     /// cancelled), a lost connection or reset stream, an INTERNAL fault, or UNAVAILABLE
-    /// from the server (it may have proposed the write before losing its quorum).
+    /// from the server (it may have proposed the write before losing its quorum), or
+    /// OUTCOME_UNKNOWN (a follower handed the write to a leader and no outcome came
+    /// back).
     /// Reads are never indeterminate. Check with a read before retrying, or retry with
     /// the same `(session_id, request_id)`: the server applies such a write at most once
     /// and answers the retry with the first outcome.
@@ -198,10 +225,12 @@ impl Error {
 }
 
 /// Codes that describe the moment rather than the request: trying again may work.
+/// OUTCOME_UNKNOWN is one: for a write it is indeterminate, never retry-safe.
 fn is_transient(code: ErrorCode) -> bool {
     matches!(
         code,
         ErrorCode::NotLeader
+            | ErrorCode::OutcomeUnknown
             | ErrorCode::Unavailable
             | ErrorCode::Timeout
             | ErrorCode::Internal
@@ -213,6 +242,14 @@ fn is_transient(code: ErrorCode) -> bool {
 fn code_from_metadata(status: &tonic::Status) -> Option<ErrorCode> {
     let value = status.metadata().get(ERROR_CODE_METADATA_KEY)?;
     parse_code_name(value.to_str().ok()?)
+}
+
+/// The leader named by `concord-leader-id` / `concord-leader-addr`, if any.
+fn leader_from_metadata(status: &tonic::Status) -> Option<LeaderHint> {
+    let get = |key: &str| status.metadata().get(key)?.to_str().ok();
+    let id = get(LEADER_ID_METADATA_KEY)?.parse().ok()?;
+    let client_addr = get(LEADER_ADDR_METADATA_KEY).map(str::to_owned);
+    Some(LeaderHint { id, client_addr })
 }
 
 /// The code named by a `CODE: rest` message prefix, and the rest of the message.

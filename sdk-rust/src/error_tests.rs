@@ -265,3 +265,33 @@ fn server_message(code: &str, message: &str) -> Error {
         CallKind::Write,
     )
 }
+
+#[test]
+fn not_leader_carries_the_leader_hint() {
+    let mut status = with_metadata(
+        Code::Unavailable,
+        "NOT_LEADER: this server does not lead; the leader is server 2 at 127.0.0.1:7191",
+        "NOT_LEADER",
+    );
+    let metadata = status.metadata_mut();
+    metadata.insert(LEADER_ID_METADATA_KEY, "2".parse().unwrap());
+    metadata.insert(LEADER_ADDR_METADATA_KEY, "127.0.0.1:7191".parse().unwrap());
+    let err = Error::from_status(&status, CallKind::Write);
+    let hint = err.leader_hint().expect("a hint");
+    assert_eq!(hint.id, 2);
+    assert_eq!(hint.client_addr.as_deref(), Some("127.0.0.1:7191"));
+    assert!(err.is_retry_safe());
+    assert!(server("NOT_LEADER", CallKind::Write)
+        .leader_hint()
+        .is_none());
+}
+
+#[test]
+fn outcome_unknown_is_indeterminate_for_a_write_and_retryable_for_a_read() {
+    let write = server("OUTCOME_UNKNOWN", CallKind::Write);
+    assert!(write.is_indeterminate());
+    assert!(!write.is_retry_safe());
+    let read = server("OUTCOME_UNKNOWN", CallKind::Read);
+    assert!(read.is_retry_safe());
+    assert!(!read.is_indeterminate());
+}

@@ -37,7 +37,7 @@ pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
 };
-pub use error::{CallKind, Error, Origin};
+pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use options::{
     ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
     ANY_VERSION,

@@ -139,6 +139,12 @@ pub struct Config {
     pub http2_keepalive_interval_ms: u64,
     /// A connection whose keep-alive ping is unanswered for this long is closed.
     pub http2_keepalive_timeout_ms: u64,
+
+    // Failover for calls in flight.
+    /// Longest a write waits for a leader to hand it to — this server looking (an
+    /// election under way), or following a leader it cannot reach — before it fails
+    /// with NOT_LEADER (nothing was done: safe to retry, elsewhere).
+    pub leader_wait_ms_max: u64,
 }
 
 impl Default for Config {
@@ -185,6 +191,8 @@ impl Default for Config {
             connection_idle_timeout_ms: 60_000,
             http2_keepalive_interval_ms: 10_000,
             http2_keepalive_timeout_ms: 20_000,
+
+            leader_wait_ms_max: 2_000,
         }
     }
 }
@@ -298,6 +306,9 @@ impl Config {
             )));
         }
         self.validate_connections()?;
+        if self.leader_wait_ms_max == 0 {
+            return bad("leader_wait_ms_max must be at least 1");
+        }
         self.check_plain_text(self.client_addr)?;
         self.validate_members()
     }
@@ -440,7 +451,7 @@ mod tests {
         assert!(short.validate().is_err(), "a TTL under two ticks");
         let hasty = Config {
             sync_limit_ticks: 1,
-            ..c
+            ..c.clone()
         };
         assert!(hasty.validate().is_err());
         let cramped = Config {
@@ -457,6 +468,11 @@ mod tests {
             ..Config::default()
         };
         assert!(never.validate().is_err());
+        let impatient = Config {
+            leader_wait_ms_max: 0,
+            ..c
+        };
+        assert!(impatient.validate().is_err(), "a write must get a moment");
         std::fs::write(&p, "tick = 100\n").unwrap();
         assert!(matches!(
             Config::from_file(&p),

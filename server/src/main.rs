@@ -90,6 +90,12 @@ struct Args {
     /// Close a connection whose keep-alive ping is unanswered for this long.
     #[arg(long)]
     http2_keepalive_timeout_ms: Option<u64>,
+
+    // Failover for calls in flight.
+    /// Longest a write waits for a leader (election, unreachable leader) before it
+    /// fails with NOT_LEADER.
+    #[arg(long)]
+    leader_wait_ms_max: Option<u64>,
 }
 
 impl Args {
@@ -144,6 +150,9 @@ impl Args {
             c.watch_memory_bytes_max = v;
         }
         c.insecure |= self.insecure;
+        if let Some(v) = self.leader_wait_ms_max {
+            c.leader_wait_ms_max = v;
+        }
         c.validate()?;
         Ok(c)
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use concord_proto::v1 as pb;
 use tonic::transport::Channel;
 
+use crate::proxy::Proxies;
 use crate::{eventually, Server, ServerOptions};
 
 /// How long the helpers below wait for one call.
@@ -18,6 +19,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// observers).
 pub struct Ensemble {
     pub servers: Vec<Server>,
+    /// The proxy on every peer link (`start_proxied` only).
+    pub proxies: Option<Proxies>,
     _configs: tempfile::TempDir,
 }
 
@@ -34,6 +37,22 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
     ) -> Ensemble {
+        Ensemble::start_inner(voters, observers, options, None)
+    }
+
+    /// `start`, with a proxy on every peer link: server i reaches server j's peer
+    /// address through the proxy (i, j) (its member list names the proxy), so a
+    /// test can cut one direction of a link (`proxies.cut`).
+    pub fn start_proxied(size: usize, options: ServerOptions) -> Ensemble {
+        Ensemble::start_inner(size, 0, options, Some(Proxies::new()))
+    }
+
+    fn start_inner(
+        voters: usize,
+        observers: usize,
+        options: ServerOptions,
+        mut proxies: Option<Proxies>,
+    ) -> Ensemble {
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
         // Hold every listener at once so the ports differ, then free them.
@@ -45,15 +64,25 @@ impl Ensemble {
             .map(|(c, p)| (c.local_addr().unwrap(), p.local_addr().unwrap()))
             .collect();
         drop(held);
-        let members: String = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, (client, peer))| {
-                let role = if i < voters { "voter" } else { "observer" };
-                format!(
-                    "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"{role}\"\n",
-                    i + 1
-                )
+        // The peer address server `viewer` dials for server `j`.
+        let mut peer_addr_of = |viewer: usize, j: usize| match proxies.as_mut() {
+            Some(proxies) if viewer != j => proxies.add(viewer, j, addrs[j].1),
+            _ => addrs[j].1,
+        };
+        let members: Vec<String> = (0..size)
+            .map(|viewer| {
+                addrs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, (client, _))| {
+                        let role = if j < voters { "voter" } else { "observer" };
+                        let peer = peer_addr_of(viewer, j);
+                        format!(
+                            "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"{role}\"\n",
+                            j + 1
+                        )
+                    })
+                    .collect()
             })
             .collect();
         let servers = addrs
@@ -62,8 +91,9 @@ impl Ensemble {
             .map(|(i, (client, peer))| {
                 let path = configs.path().join(format!("concord-{}.toml", i + 1));
                 let toml = format!(
-                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{members}",
-                    i + 1
+                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}",
+                    i + 1,
+                    members[i]
                 );
                 std::fs::write(&path, toml).unwrap();
                 let mut o = options.clone();
@@ -74,6 +104,7 @@ impl Ensemble {
             .collect();
         Ensemble {
             servers,
+            proxies,
             _configs: configs,
         }
     }

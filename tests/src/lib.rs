@@ -7,7 +7,9 @@
 #![allow(clippy::unwrap_used)]
 
 mod ensemble;
+mod proxy;
 pub use ensemble::{children_at, create_at, tree_at, Ensemble};
+pub use proxy::Proxies;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

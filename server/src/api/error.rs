@@ -48,7 +48,7 @@ fn grpc_code(code: ErrorCode) -> Code {
         | E::LockHeld
         | E::BadState => Code::FailedPrecondition,
         E::BadPath | E::DataTooLarge | E::BadArguments | E::BadMessage => Code::InvalidArgument,
-        E::NotLeader | E::Unavailable => Code::Unavailable,
+        E::NotLeader | E::Unavailable | E::OutcomeUnknown => Code::Unavailable,
         E::QuotaExceeded | E::SlowConsumer | E::MessageTooLarge | E::ResponseTooLarge => {
             Code::ResourceExhausted
         }
@@ -62,14 +62,15 @@ fn grpc_code(code: ErrorCode) -> Code {
 
 /// Builds the status for a machine code and a human message.
 pub fn error(code: ErrorCode, message: impl std::fmt::Display) -> Status {
-    coded(code, None, format!("{}: {message}", code.as_str_name()))
+    coded(code, [], format!("{}: {message}", code.as_str_name()))
 }
 
 /// The status of op `index` of a Multi: `CODE: op N: message`, N also in the
 /// ErrorInfo under `op`.
 pub fn at_op(code: ErrorCode, index: usize, message: impl std::fmt::Display) -> Status {
     let name = code.as_str_name();
-    coded(code, Some(index), format!("{name}: op {index}: {message}"))
+    let op = (OP_KEY.to_string(), index.to_string());
+    coded(code, [op], format!("{name}: op {index}: {message}"))
 }
 
 /// A Multi's validation failure of op `index`: the op's status, re-shaped by `at_op`.
@@ -90,13 +91,14 @@ pub fn code_of(status: &Status) -> Option<ErrorCode> {
 }
 
 /// The status with `message` (already prefixed with the code) in all three carriers.
-fn coded(code: ErrorCode, op: Option<usize>, message: String) -> Status {
+fn coded(
+    code: ErrorCode,
+    info: impl IntoIterator<Item = (String, String)>,
+    message: String,
+) -> Status {
     let name = code.as_str_name();
     let message = cap(message);
-    let metadata: std::collections::HashMap<String, String> = op
-        .map(|index| (OP_KEY.to_string(), index.to_string()))
-        .into_iter()
-        .collect();
+    let metadata: std::collections::HashMap<String, String> = info.into_iter().collect();
     let details = ErrorDetails::with_error_info(name, ERROR_DOMAIN, metadata);
     let mut status = Status::with_error_details(grpc_code(code), message, details);
     if let Ok(value) = name.parse() {
@@ -120,6 +122,32 @@ fn cap(mut message: String) -> String {
     message.truncate(end);
     message.push_str(&format!("…({total} bytes)"));
     message
+}
+
+/// Metadata keys naming the leader in NOT_LEADER (also ErrorInfo metadata
+/// `leader_id` and `leader_addr`).
+pub const LEADER_ID_HEADER: &str = "concord-leader-id";
+pub const LEADER_ADDR_HEADER: &str = "concord-leader-addr";
+
+/// NOT_LEADER with the leader hint, if known, in the ErrorInfo metadata and in
+/// `concord-leader-id` / `concord-leader-addr`.
+fn not_leader(e: &ReplicaError, leader: Option<u64>, addr: Option<std::net::SocketAddr>) -> Status {
+    let code = ErrorCode::NotLeader;
+    let mut hint = Vec::new();
+    if let Some(id) = leader {
+        hint.push(("leader_id", LEADER_ID_HEADER, id.to_string()));
+    }
+    if let Some(addr) = addr {
+        hint.push(("leader_addr", LEADER_ADDR_HEADER, addr.to_string()));
+    }
+    let info = hint.iter().map(|(k, _, v)| (k.to_string(), v.clone()));
+    let mut status = coded(code, info, format!("{}: {e}", code.as_str_name()));
+    for (_, header, value) in hint {
+        if let Ok(value) = value.parse() {
+            status.metadata_mut().insert(header, value);
+        }
+    }
+    status
 }
 
 /// BAD_ARGUMENTS with a message.
@@ -173,7 +201,12 @@ impl From<ReplicaError> for Status {
     fn from(e: ReplicaError) -> Status {
         match e {
             ReplicaError::Unavailable(_) => error(ErrorCode::Unavailable, e),
-            ReplicaError::NotLeader { .. } => error(ErrorCode::NotLeader, e),
+            ReplicaError::NotLeader {
+                leader,
+                client_addr,
+                ..
+            } => not_leader(&e, leader, client_addr),
+            ReplicaError::Indeterminate(_) => error(ErrorCode::OutcomeUnknown, e),
             ReplicaError::Timeout { .. } => error(ErrorCode::Timeout, e),
         }
     }

@@ -185,7 +185,7 @@ fn every_code_maps_to_a_non_ok_status() {
         assert_ne!(error(code, "x").code(), Code::Ok, "{code:?}");
         v += 1;
     }
-    assert!(v > 24, "the codes end at {v}");
+    assert!(v > 25, "the codes end at {v}");
 }
 
 #[test]
@@ -254,4 +254,45 @@ fn framework_statuses_get_a_concord_code() {
     metadata.insert(ERROR_CODE_HEADER, "NOPE".parse().unwrap());
     let odd = Status::with_metadata(Code::Internal, "x", metadata);
     assert_eq!(code_of(&odd), None);
+}
+
+#[test]
+fn not_leader_names_the_leader_in_the_message_metadata_and_error_info() {
+    let s: Status = ReplicaError::NotLeader {
+        leader: Some(3),
+        client_addr: Some("127.0.0.1:7191".parse().unwrap()),
+        why: "cannot reach leader 3".into(),
+    }
+    .into();
+    assert_eq!(s.code(), Code::Unavailable);
+    assert!(s.message().starts_with("NOT_LEADER: "), "{}", s.message());
+    assert!(
+        s.message().contains("server 3 at 127.0.0.1:7191"),
+        "{}",
+        s.message()
+    );
+    let header = |k: &str| s.metadata().get(k).unwrap().to_str().unwrap().to_owned();
+    assert_eq!(header(ERROR_CODE_HEADER), "NOT_LEADER");
+    assert_eq!(header(LEADER_ID_HEADER), "3");
+    assert_eq!(header(LEADER_ADDR_HEADER), "127.0.0.1:7191");
+    let info = s.get_details_error_info().unwrap();
+    assert_eq!(
+        info.metadata.get("leader_id").map(String::as_str),
+        Some("3")
+    );
+    assert_eq!(
+        info.metadata.get("leader_addr").map(String::as_str),
+        Some("127.0.0.1:7191")
+    );
+    let unknown: Status = ReplicaError::Indeterminate("x".into()).into();
+    assert_eq!(code_name(&unknown), "OUTCOME_UNKNOWN");
+}
+
+fn code_name(s: &Status) -> String {
+    s.metadata()
+        .get(ERROR_CODE_HEADER)
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned()
 }

@@ -17,6 +17,16 @@
 //! server computes too. The leader never forwards again: a server that is asked but
 //! does not lead answers "not the leader", and the caller's client retries.
 //!
+//! Failover: a write this server could not hand over (still queued when the leader
+//! was given up, the connection never made, the link to the leader silent, or refused
+//! by a server that does not lead) is `Failed::NotSent`: the replica sends it to the
+//! next leader. A write that was sent and got no answer (the leader stopped, this
+//! server stopped following it, or the link went silent with the call in flight) is
+//! `Failed::Unknown`: it may still commit, so the client hears "outcome unknown". A
+//! follower asks its leader for a `Touch` every tick; a link that answers nothing for
+//! `stale_after` counts as cut (a stopped leader, or a one-way cut of this server's
+//! links to it while it still hears the leader), and nothing new is sent on it.
+//!
 //! What it must not do: forward to itself, or answer a client before its own tree has
 //! applied the write it reports.
 
@@ -25,12 +35,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use concord_proto::peer::v1 as pb;
 use futures::future::join_all;
 use pb::forward_client::ForwardClient;
 use pb::forward_server::{Forward, ForwardServer};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Response, Status};
 
@@ -47,10 +59,10 @@ const QUEUE_WRITES_MAX: usize = 4096;
 const BATCH_WRITES_MAX: usize = 256;
 /// Most Submit calls in flight at once (the next batch gathers meanwhile).
 const BATCHES_IN_FLIGHT_MAX: usize = 4;
-/// Longest a forwarded write or read index may take at the leader.
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a keep-alive report may take (a later tick reports again).
 const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest a forwarded write or read index may take at the leader.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest this server waits to apply a write the leader reported committed.
 const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Largest forwarded message either way (client writes are bounded far below it).
@@ -74,24 +86,55 @@ pub(super) struct Forwarder {
     calls: Arc<Calls>,
 }
 
-/// One lazily connected channel per leader forwarded to.
+/// Why a forwarded write has no outcome from the leader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Failed {
+    /// The leader certainly did not apply it: it was never sent (queued when the
+    /// leader was given up, the link silent, the connection never made), or a server
+    /// that does not lead refused it. Safe to send again, to the next leader.
+    NotSent(String),
+    /// It was sent and no outcome came back (or the leader failed it after it may
+    /// have proposed it): it may still commit.
+    Unknown(String),
+}
+
+/// One lazily connected channel per leader forwarded to, and what this server knows
+/// of the path to each.
 struct Calls {
     caller: pb::Caller,
+    /// Peer address (dialled) of every other member.
     addrs: HashMap<ServerId, SocketAddr>,
+    /// Client address of every member, for the leader hint in NotLeader.
+    client_addrs: HashMap<ServerId, SocketAddr>,
     clients: Mutex<HashMap<ServerId, ForwardClient<Channel>>>,
+    /// The leader this server follows (None: it follows none), as the pipeline last
+    /// reported it. Calls to a leader given up end at once.
+    following: watch::Sender<Option<ServerId>>,
+    /// When each leader last answered a call: the path to it works.
+    answered: Mutex<HashMap<ServerId, Instant>>,
+    /// Bumped on every answer, to wake those waiting for a path to come back.
+    heard: watch::Sender<u64>,
+    /// A path with no answer for this long counts as cut.
+    stale_after: Duration,
 }
 
 /// A write waiting for the batcher.
 struct Queued {
     leader: ServerId,
     write: Write,
-    reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+    reply: oneshot::Sender<Result<Committed, Failed>>,
 }
 
 impl Forwarder {
     /// Must be called within a tokio runtime: it starts the batcher, which ends
-    /// when the forwarder is dropped.
-    pub(super) fn new(id: ServerId, cluster_id: u64, members: &[Member]) -> Forwarder {
+    /// when the forwarder is dropped. A path to a leader that answers nothing for
+    /// `stale_after` counts as cut.
+    pub(super) fn new(
+        id: ServerId,
+        cluster_id: u64,
+        members: &[Member],
+        stale_after: Duration,
+    ) -> Forwarder {
         let calls = Arc::new(Calls {
             caller: pb::Caller {
                 from: id,
@@ -102,33 +145,64 @@ impl Forwarder {
                 .filter(|m| m.id != id)
                 .map(|m| (m.id, m.peer_addr))
                 .collect(),
+            client_addrs: members.iter().map(|m| (m.id, m.client_addr)).collect(),
             clients: Mutex::new(HashMap::new()),
+            following: watch::Sender::new(None),
+            answered: Mutex::new(HashMap::new()),
+            heard: watch::Sender::new(0),
+            stale_after,
         });
         let (queue, rx) = mpsc::channel(QUEUE_WRITES_MAX);
         tokio::spawn(batcher(calls.clone(), rx));
         Forwarder { queue, calls }
     }
 
-    /// Has `leader` sequence `write`; returns its zxid and outcome once committed.
+    /// Has `leader` sequence `write`; returns its zxid and outcome once committed,
+    /// or why there is none. `Err(Ok(_))`: the server is stopping.
     pub(super) async fn submit(
         &self,
         leader: ServerId,
         write: Write,
-    ) -> Result<Committed, ReplicaError> {
+    ) -> Result<Committed, Result<Failed, ReplicaError>> {
         let (reply, rx) = oneshot::channel();
-        let stopped = || ReplicaError::Unavailable("the server is stopping".into());
+        let stopped = || Err(ReplicaError::Unavailable("the server is stopping".into()));
         let queued = Queued {
             leader,
             write,
             reply,
         };
         self.queue.send(queued).await.map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+        rx.await.map_err(|_| stopped())?.map_err(Ok)
     }
 
     /// The leader's quorum-confirmed commit point.
     pub(super) async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
         self.calls.read_index(leader).await
+    }
+
+    /// Records the leader this server now follows (None: none); calls in flight to
+    /// another end at once.
+    pub(super) fn follow(&self, leader: Option<ServerId>) {
+        self.calls.following.send_if_modified(|f| {
+            let changed = *f != leader;
+            *f = leader;
+            changed
+        });
+    }
+
+    /// Whether `leader` answered a call within `stale_after`: the path to it works.
+    pub(super) fn reaches(&self, leader: ServerId) -> bool {
+        self.calls.reaches(leader)
+    }
+
+    /// Where clients of member `id` connect.
+    pub(super) fn client_addr(&self, id: ServerId) -> Option<SocketAddr> {
+        self.calls.client_addrs.get(&id).copied()
+    }
+
+    /// Changes each time a leader answers a call (to wait for a path to come back).
+    pub(super) fn heard(&self) -> watch::Receiver<u64> {
+        self.calls.heard.subscribe()
     }
 
     /// Reports sessions kept alive here.
@@ -165,7 +239,11 @@ async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
         let calls = calls.clone();
         tokio::spawn(async move {
             for (leader, batch) in by_leader {
-                calls.submit(leader, batch).await;
+                // Writes queued for a leader given up meanwhile never leave.
+                match calls.unusable(leader) {
+                    Some(why) => fail_all(batch, &Failed::NotSent(why)),
+                    None => calls.submit(leader, batch).await,
+                }
             }
             drop(permit);
         });
@@ -195,6 +273,70 @@ impl Calls {
         Ok(client)
     }
 
+    /// Why nothing may be sent to `leader` now: this server does not follow it, or
+    /// the path to it answers nothing.
+    fn unusable(&self, leader: ServerId) -> Option<String> {
+        if *self.following.borrow() != Some(leader) {
+            return Some(format!("this server no longer follows leader {leader}"));
+        }
+        (!self.reaches(leader)).then(|| self.silent(leader))
+    }
+
+    fn silent(&self, leader: ServerId) -> String {
+        format!(
+            "leader {leader} answered nothing for {} ms",
+            self.stale_after.as_millis()
+        )
+    }
+
+    fn reaches(&self, leader: ServerId) -> bool {
+        let answered = lock(&self.answered).get(&leader).copied();
+        answered.is_some_and(|at| at.elapsed() < self.stale_after)
+    }
+
+    /// `leader` answered a call: the path to it works.
+    fn heard_from(&self, leader: ServerId) {
+        lock(&self.answered).insert(leader, Instant::now());
+        self.heard.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Resolves once a call to `leader` in flight must be given up: this server
+    /// stopped following it, or the path to it answered nothing for `stale_after`.
+    async fn lost(&self, leader: ServerId) -> String {
+        let mut following = self.following.subscribe();
+        let mut heard = self.heard.subscribe();
+        loop {
+            if *following.borrow_and_update() != Some(leader) {
+                return format!("this server stopped following leader {leader}");
+            }
+            heard.borrow_and_update();
+            let since = lock(&self.answered).get(&leader).copied();
+            let Some(since) = since else {
+                return self.silent(leader);
+            };
+            let stale_at = since + self.stale_after;
+            if Instant::now() >= stale_at {
+                return self.silent(leader);
+            }
+            tokio::select! {
+                _ = following.changed() => {}
+                _ = heard.changed() => {}
+                () = tokio::time::sleep_until(stale_at) => {}
+            }
+        }
+    }
+
+    /// Resolves once this server no longer follows `leader`.
+    async fn unfollowed(&self, leader: ServerId) -> String {
+        let mut following = self.following.subscribe();
+        let _ = following.wait_for(|f| *f != Some(leader)).await;
+        if following.has_changed().is_err() {
+            // The forwarder is gone: the server is stopping.
+            std::future::pending::<()>().await;
+        }
+        format!("this server stopped following leader {leader}")
+    }
+
     /// Has `leader` sequence a batch of writes, and answers each one's caller.
     async fn submit(&self, leader: ServerId, batch: Vec<Queued>) {
         let mut request = Request::new(pb::SubmitRequest {
@@ -202,20 +344,22 @@ impl Calls {
             writes: batch.iter().map(|q| encode(&q.write).into()).collect(),
         });
         request.set_timeout(CALL_TIMEOUT);
-        let reply = match self.client(leader) {
-            Ok(mut client) => client
-                .submit(request)
-                .await
-                .map_err(|s| from_status(leader, &s)),
-            Err(e) => Err(e),
+        let mut client = match self.client(leader) {
+            Ok(client) => client,
+            Err(e) => return fail_all(batch, &Failed::NotSent(e.to_string())),
+        };
+        let reply = tokio::select! {
+            reply = client.submit(request) => reply.map_err(|s| classify(leader, &s)),
+            why = self.lost(leader) => Err(Failed::Unknown(why)),
         };
         let outcomes = match reply {
             Ok(reply) if reply.get_ref().outcomes.len() == batch.len() => {
+                self.heard_from(leader);
                 reply.into_inner().outcomes
             }
             Ok(_) => {
                 let e = format!("leader {leader} answered a batch with the wrong count");
-                return fail_all(batch, &ReplicaError::Unavailable(e));
+                return fail_all(batch, &Failed::Unknown(e));
             }
             Err(e) => return fail_all(batch, &e),
         };
@@ -224,62 +368,123 @@ impl Calls {
         }
     }
 
-    /// The leader's quorum-confirmed commit point.
+    /// The leader's quorum-confirmed commit point. A silent path fails at once, and
+    /// a call in flight ends when the leader is given up (a read may be retried).
     async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
+        if let Some(why) = self.unusable(leader) {
+            return Err(not_leader(leader, why));
+        }
         let mut request = Request::new(pb::ReadIndexRequest {
             caller: Some(self.caller),
         });
         request.set_timeout(CALL_TIMEOUT);
-        let reply = self
-            .client(leader)?
-            .read_index(request)
-            .await
-            .map_err(|s| from_status(leader, &s))?;
+        let mut client = self.client(leader)?;
+        let reply = tokio::select! {
+            reply = client.read_index(request) => reply.map_err(|s| from_status(leader, &s))?,
+            why = self.lost(leader) => return Err(not_leader(leader, why)),
+        };
+        self.heard_from(leader);
         Ok(reply.into_inner().zxid)
     }
 
-    /// Reports sessions kept alive here.
+    /// Reports sessions kept alive here (none: a probe of the path). The answer
+    /// shows the path works; a path answering nothing for `stale_after` is cut.
     async fn touch(&self, leader: ServerId, session_ids: Vec<u64>) -> Result<(), ReplicaError> {
         let mut request = Request::new(pb::TouchRequest {
             caller: Some(self.caller),
             session_ids,
         });
         request.set_timeout(TOUCH_TIMEOUT);
-        self.client(leader)?
-            .touch(request)
-            .await
-            .map_err(|s| from_status(leader, &s))?;
+        let mut client = self.client(leader)?;
+        // Ends with the leader given up, so the next tick probes the next one.
+        // (Not when the path is silent: this call is what finds it working again.)
+        tokio::select! {
+            reply = client.touch(request) => reply.map_err(|s| from_status(leader, &s))?,
+            why = self.unfollowed(leader) => return Err(not_leader(leader, why)),
+        };
+        self.heard_from(leader);
         Ok(())
     }
 }
 
-fn fail_all(batch: Vec<Queued>, e: &ReplicaError) {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn fail_all(batch: Vec<Queued>, e: &Failed) {
     for q in batch {
         let _ = q.reply.send(Err(e.clone()));
     }
 }
 
+/// NotLeader for a request this server could not hand to `leader`.
+fn not_leader(leader: ServerId, why: String) -> ReplicaError {
+    ReplicaError::NotLeader {
+        leader: Some(leader),
+        client_addr: None,
+        why,
+    }
+}
+
 /// One write's outcome as the leader reported it.
-fn committed(leader: ServerId, outcome: pb::Outcome) -> Result<Committed, ReplicaError> {
+fn committed(leader: ServerId, outcome: pb::Outcome) -> Result<Committed, Failed> {
     if outcome.not_leader {
-        return Err(ReplicaError::NotLeader { leader: None });
+        return Err(Failed::NotSent(format!("server {leader} does not lead")));
     }
     if !outcome.error.is_empty() {
-        return Err(ReplicaError::Unavailable(outcome.error));
+        // The leader may have proposed it before it failed.
+        return Err(Failed::Unknown(format!(
+            "leader {leader}: {}",
+            outcome.error
+        )));
     }
-    let result: Result<TxnResult, TreeError> = decode(&outcome.outcome).map_err(|e| {
-        ReplicaError::Unavailable(format!("leader {leader} sent a bad outcome: {e}"))
-    })?;
+    let result: Result<TxnResult, TreeError> = decode(&outcome.outcome)
+        .map_err(|e| Failed::Unknown(format!("leader {leader} sent a bad outcome: {e}")))?;
     Ok(Committed {
         zxid: outcome.zxid,
         result,
     })
 }
 
-/// A failed call, as the client of this server should see it.
+/// Whether a failed Submit may have reached the leader's pipeline. Only the
+/// leader's own refusals (it does not lead, the caller or request is bad: all
+/// checked before anything is proposed) and a request that never left this server
+/// (no connection, channel not ready) are certainly not applied; anything else —
+/// a broken connection, a reset stream, a timeout — leaves the outcome unknown.
+fn classify(leader: ServerId, status: &Status) -> Failed {
+    let why = format!("forwarding to leader {leader}: {}", status.message());
+    let refused = matches!(
+        status.code(),
+        Code::FailedPrecondition | Code::PermissionDenied | Code::InvalidArgument
+    );
+    if refused || never_sent(status) {
+        Failed::NotSent(why)
+    } else {
+        Failed::Unknown(why)
+    }
+}
+
+/// True when the request never left this server: the connection could not be made,
+/// or the channel was not ready to take it.
+fn never_sent(status: &Status) -> bool {
+    if status.message().starts_with("Service was not ready") {
+        return true;
+    }
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// A failed read index or keep-alive call, as the client of this server should see
+/// it (both are safe to retry).
 fn from_status(leader: ServerId, status: &Status) -> ReplicaError {
     if status.code() == Code::FailedPrecondition && status.message() == NOT_LEADER {
-        return ReplicaError::NotLeader { leader: None };
+        return not_leader(leader, format!("server {leader} does not lead"));
     }
     ReplicaError::Unavailable(format!(
         "forwarding to leader {leader}: {}",
@@ -300,14 +505,22 @@ impl Replica {
     }
 
     /// Forwards `write` to `leader`, then waits until this server has applied it.
+    /// `Err(Ok(why))`: the leader certainly did not apply it; send it again.
     pub(super) async fn forward(
         &self,
         forwarder: &Forwarder,
         leader: ServerId,
         write: Write,
-    ) -> Result<Committed, ReplicaError> {
-        let committed = forwarder.submit(leader, write).await?;
-        self.wait_applied(committed.zxid, APPLY_WAIT_MAX).await?;
+    ) -> Result<Committed, Result<String, ReplicaError>> {
+        let committed = match forwarder.submit(leader, write).await {
+            Ok(committed) => committed,
+            Err(Ok(Failed::NotSent(why))) => return Err(Ok(why)),
+            Err(Ok(Failed::Unknown(why))) => return Err(Err(ReplicaError::Indeterminate(why))),
+            Err(Err(e)) => return Err(Err(e)),
+        };
+        self.wait_applied(committed.zxid, APPLY_WAIT_MAX)
+            .await
+            .map_err(Err)?;
         Ok(committed)
     }
 }
@@ -440,5 +653,155 @@ impl Forward for ForwardService {
         Ok(Response::new(pb::TouchReply {
             known: known as u64,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The re-send vs outcome-unknown decision, against sockets that refuse, or
+    //! accept and never answer (a stopped leader's kernel still accepts).
+
+    use super::*;
+    use crate::config::Role;
+
+    const LEADER: ServerId = 1;
+    const STALE: Duration = Duration::from_millis(300);
+
+    fn forwarder_to(peer_addr: SocketAddr) -> Forwarder {
+        let member = |id, peer_addr| Member {
+            id,
+            client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            peer_addr,
+            role: Role::Voter,
+        };
+        let me = member(2, SocketAddr::from(([127, 0, 0, 1], 2)));
+        Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE)
+    }
+
+    fn write() -> Write {
+        Write {
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op: TxnOp::OpenSession { ttl_ms: 1000 },
+        }
+    }
+
+    /// A listener that accepts connections and never answers; keeps them open.
+    async fn silent_listener() -> (SocketAddr, mpsc::Receiver<tokio::net::TcpStream>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                if tx.send(socket).await.is_err() {
+                    return;
+                }
+            }
+        });
+        (addr, rx)
+    }
+
+    fn closed_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_write_for_a_leader_whose_path_never_answered_is_not_sent() {
+        let (addr, mut accepted) = silent_listener().await;
+        let f = forwarder_to(addr);
+        f.follow(Some(LEADER));
+        let started = Instant::now();
+        let failed = f.submit(LEADER, write()).await.unwrap_err();
+        assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
+        assert!(started.elapsed() < STALE, "refused at once");
+        let connected = tokio::time::timeout(Duration::from_millis(100), accepted.recv()).await;
+        assert!(connected.is_err(), "nothing may be sent");
+    }
+
+    #[tokio::test]
+    async fn a_write_queued_for_a_leader_no_longer_followed_is_not_sent() {
+        let (addr, _accepted) = silent_listener().await;
+        let f = forwarder_to(addr);
+        f.calls.heard_from(LEADER);
+        f.follow(Some(3));
+        let failed = f.submit(LEADER, write()).await.unwrap_err();
+        assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_that_cannot_connect_is_not_sent() {
+        let f = forwarder_to(closed_addr());
+        f.follow(Some(LEADER));
+        f.calls.heard_from(LEADER);
+        let failed = f.submit(LEADER, write()).await.unwrap_err();
+        assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_in_flight_when_the_leader_is_given_up_is_unknown_at_once() {
+        let (addr, mut accepted) = silent_listener().await;
+        let f = Arc::new(forwarder_to(addr));
+        f.follow(Some(LEADER));
+        f.calls.heard_from(LEADER);
+        let call = tokio::spawn({
+            let f = f.clone();
+            async move { f.submit(LEADER, write()).await }
+        });
+        let _socket = accepted.recv().await.unwrap();
+        f.follow(None);
+        let failed = tokio::time::timeout(STALE / 2, call).await;
+        let failed = failed.expect("ends when the leader is given up").unwrap();
+        assert!(matches!(failed, Err(Ok(Failed::Unknown(_)))), "{failed:?}");
+    }
+
+    #[tokio::test]
+    async fn a_write_in_flight_on_a_silent_path_is_unknown_once_it_is_stale() {
+        let (addr, mut accepted) = silent_listener().await;
+        let f = forwarder_to(addr);
+        f.follow(Some(LEADER));
+        f.calls.heard_from(LEADER);
+        let started = Instant::now();
+        let call = f.submit(LEADER, write());
+        tokio::pin!(call);
+        let _socket = tokio::select! {
+            socket = accepted.recv() => socket.unwrap(),
+            r = &mut call => panic!("answered by a silent leader: {r:?}"),
+        };
+        let failed = call.await.unwrap_err();
+        assert!(matches!(failed, Ok(Failed::Unknown(_))), "{failed:?}");
+        let took = started.elapsed();
+        assert!(took >= STALE && took < 4 * STALE, "{took:?}");
+        assert!(!f.reaches(LEADER));
+    }
+
+    #[test]
+    fn refusals_and_unsent_requests_are_not_sent_anything_else_is_unknown() {
+        let not_leader = Status::failed_precondition(NOT_LEADER);
+        assert!(matches!(classify(1, &not_leader), Failed::NotSent(_)));
+        let not_ready = Status::unavailable("Service was not ready: x");
+        assert!(matches!(classify(1, &not_ready), Failed::NotSent(_)));
+        for status in [
+            Status::unknown("http2 error"),
+            Status::unavailable("connection reset"),
+            Status::cancelled("Timeout expired"),
+            Status::deadline_exceeded("deadline"),
+        ] {
+            assert!(
+                matches!(classify(1, &status), Failed::Unknown(_)),
+                "{status:?}"
+            );
+        }
+        let refused = pb::Outcome {
+            not_leader: true,
+            ..Default::default()
+        };
+        assert!(matches!(committed(1, refused), Err(Failed::NotSent(_))));
+        let lost = pb::Outcome {
+            error: "leadership lost".into(),
+            ..Default::default()
+        };
+        assert!(matches!(committed(1, lost), Err(Failed::Unknown(_))));
     }
 }

@@ -58,15 +58,13 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
 }
 
 /// Tells the leader which sessions were kept alive here since the last report; on
-/// failure they are kept for the next tick.
+/// failure they are kept for the next tick. Sent every tick, even with none: the
+/// answer shows the forwarder that the path to the leader works.
 async fn report_touched(replica: &Replica) {
     let Some((forwarder, leader)) = replica.forward_target() else {
         return;
     };
     let touched: Vec<u64> = lock(&replica.shared.touched).drain().collect();
-    if touched.is_empty() {
-        return;
-    }
     if let Err(e) = forwarder.touch(leader, touched.clone()).await {
         tracing::debug!(leader, error = %e, "keep-alive report failed; retrying next tick");
         lock(&replica.shared.touched).extend(touched);

@@ -25,6 +25,7 @@ mod supervise;
 mod tests;
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -49,13 +50,49 @@ pub enum ReplicaError {
     /// The server is stopping, or its storage failed: it serves no more writes.
     #[error("server unavailable: {0}")]
     Unavailable(String),
-    /// This server does not lead and could not hand the request to a leader;
-    /// `leader` is the one it follows, if known. Retry.
-    #[error("not the leader (leader: {leader:?})")]
-    NotLeader { leader: Option<u64> },
+    /// This server does not lead and could not hand the request to a leader, and
+    /// did nothing with it: safe to retry, here later or elsewhere. `leader` is the
+    /// one it follows, if known, and `client_addr` where that leader's clients
+    /// connect; `why` says what went wrong.
+    #[error("{}", not_leader_message(*leader, *client_addr, why))]
+    NotLeader {
+        leader: Option<u64>,
+        client_addr: Option<SocketAddr>,
+        why: String,
+    },
+    /// A write was handed to a leader and no outcome came back (the leader stopped,
+    /// or lost its quorum, or the path to it broke with the write in flight): it may
+    /// or may not commit. Retry with the same (session_id, request_id), or read first.
+    #[error("the write's outcome is unknown: {0}")]
+    Indeterminate(String),
     /// The wait for a zxid to be applied ran out of time.
     #[error("timed out waiting for zxid {zxid:#x} (applied {applied:#x})")]
     Timeout { zxid: Zxid, applied: Zxid },
+}
+
+fn not_leader_message(leader: Option<u64>, addr: Option<SocketAddr>, why: &str) -> String {
+    let hint = match (leader, addr) {
+        (Some(id), Some(addr)) => format!("the leader is server {id} at {addr}"),
+        (Some(id), None) => format!("the leader is server {id}"),
+        (None, _) => "no leader is known".to_owned(),
+    };
+    if why.is_empty() {
+        format!("this server does not lead; {hint}")
+    } else {
+        format!("this server does not lead ({why}); {hint}")
+    }
+}
+
+/// How many times one write is handed to a leader before the caller hears NotLeader
+/// (each time it was certainly not applied).
+const ROUTE_ATTEMPTS_MAX: usize = 8;
+
+/// Where a write goes now.
+enum Route<'a> {
+    /// This server leads an established epoch.
+    Local,
+    /// This server follows `ServerId`, and the path to it answers.
+    Forward(&'a Forwarder, u64),
 }
 
 /// The outcome of a committed write.
@@ -88,6 +125,9 @@ pub struct Replica {
 struct Shared {
     server_id: u64,
     tick_ms: u64,
+    /// Longest a write waits for a leader to hand it to (this server looking, or
+    /// unable to reach the leader it follows) before it fails with NotLeader.
+    leader_wait: Duration,
     /// The applied tree. Writers: the pipeline only, one txn batch at a time.
     tree: RwLock<DataTree>,
     /// The newest applied zxid, for `wait_applied` and progress.
@@ -148,6 +188,18 @@ fn deadlines_of(tree: &DataTree, now_ms: u64) -> SessionTracker {
     sessions
 }
 
+/// Resolves when `rx` changes; never without one.
+async fn changed(rx: Option<&mut watch::Receiver<u64>>) {
+    match rx {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// Locks a std mutex; a poisoned one is still consistent (no critical section here
 /// can panic midway).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -157,7 +209,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl From<crate::zab::ZabError> for ReplicaError {
     fn from(e: crate::zab::ZabError) -> ReplicaError {
         match e {
-            crate::zab::ZabError::NotLeader { hint } => ReplicaError::NotLeader { leader: hint },
+            crate::zab::ZabError::NotLeader { hint } => ReplicaError::NotLeader {
+                leader: hint,
+                client_addr: None,
+                why: String::new(),
+            },
             crate::zab::ZabError::EpochExhausted => ReplicaError::Unavailable(e.to_string()),
         }
     }
@@ -186,8 +242,11 @@ impl Replica {
 
     /// Submits a write that must still hold `fence` when it is applied (checked by the
     /// tree, in zxid order), and waits until it is committed and applied here. A
-    /// follower forwards it to its leader; a server between leaders holds it until
-    /// it leads, or forwards it once it follows.
+    /// follower forwards it to its leader. A server with no leader to hand it to
+    /// (looking, or following a leader it cannot reach) holds it for at most
+    /// `leader_wait_ms_max`, then fails it with NotLeader; a write the leader
+    /// certainly did not apply goes to the next leader; one sent with no answer
+    /// fails as Indeterminate.
     pub async fn submit_fenced(
         &self,
         session_id: u64,
@@ -201,20 +260,127 @@ impl Replica {
             fence,
             op,
         };
-        if self.is_leader() {
-            return self.submit_local(write).await;
+        let mut deadline = None;
+        let mut avoid = None;
+        let mut why = String::new();
+        for _ in 0..ROUTE_ATTEMPTS_MAX {
+            let route = self.route(&mut deadline, avoid, &why).await?;
+            let epoch = self.epoch();
+            match route {
+                Route::Local => match self.submit_local(write.clone()).await {
+                    // Refused before it was proposed: this server stopped leading.
+                    Err(ReplicaError::NotLeader { .. }) => {
+                        why = "this server stopped leading".into();
+                    }
+                    done => return done.map_err(|e| self.hinted(e)),
+                },
+                Route::Forward(forwarder, leader) => {
+                    match self.forward(forwarder, leader, write.clone()).await {
+                        Ok(committed) => return Ok(committed),
+                        Err(Ok(not_sent)) => {
+                            tracing::debug!(leader, why = %not_sent, "write not delivered; sending it to the next leader");
+                            avoid = Some((leader, epoch));
+                            why = not_sent;
+                        }
+                        Err(Err(e)) => return Err(e),
+                    }
+                }
+            }
         }
-        if let Some((forwarder, leader)) = self.forward_target() {
-            return self.forward(forwarder, leader, write).await;
+        Err(self.hinted(ReplicaError::NotLeader {
+            leader: None,
+            client_addr: None,
+            why,
+        }))
+    }
+
+    /// Waits for a leader to hand a write to: this server leading an established
+    /// epoch, or a leader it follows whose path answers (other than `avoid`, a
+    /// (leader, epoch) that just failed to take it). The wait starts `deadline` on
+    /// its first need and ends at it with NotLeader (the write was not applied).
+    async fn route(
+        &self,
+        deadline: &mut Option<tokio::time::Instant>,
+        avoid: Option<(u64, u32)>,
+        why: &str,
+    ) -> Result<Route<'_>, ReplicaError> {
+        let mut role = self.shared.role.subscribe();
+        let mut serving = self.shared.serving.subscribe();
+        let mut heard = self.shared.forwarder.as_ref().map(Forwarder::heard);
+        let tick = Duration::from_millis(self.shared.tick_ms.max(1));
+        loop {
+            if self.shared.stop.borrow().is_some() {
+                return Err(ReplicaError::Unavailable("the server is stopping".into()));
+            }
+            role.borrow_and_update();
+            serving.borrow_and_update();
+            if let Some(heard) = heard.as_mut() {
+                heard.borrow_and_update();
+            }
+            if self.is_leader() {
+                return Ok(Route::Local);
+            }
+            let target = self.forward_target();
+            let mut why = why.to_owned();
+            if let Some((forwarder, leader)) = target {
+                let avoided = avoid == Some((leader, self.epoch()));
+                if !avoided && forwarder.reaches(leader) {
+                    return Ok(Route::Forward(forwarder, leader));
+                }
+                if !avoided {
+                    why = format!("cannot reach leader {leader}");
+                }
+            }
+            let now = tokio::time::Instant::now();
+            let until = *deadline.get_or_insert(now + self.shared.leader_wait);
+            if now >= until {
+                if why.is_empty() {
+                    why = format!("no leader for {} ms", self.shared.leader_wait.as_millis());
+                } else {
+                    why = format!(
+                        "{why}; no other leader for {} ms",
+                        self.shared.leader_wait.as_millis()
+                    );
+                }
+                let leader = target.map(|(_, l)| l);
+                return Err(self.hinted(ReplicaError::NotLeader {
+                    leader,
+                    client_addr: None,
+                    why,
+                }));
+            }
+            // Re-checked every tick too: the leader id may change with no role change.
+            tokio::select! {
+                _ = role.changed() => {}
+                _ = serving.changed() => {}
+                _ = changed(heard.as_mut()) => {}
+                () = tokio::time::sleep_until(until.min(now + tick)) => {}
+            }
         }
-        // Looking: the pipeline holds the write until an election ends. If this
-        // server then follows, it hands the write back as NotLeader: forward it.
-        match self.submit_local(write.clone()).await {
-            Err(ReplicaError::NotLeader { .. }) => match self.forward_target() {
-                Some((forwarder, leader)) => self.forward(forwarder, leader, write).await,
-                None => Err(ReplicaError::NotLeader { leader: None }),
-            },
-            done => done,
+    }
+
+    /// Fills in NotLeader's leader hint (the leader this server follows, and where
+    /// its clients connect) where it is missing.
+    fn hinted(&self, e: ReplicaError) -> ReplicaError {
+        let ReplicaError::NotLeader {
+            leader,
+            client_addr,
+            why,
+        } = e
+        else {
+            return e;
+        };
+        let leader = leader
+            .or_else(|| self.leader_id())
+            .filter(|&l| l != self.shared.server_id);
+        let client_addr = client_addr.or_else(|| {
+            let forwarder = self.shared.forwarder.as_ref()?;
+            forwarder.client_addr(leader?)
+        });
+        ReplicaError::NotLeader {
+            leader,
+            client_addr,
+            why,
         }
     }
 
@@ -310,10 +476,11 @@ impl Replica {
     /// the Zab core; on an ensemble of one it answers at once). A follower asks its
     /// leader.
     pub async fn read_index(&self) -> Result<Zxid, ReplicaError> {
-        match self.forward_target() {
+        let index = match self.forward_target() {
             Some((forwarder, leader)) => forwarder.read_index(leader).await,
             None => self.local_read_index().await,
-        }
+        };
+        index.map_err(|e| self.hinted(e))
     }
 
     /// The read index from this server's own core (NotLeader unless it leads).

@@ -215,10 +215,12 @@ impl Pipeline {
         let mut batch = Vec::with_capacity(self.batch_txns_max);
         let mut running = self.handle_readies();
         while running {
-            // A learner takes writes to answer NOT_LEADER; a looker lets them wait.
-            // (The role is the one the core last reported, kept in `Shared`.)
+            // A server that does not lead takes writes to answer NOT_LEADER at once
+            // (the caller waits for a leader, bounded, and sends them there); a
+            // leader establishing its epoch lets them wait until it serves. (The
+            // role is the one the core last reported, kept in `Shared`.)
             let role = *self.shared.role.borrow();
-            let learner = matches!(role, Role::Following | Role::Observing);
+            let leading = role == Role::Leading;
             let serving = *self.shared.serving.borrow();
             let log_room = self.snapshot_policy.has_room(self.node.log_bytes());
             // Proposals held back while the log was full go first, once it has room
@@ -236,8 +238,8 @@ impl Pipeline {
             // dead; its leader counts it absent meanwhile. A leader keeps hearing
             // acks and keeps its heartbeats going: its input from peers is small.
             let open = !self.persist.over_budget();
-            let hear_peers = open || role == Role::Leading;
-            let take = open && batch.is_empty() && ((serving && room > 0 && log_room) || learner);
+            let hear_peers = open || leading;
+            let take = open && batch.is_empty() && ((serving && room > 0 && log_room) || !leading);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
@@ -465,12 +467,18 @@ impl Pipeline {
     /// "outcome unknown" (their txns may still commit).
     fn on_status(&mut self, status: Status) {
         let serving = status.role == Role::Leading && status.serving;
-        self.shared.role.send_replace(status.role);
         tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
+        // Epoch and leader before the role: those woken by the role read them.
         self.shared.epoch.store(status.epoch, Ordering::Release);
         self.shared
             .leader
             .store(status.leader.unwrap_or(0), Ordering::Release);
+        self.shared.role.send_replace(status.role);
+        if let Some(forwarder) = &self.shared.forwarder {
+            let learner = matches!(status.role, Role::Following | Role::Observing);
+            let leader = status.leader.filter(|&l| l != self.shared.server_id);
+            forwarder.follow(leader.filter(|_| learner));
+        }
         if serving && !*self.shared.serving.borrow() {
             // A new leader cannot know which sessions were kept alive elsewhere
             // while there was none: each gets a full TTL before any expires.
@@ -479,7 +487,7 @@ impl Pipeline {
         }
         let was = self.shared.serving.send_replace(serving);
         if was && !serving {
-            self.fail_waiting("leadership lost; the write's outcome is unknown");
+            self.fail_waiting_unknown("leadership lost with the write proposed");
         }
     }
 
@@ -489,6 +497,17 @@ impl Pipeline {
                 let answer = read.result.map_err(ReplicaError::from);
                 let _ = waiter.send(answer);
             }
+        }
+    }
+
+    /// Leadership lost: proposed writes may still commit under the next leader (their
+    /// outcome is unknown); reads may simply be retried.
+    fn fail_waiting_unknown(&mut self, why: &str) {
+        for (_, (reply, _bytes)) in self.waiting.drain() {
+            let _ = reply.send(Err(ReplicaError::Indeterminate(why.into())));
+        }
+        for (_, waiter) in self.reading.drain() {
+            let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));
         }
     }
 

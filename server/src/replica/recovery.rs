@@ -412,6 +412,7 @@ fn launch(
     let shared = Arc::new(Shared {
         server_id: config.server_id,
         tick_ms: config.tick_ms,
+        leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         tree: RwLock::new(tree),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
@@ -420,9 +421,18 @@ fn launch(
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
         leader: AtomicU64::new(0),
-        forwarder: peers
-            .is_some()
-            .then(|| Forwarder::new(config.server_id, config.cluster_id, &config.ensemble())),
+        forwarder: peers.is_some().then(|| {
+            // A path to the leader that answers no Touch (sent every tick) for two
+            // of the core's own give-up periods counts as cut.
+            let stale = 2 * config.sync_limit_ticks * config.tick_ms;
+            let stale = Duration::from_millis(stale);
+            Forwarder::new(
+                config.server_id,
+                config.cluster_id,
+                &config.ensemble(),
+                stale,
+            )
+        }),
         touched: Mutex::new(HashSet::new()),
         role: watch::Sender::new(crate::zab::Role::Looking),
         proposals: proposals_tx,
