@@ -248,6 +248,13 @@ impl Config {
         })
     }
 
+    /// Largest gRPC request message a client may send, to every service: node data
+    /// plus room for the rest of a request (documented in common.proto and
+    /// docs/api.md).
+    pub fn request_bytes_max(&self) -> usize {
+        self.node_data_bytes_max.saturating_mul(2).max(4 << 20)
+    }
+
     /// The range a requested session TTL is clamped to.
     pub fn session_ttl_range_ms(&self) -> (u64, u64) {
         (self.session_ttl_min_ms, self.session_ttl_max_ms)

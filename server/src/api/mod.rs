@@ -46,17 +46,11 @@ pub(crate) async fn ready_for_read(
     Ok(())
 }
 
-/// Largest gRPC request message accepted, by every service: node data plus room for
-/// the rest of a request (documented in common.proto and docs/api.md).
-fn message_bytes_max(config: &Config) -> usize {
-    config.node_data_bytes_max.saturating_mul(2).max(4 << 20)
-}
-
 /// Largest response message sent: the request limit plus room for what a write's
 /// answer adds to its request (sequence suffixes and a Stat per op of a Multi), so
 /// only a read can fail with RESPONSE_TOO_LARGE.
 fn response_bytes_max(config: &Config) -> usize {
-    message_bytes_max(config).saturating_add(1 << 20)
+    config.request_bytes_max().saturating_add(1 << 20)
 }
 
 /// Every client service, ready to serve; every failure carries a Concord code.
@@ -65,7 +59,7 @@ pub fn routes(replica: &Replica, config: &Config) -> Routes {
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
     };
-    let (max_in, max_out) = (message_bytes_max(config), response_bytes_max(config));
+    let (max_in, max_out) = (config.request_bytes_max(), response_bytes_max(config));
     let tree = tree::TreeService::new(replica.clone(), limits)
         .with_children_page_max(config.children_page_max);
     let tree = TreeServer::new(tree)

@@ -57,6 +57,9 @@ use crate::zab::ServerId;
 const QUEUE_WRITES_MAX: usize = 4096;
 /// Most writes in one Submit.
 const BATCH_WRITES_MAX: usize = 256;
+/// A Submit closes once its writes weigh this much (`zab::log::op_bytes`); a write
+/// heavier than it travels alone.
+const BATCH_BYTES_MAX: usize = 8 << 20;
 /// Most Submit calls in flight at once (the next batch gathers meanwhile).
 const BATCHES_IN_FLIGHT_MAX: usize = 4;
 /// Longest a keep-alive report may take (a later tick reports again).
@@ -65,8 +68,15 @@ const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest this server waits to apply a write the leader reported committed.
 const APPLY_WAIT_MAX: Duration = Duration::from_secs(10);
-/// Largest forwarded message either way (client writes are bounded far below it).
-const MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+/// Largest forwarded message either way, for client requests of at most
+/// `request_bytes_max`: a batch (`BATCH_BYTES_MAX`, or one request heavier than
+/// that), plus 1 MiB for the rest of the message (headers, a Multi's results).
+pub(super) fn message_bytes_max(request_bytes_max: usize) -> usize {
+    BATCH_BYTES_MAX
+        .max(request_bytes_max)
+        .saturating_add(1 << 20)
+}
 /// The message of FAILED_PRECONDITION from a server that does not lead.
 const NOT_LEADER: &str = "not the leader";
 
@@ -116,6 +126,8 @@ struct Calls {
     heard: watch::Sender<u64>,
     /// A path with no answer for this long counts as cut.
     stale_after: Duration,
+    /// Largest message to or from a leader (`message_bytes_max`).
+    message_bytes_max: usize,
 }
 
 /// A write waiting for the batcher.
@@ -134,6 +146,7 @@ impl Forwarder {
         cluster_id: u64,
         members: &[Member],
         stale_after: Duration,
+        message_bytes_max: usize,
     ) -> Forwarder {
         let calls = Arc::new(Calls {
             caller: pb::Caller {
@@ -151,6 +164,7 @@ impl Forwarder {
             answered: Mutex::new(HashMap::new()),
             heard: watch::Sender::new(0),
             stale_after,
+            message_bytes_max,
         });
         let (queue, rx) = mpsc::channel(QUEUE_WRITES_MAX);
         tokio::spawn(batcher(calls.clone(), rx));
@@ -216,7 +230,8 @@ impl Forwarder {
 }
 
 /// Forwards every write queued while earlier batches were in flight as one batch per
-/// leader, with at most `BATCHES_IN_FLIGHT_MAX` batches in flight.
+/// leader (or more, of at most `BATCH_BYTES_MAX` each), with at most
+/// `BATCHES_IN_FLIGHT_MAX` gatherings in flight.
 async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
     let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT_MAX));
     let mut taken = Vec::with_capacity(BATCH_WRITES_MAX);
@@ -227,15 +242,7 @@ async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
         if queue.recv_many(&mut taken, BATCH_WRITES_MAX).await == 0 {
             return;
         }
-        // Usually one leader; after a change, writes queued for the old one go
-        // there too (it refuses them, and their clients retry).
-        let mut by_leader: Vec<(ServerId, Vec<Queued>)> = Vec::new();
-        for q in taken.drain(..) {
-            match by_leader.iter_mut().find(|(l, _)| *l == q.leader) {
-                Some((_, batch)) => batch.push(q),
-                None => by_leader.push((q.leader, vec![q])),
-            }
-        }
+        let by_leader = split(taken.drain(..));
         let calls = calls.clone();
         tokio::spawn(async move {
             for (leader, batch) in by_leader {
@@ -248,6 +255,29 @@ async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
             drop(permit);
         });
     }
+}
+
+/// Writes in queue order as batches per leader, each closed at `BATCH_BYTES_MAX`.
+/// Usually one leader; after a change, writes queued for the old one go there too (it
+/// refuses them, and they are sent on).
+fn split(taken: impl Iterator<Item = Queued>) -> Vec<(ServerId, Vec<Queued>)> {
+    let mut batches: Vec<(ServerId, usize, Vec<Queued>)> = Vec::new();
+    for q in taken {
+        let bytes = crate::zab::log::op_bytes(&q.write.op);
+        let open = batches
+            .iter_mut()
+            .rev()
+            .find(|(leader, _, _)| *leader == q.leader)
+            .filter(|(_, sum, _)| sum.saturating_add(bytes) <= BATCH_BYTES_MAX);
+        match open {
+            Some((_, sum, batch)) => {
+                *sum += bytes;
+                batch.push(q);
+            }
+            None => batches.push((q.leader, bytes, vec![q])),
+        }
+    }
+    batches.into_iter().map(|(l, _, b)| (l, b)).collect()
 }
 
 impl Calls {
@@ -267,8 +297,8 @@ impl Calls {
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(1));
         let client = ForwardClient::new(endpoint.connect_lazy())
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+            .max_decoding_message_size(self.message_bytes_max)
+            .max_encoding_message_size(self.message_bytes_max);
         clients.insert(leader, client.clone());
         Ok(client)
     }
@@ -540,6 +570,7 @@ impl ForwardService {
         id: ServerId,
         cluster_id: u64,
         members: &[Member],
+        message_bytes_max: usize,
     ) -> (ForwardServer<ForwardService>, Arc<OnceLock<Weak<Shared>>>) {
         let replica = Arc::new(OnceLock::new());
         let service = ForwardService {
@@ -548,8 +579,8 @@ impl ForwardService {
             callers: members.iter().map(|m| m.id).filter(|&m| m != id).collect(),
         };
         let server = ForwardServer::new(service)
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+            .max_decoding_message_size(message_bytes_max)
+            .max_encoding_message_size(message_bytes_max);
         (server, replica)
     }
 
@@ -675,7 +706,7 @@ mod tests {
             role: Role::Voter,
         };
         let me = member(2, SocketAddr::from(([127, 0, 0, 1], 2)));
-        Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE)
+        Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE, 1 << 20)
     }
 
     fn write() -> Write {
@@ -685,6 +716,46 @@ mod tests {
             fence: None,
             op: TxnOp::OpenSession { ttl_ms: 1000 },
         }
+    }
+
+    #[test]
+    fn batches_close_at_their_byte_bound_in_queue_order() {
+        let queued = |leader, data_bytes: usize| {
+            let op = TxnOp::Set(crate::txn::SetOp {
+                path: "/a".into(),
+                data: bytes::Bytes::from(vec![0; data_bytes]),
+                version: -1,
+            });
+            let (reply, _) = oneshot::channel();
+            let write = Write { op, ..write() };
+            Queued {
+                leader,
+                write,
+                reply,
+            }
+        };
+        let mib = 1 << 20;
+        let taken = [
+            (1, 3 * mib),
+            (1, 3 * mib),
+            (1, 3 * mib),
+            (2, 1),
+            (1, 20 * mib),
+        ];
+        let batches = split(taken.into_iter().map(|(l, n)| queued(l, n)));
+        let shape: Vec<(ServerId, usize)> = batches.iter().map(|(l, b)| (*l, b.len())).collect();
+        // 6 MiB fit, the third 3 MiB write starts a batch, a 20 MiB one goes alone.
+        assert_eq!(shape, [(1, 2), (1, 1), (2, 1), (1, 1)]);
+        let sizes = |b: &[Queued]| -> usize {
+            b.iter()
+                .map(|q| crate::zab::log::op_bytes(&q.write.op))
+                .sum()
+        };
+        assert!(batches
+            .iter()
+            .all(|(_, b)| b.len() == 1 || sizes(b) <= BATCH_BYTES_MAX));
+        assert!(message_bytes_max(4 * mib) > BATCH_BYTES_MAX);
+        assert!(message_bytes_max(64 * mib) > 64 * mib);
     }
 
     /// A listener that accepts connections and never answers; keeps them open.

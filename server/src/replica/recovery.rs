@@ -131,7 +131,12 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         wait_established(&replica, last_zxid).await?;
         return Ok(replica);
     }
-    let (service, slot) = ForwardService::new(config.server_id, config.cluster_id, &ensemble);
+    let (service, slot) = ForwardService::new(
+        config.server_id,
+        config.cluster_id,
+        &ensemble,
+        super::forward::message_bytes_max(config.request_bytes_max()),
+    );
     let peers = start_peers(config, Routes::new(service)).await?;
     let replica = launch(config, recovered, Some(peers))?;
     let _ = slot.set(Arc::downgrade(&replica.shared));
@@ -431,6 +436,7 @@ fn launch(
                 config.cluster_id,
                 &config.ensemble(),
                 stale,
+                super::forward::message_bytes_max(config.request_bytes_max()),
             )
         }),
         touched: Mutex::new(HashSet::new()),
