@@ -301,18 +301,34 @@ fn free_addr() -> std::net::SocketAddr {
     l.local_addr().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_servers_elect_a_leader_and_replicate_its_writes() {
-    use crate::config::{Member, Role};
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members: Vec<Member> = (1..=3u64)
-        .map(|id| Member {
+/// Three voters on free loopback ports.
+fn three_voters() -> Vec<crate::config::Member> {
+    (1..=3u64)
+        .map(|id| crate::config::Member {
             id,
             client_addr: free_addr(),
             peer_addr: free_addr(),
-            role: Role::Voter,
+            role: crate::config::Role::Voter,
         })
-        .collect();
+        .collect()
+}
+
+/// The one of `replicas` that leads, once one does (20 s at most).
+async fn leader_of(replicas: &[Replica]) -> Replica {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
+            return r.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_elect_a_leader_and_replicate_its_writes() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = three_voters();
     let mut replicas = Vec::new();
     for (m, dir) in members.iter().zip(&dirs) {
         let config = Config {
@@ -324,14 +340,7 @@ async fn three_servers_elect_a_leader_and_replicate_its_writes() {
         };
         replicas.push(Replica::start(&config).await.unwrap());
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
-            break r.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let leader = leader_of(&replicas).await;
     let c = leader.submit(0, 0, create("/x")).await.unwrap();
     assert!(c.result.is_ok(), "{:?}", c.result);
     for r in &replicas {
@@ -460,16 +469,8 @@ async fn the_in_memory_log_stays_within_its_byte_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
-    use crate::config::{Member, Role};
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members: Vec<Member> = (1..=3u64)
-        .map(|id| Member {
-            id,
-            client_addr: free_addr(),
-            peer_addr: free_addr(),
-            role: Role::Voter,
-        })
-        .collect();
+    let members = three_voters();
     let config_of = |i: usize| Config {
         server_id: members[i].id,
         client_addr: members[i].client_addr,
@@ -485,14 +486,7 @@ async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     for i in 0..2 {
         replicas.push(Replica::start(&config_of(i)).await.unwrap());
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
-            break r.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let leader = leader_of(&replicas).await;
     leader.submit(0, 0, create("/big")).await.unwrap();
     let last = write_big(&leader, 8, 16).await;
     let cap = config_of(0).log_memory_bytes_max;
@@ -580,16 +574,8 @@ fn many_sessions_expiring_at_once_cost_a_bounded_number_of_tasks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
-    use crate::config::{Member, Role};
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members: Vec<Member> = (1..=3u64)
-        .map(|id| Member {
-            id,
-            client_addr: free_addr(),
-            peer_addr: free_addr(),
-            role: Role::Voter,
-        })
-        .collect();
+    let members = three_voters();
     let config_of = |i: usize| Config {
         server_id: members[i].id,
         client_addr: members[i].client_addr,
@@ -604,14 +590,7 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
     for i in 0..2 {
         replicas.push(Replica::start(&config_of(i)).await.unwrap());
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
-            break r.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no leader elected");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let leader = leader_of(&replicas).await;
     // About 300 KB of tree, in batches of concurrent writes.
     let mut last = 0;
     for batch in 0..10 {
@@ -632,8 +611,12 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
     }
     // Wait until the leader's storage has dropped the log's start.
     let storage = leader.storage();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while storage.log_start().unwrap() == 0 {
-        assert!(tokio::time::Instant::now() < deadline + Duration::from_secs(10));
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the log was never purged"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let late = Replica::start(&config_of(2)).await.unwrap();
