@@ -388,6 +388,19 @@ impl Background {
         }
     }
 
+    /// Waits (30 s at most) for a `concord` process's `listening ADDR` line and
+    /// returns ADDR.
+    pub async fn listening_addr(&self) -> String {
+        let addr = |out: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix("listening "))
+                .map(|a| a.trim().to_owned())
+        };
+        self.wait_stdout("listening", Duration::from_secs(30), |o| addr(o).is_some())
+            .await;
+        addr(&self.stdout()).unwrap()
+    }
+
     /// Sends a signal by name (`INT`, `TERM`, ...) with `kill`.
     pub fn signal(&self, name: &str) {
         let ok = Command::new("kill")

@@ -53,19 +53,7 @@ async fn start_limited(ulimit: &str, flags: &[String]) -> Limited {
         .arg(dir.path().join("data"))
         .args(flags);
     let process = Background::spawn(&mut command);
-    process
-        .wait_stdout("listening", Duration::from_secs(30), |out| {
-            out.contains("listening ")
-        })
-        .await;
-    let addr = process
-        .stdout()
-        .lines()
-        .find_map(|l| l.strip_prefix("listening "))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let addr = process.listening_addr().await.parse().unwrap();
     Limited {
         process,
         addr,

@@ -56,18 +56,7 @@ async fn t47_a_healthy_start_reports_listening_when_it_serves() {
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(dir.path().join("data")),
     );
-    process
-        .wait_stdout("listening", Duration::from_secs(30), |o| {
-            o.contains("listening ")
-        })
-        .await;
-    let addr = process
-        .stdout()
-        .lines()
-        .find_map(|l| l.strip_prefix("listening "))
-        .unwrap()
-        .trim()
-        .to_owned();
+    let addr = process.listening_addr().await;
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
