@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use concord_proto::peer::v1::peer_transport_server::{
     PeerTransport as PeerTransportService, PeerTransportServer,
@@ -22,11 +23,24 @@ use concord_proto::peer::v1::peer_transport_server::{
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{codec, Counters, Inbound as Delivery, Shared};
+use crate::listen::{self, ListenLimits};
 use crate::zab::{Message, ServerId};
+
+/// Longest pause between the listener's HTTP/2 keep-alive pings on a quiet peer
+/// connection (the ping's answer is what a live but idle member is read from).
+const PEER_KEEPALIVE_INTERVAL_MAX: Duration = Duration::from_secs(5);
+/// A connection whose ping stays unanswered this long is closed (a stopped peer
+/// reconnects when it runs again).
+const PEER_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The listener's keep-alive interval for `idle_timeout`: a quarter of it, so a
+/// live member answers at least three pings before the idle timer could fire.
+fn keepalive_interval(idle_timeout: Duration) -> Duration {
+    (idle_timeout / 4).clamp(Duration::from_millis(1), PEER_KEEPALIVE_INTERVAL_MAX)
+}
 
 /// The `Deliver` handler's state.
 struct Inbound {
@@ -58,16 +72,18 @@ pub(super) async fn serve(
     })
     .max_decoding_message_size(shared.config.frame_bytes_max.saturating_add(64));
     let mut stop = shared.stop.subscribe();
+    let limits = ListenLimits {
+        connections_max: shared.config.connections_max.max(1),
+        idle_timeout: Duration::from_millis(shared.config.connection_idle_timeout_ms.max(1)),
+    };
     let served = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(keepalive_interval(limits.idle_timeout)))
+        .http2_keepalive_timeout(Some(PEER_KEEPALIVE_TIMEOUT))
         .add_routes(beside)
         .add_service(service)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-        )
+        .serve_with_incoming_shutdown(listen::incoming(listener, limits, "peer"), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
         .await;
     if let Err(e) = served {
         tracing::error!(error = %e, "peer transport server failed");

@@ -87,11 +87,20 @@ pub struct PeerConfig {
     /// Largest encoded message sent or accepted, once put together: a larger one is
     /// dropped by the sender, and ends the stream at the receiver.
     pub message_bytes_max: usize,
+    /// Open connections on the peer listener at most (members' streams, their
+    /// `Forward` channels, reconnects under way); more are accepted and closed at
+    /// once.
+    pub connections_max: usize,
+    /// A peer connection from which nothing was read for this long is closed. The
+    /// listener pings a connection quiet for a quarter of it (at most 5 s), and a
+    /// live member answers, so only a silent or stopped one ever reaches it.
+    pub connection_idle_timeout_ms: u64,
 }
 
 impl PeerConfig {
     /// Defaults for a loopback ensemble with a 100 ms-ish tick.
     pub fn new(id: ServerId, cluster_id: u64, members: Vec<Member>) -> PeerConfig {
+        let members_len = members.len();
         PeerConfig {
             id,
             cluster_id,
@@ -106,8 +115,17 @@ impl PeerConfig {
             keepalive_ms: 1000,
             frame_bytes_max: 1 << 20,
             message_bytes_max: 2 << 30,
+            connections_max: peer_connections_max(members_len),
+            connection_idle_timeout_ms: 30_000,
         }
     }
+}
+
+/// The peer listener's connection cap for an ensemble of `members`: each member
+/// opens a few connections (its message stream, its forwarding channel, one being
+/// reopened), never dozens.
+pub fn peer_connections_max(members: usize) -> usize {
+    members.saturating_mul(4).saturating_add(16)
 }
 
 /// Why the transport could not start.

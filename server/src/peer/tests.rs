@@ -381,3 +381,104 @@ async fn t52_received_messages_wait_within_the_inbound_byte_bound() {
         h.shutdown().await;
     }
 }
+
+/// Whether the peer closed `socket` (EOF or an error) without waiting.
+fn closed_now(socket: &tokio::net::TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match socket.try_read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// Waits until the peer closed `socket`; returns the bytes it sent before.
+async fn wait_closed(socket: &mut tokio::net::TcpStream) -> usize {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let mut got = 0;
+    let start = Instant::now();
+    loop {
+        let left = DEADLINE.saturating_sub(start.elapsed());
+        match timeout(left, socket.read(&mut buf)).await {
+            Err(_) => panic!("the listener never closed the connection"),
+            Ok(Ok(0)) | Ok(Err(_)) => return got,
+            Ok(Ok(n)) => got += n,
+        }
+    }
+}
+
+/// Waits until the listener sent something on `socket` (its HTTP/2 settings: the
+/// connection was accepted and handed to the server).
+async fn wait_served(socket: &tokio::net::TcpStream) {
+    let start = Instant::now();
+    loop {
+        timeout(DEADLINE, socket.readable())
+            .await
+            .expect("never served")
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match socket.peek(&mut byte).await {
+            Ok(n) if n > 0 => return,
+            _ => assert!(start.elapsed() < DEADLINE, "never served"),
+        }
+    }
+}
+
+/// The peer listener's bounds: connections over `connections_max` are closed at
+/// once, silent ones after `connection_idle_timeout_ms`; the members' own streams,
+/// quiet for several idle timeouts (their own keep-alive turned off, so only the
+/// listener's pings are read from them), stay up and carry messages.
+#[tokio::test]
+async fn t10_strangers_are_capped_and_idle_ones_closed_but_members_stay() {
+    let idle = Duration::from_millis(800);
+    let (_, mut s) = ensemble_with(2, |c| PeerConfig {
+        connections_max: 4,
+        connection_idle_timeout_ms: idle.as_millis() as u64,
+        keepalive_ms: 600_000,
+        ..c
+    })
+    .await;
+    s[1].0.send(envelope(1, 1));
+    assert_eq!(recv(&mut s[0].1).await, (2, reset(1)));
+    s[0].0.send(envelope(2, 2));
+    assert_eq!(recv(&mut s[1].1).await, (1, reset(2)));
+    let reconnects = (s[0].0.metrics().reconnects, s[1].0.metrics().reconnects);
+
+    // Member 2's stream holds one of server 1's four permits: three strangers fit,
+    // the fourth is closed while the others are still open.
+    let addr = s[0].0.local_addr();
+    let mut strangers = Vec::new();
+    for _ in 0..3 {
+        let stranger = tokio::net::TcpStream::connect(addr).await.unwrap();
+        wait_served(&stranger).await;
+        strangers.push(stranger);
+    }
+    let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let opened = Instant::now();
+    assert_eq!(wait_closed(&mut extra).await, 0, "the extra was served");
+    for stranger in &strangers {
+        assert!(!closed_now(stranger), "a stranger under the cap was closed");
+    }
+    // Silent strangers are closed once the idle timeout passed.
+    for stranger in &mut strangers {
+        wait_closed(stranger).await;
+    }
+    assert!(opened.elapsed() >= idle, "{:?}", opened.elapsed());
+
+    // The members' streams were quiet all along, longer than the idle timeout; they
+    // were never closed and still carry messages.
+    tokio::time::sleep(idle * 2).await;
+    s[1].0.send(envelope(1, 3));
+    assert_eq!(recv(&mut s[0].1).await, (2, reset(3)));
+    s[0].0.send(envelope(2, 4));
+    assert_eq!(recv(&mut s[1].1).await, (1, reset(4)));
+    assert_eq!(
+        (s[0].0.metrics().reconnects, s[1].0.metrics().reconnects),
+        reconnects,
+        "a member's stream was closed"
+    );
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
+}

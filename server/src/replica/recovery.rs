@@ -146,8 +146,7 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
 /// The transport to the other members, listening on `config.peer_addr`, with the
 /// `Forward` service beside it.
 async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartError> {
-    let listener = tokio::net::TcpListener::bind(config.peer_addr)
-        .await
+    let listener = crate::listen::bind(config.peer_addr)
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
     let peer_config = PeerConfig {
         frame_bytes_max: config.peer_frame_bytes_max,
