@@ -23,7 +23,7 @@ async fn run_on(data_dir: &Path) -> (bool, String, String) {
 }
 
 #[tokio::test]
-async fn t47_a_data_folder_that_is_a_file_never_reports_listening() {
+async fn t43_a_data_folder_that_is_a_file_never_reports_listening() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("data");
     std::fs::write(&file, b"not a folder").unwrap();
@@ -34,7 +34,7 @@ async fn t47_a_data_folder_that_is_a_file_never_reports_listening() {
 }
 
 #[tokio::test]
-async fn t47_a_garbage_store_never_reports_listening() {
+async fn t43_a_garbage_store_never_reports_listening() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
@@ -49,7 +49,7 @@ async fn t47_a_garbage_store_never_reports_listening() {
 
 /// A good start prints the line, and the address it names serves at once.
 #[tokio::test]
-async fn t47_a_healthy_start_reports_listening_when_it_serves() {
+async fn t43_a_healthy_start_reports_listening_when_it_serves() {
     let dir = tempfile::tempdir().unwrap();
     let mut process = Background::spawn(
         Command::new(bin("concord"))
