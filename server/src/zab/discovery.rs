@@ -15,8 +15,8 @@
 
 use super::leader::{LeaderPhase, LearnerHandle, LearnerPhase};
 use super::learner::FollowPhase;
-use super::message::{LeaderMsg, LearnerMsg, ServerId};
-use super::node::{Node, State};
+use super::message::{LeaderMsg, LearnerMsg, Message, ServerId};
+use super::node::{Node, State, SESSIONS_REMEMBERED};
 use super::PlantedBug;
 use crate::txn::EPOCH_MAX;
 
@@ -48,6 +48,16 @@ impl Node {
         if l.learners.get(&from).is_some_and(|h| h.session == session) {
             return; // a repeat
         }
+        if self
+            .opened_sessions
+            .get(&from)
+            .is_some_and(|o| o.contains(&session))
+        {
+            // Its stream was dropped (or belonged to an earlier leadership of mine):
+            // never open it again, the learner registers anew.
+            self.out.send(from, Message::Reset { session });
+            return;
+        }
         if is_voter && l.epoch != 0 && accepted_epoch > l.epoch {
             // It promised a newer epoch to someone else and can never follow mine:
             // step down so the next epoch is above its promise.
@@ -55,6 +65,11 @@ impl Node {
             self.enter_looking();
             return;
         }
+        let opened = self.opened_sessions.entry(from).or_default();
+        if opened.len() >= SESSIONS_REMEMBERED {
+            opened.pop_front();
+        }
+        opened.push_back(session);
         let mut handle = LearnerHandle::new(from, session, observer, now);
         if l.epoch != 0 {
             handle.send(&mut self.out, LeaderMsg::NewEpoch { epoch: l.epoch });

@@ -9,11 +9,17 @@
 //! learner registers again and is synchronized again). So the core needs no reliable
 //! transport, only one that usually delivers.
 //!
+//! A leader opens a stream on a session at most once, across its leaderships: a
+//! repeated FollowerInfo for a session whose stream it dropped gets Reset. A second
+//! stream on the same session would number from 1 again, and the learner could take
+//! late messages of the first stream in place of the second's (skipping sync
+//! proposals, then acking NEWLEADER without them).
+//!
 //! ```text
 //!   learner ──FollowerInfo{session}──▶ leader        (repeated until answered)
 //!   leader  ──ToLearner{session, seq, LeaderMsg}──▶ learner
 //!   learner ──ToLeader{session, seq, LearnerMsg}──▶ leader
-//!   leader  ──Reset{session}──▶ learner              (unknown session: register again)
+//!   leader  ──Reset{session}──▶ learner              (unknown or closed session: register again)
 //! ```
 
 use bytes::Bytes;

@@ -4,6 +4,8 @@
 //!
 //! What it must not do: IO of any kind; panic on any input.
 
+use std::collections::{BTreeMap, VecDeque};
+
 use super::election::Looking;
 use super::leader::Leader;
 use super::learner::Learner;
@@ -76,7 +78,18 @@ pub struct Node {
     /// From `Restored::must_resync` until UPTODATE from a leader: no vote, no lead,
     /// no counting epoch ack, no report of a decided vote to lookers.
     pub(crate) resyncing: bool,
+    /// Leader side: the sessions this server opened a stream on, per learner, newest
+    /// last (at most `SESSIONS_REMEMBERED` each), kept across leaderships. A session
+    /// is opened once: a repeated FollowerInfo for it after its stream was dropped
+    /// (a later leadership, or a broken stream) gets Reset, since a second stream on
+    /// it would restart its numbers and the learner could take the first stream's
+    /// late messages in place of the second's.
+    pub(crate) opened_sessions: BTreeMap<ServerId, VecDeque<u64>>,
 }
+
+/// Sessions remembered per learner in `Node::opened_sessions`. A learner uses one
+/// session per registration; only its newest matters (older ones it ignores).
+pub(crate) const SESSIONS_REMEMBERED: usize = 8;
 
 impl Node {
     /// A node restarted from its durable state (`Restored::default()` for a new
@@ -111,6 +124,7 @@ impl Node {
             reported: None,
             failed: false,
             resyncing,
+            opened_sessions: BTreeMap::new(),
         };
         if restored.must_resync && alone {
             node.persist(PersistOp::Resynced);

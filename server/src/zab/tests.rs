@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::node::State;
 use super::*;
 use crate::txn::{zxid_epoch, Txn, TxnOp, Zxid};
 
@@ -375,6 +376,92 @@ fn snapshots_by_bytes_bound_the_log_and_a_lagging_follower_still_syncs() {
         .unwrap();
     h.settle();
     assert_eq!(h.applied[&lagging].last(), Some(&z));
+}
+
+#[test]
+fn a_leader_never_opens_a_second_stream_on_one_session() {
+    // Found by the simulator (seed 5640 with one more draw per restart). Server 1
+    // registers with leader 3 on session S (it repeats FollowerInfo{S} until
+    // answered). 3's first leadership opens S: NEWEPOCH (lost), pings 2-4; 1 holds
+    // pings 3 and 4 past the gap. 3 steps down, leads again, and gets the repeated
+    // FollowerInfo{S}. Were S opened again, its numbers would restart at 1: 1 would
+    // take the new NEWEPOCH (1) and SYNC (2), then the held old pings as 3 and 4,
+    // drop the new stream's proposal of z (3) and commit (4) as duplicates, and ack
+    // NEWLEADER (5) without z: a follower whose ack vouches for a history it lacks,
+    // which then applies z2 right after its own last txn, skipping z.
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    assert_eq!(h.leader(), Some(3));
+    h.down = vec![1];
+    let z = h.nodes.get_mut(&3).unwrap().propose(txn(1)).unwrap();
+    h.settle();
+    assert!(h.applied[&2].contains(&z) && !h.applied[&1].contains(&z));
+    // 1 (still cut off) registers with 3 on session S.
+    let session = 0x5e55_1011;
+    let n1 = h.nodes.get_mut(&1).unwrap();
+    n1.state = State::Learning(learner::Learner::new(3, session, false, n1.now));
+    let info = Message::FollowerInfo {
+        session,
+        accepted_epoch: n1.accepted_epoch(),
+        observer: false,
+    };
+    let to_1 = |h: &mut Harness| -> Vec<Message> {
+        let mut out = vec![];
+        h.drain();
+        h.net.retain(|(from, env)| {
+            let mine = *from == 3 && env.to == 1;
+            if mine {
+                out.push(env.msg.clone());
+            }
+            !mine
+        });
+        out
+    };
+    h.nodes.get_mut(&3).unwrap().step(1, info.clone());
+    let mut old = to_1(&mut h); // NEWEPOCH: lost
+    for _ in 0..3 {
+        for id in [2, 3] {
+            h.nodes.get_mut(&id).unwrap().tick();
+        }
+        old.extend(to_1(&mut h));
+        h.settle();
+    }
+    let held: Vec<Message> = old
+        .into_iter()
+        .filter(|m| {
+            matches!(
+                m,
+                Message::ToLearner {
+                    seq: 3 | 4,
+                    body: LeaderMsg::Ping { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(held.len(), 2, "pings 3 and 4 of the first stream");
+    for m in held {
+        h.nodes.get_mut(&1).unwrap().step(3, m);
+    }
+    // 3 steps down and leads again (with 2), 1 still cut off.
+    h.nodes.get_mut(&3).unwrap().enter_looking();
+    for _ in 0..40 {
+        if h.leader() == Some(3) {
+            break;
+        }
+        h.ticks(1);
+    }
+    assert_eq!(h.leader(), Some(3));
+    // The repeated FollowerInfo{S} reaches the new leadership.
+    h.down.clear();
+    h.nodes.get_mut(&3).unwrap().step(1, info);
+    h.settle();
+    h.ticks(3);
+    let z2 = h.nodes.get_mut(&3).unwrap().propose(txn(2)).unwrap();
+    h.settle();
+    assert_eq!(h.nodes[&1].status().role, Role::Following);
+    let tail: Vec<Zxid> = h.applied[&1].iter().copied().filter(|&x| x >= z).collect();
+    assert_eq!(tail, vec![z, z2], "server 1 skipped committed history");
 }
 
 #[path = "resync_tests.rs"]
