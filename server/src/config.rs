@@ -140,6 +140,17 @@ pub struct Config {
     /// A connection whose keep-alive ping is unanswered for this long is closed.
     pub http2_keepalive_timeout_ms: u64,
 
+    // Connections (peer port).
+    /// Open connections on the peer port at most; more are accepted and closed at
+    /// once. 0: 4 per member plus 16 (each member opens its message stream, its
+    /// forwarding channel, and now and then one being reopened).
+    pub peer_connections_max: usize,
+    /// A peer connection from which nothing was read for this long is closed (at
+    /// least 1000). The listener pings a connection quiet for a quarter of it (at
+    /// most every 5 s), and a live member answers, so only a silent stranger or a
+    /// stopped peer reaches it.
+    pub peer_connection_idle_timeout_ms: u64,
+
     // Failover for calls in flight.
     /// Longest a write waits for a leader to hand it to — this server looking (an
     /// election under way), or following a leader it cannot reach — before it fails
@@ -191,6 +202,8 @@ impl Default for Config {
             connection_idle_timeout_ms: 60_000,
             http2_keepalive_interval_ms: 10_000,
             http2_keepalive_timeout_ms: 20_000,
+            peer_connections_max: 0,
+            peer_connection_idle_timeout_ms: 30_000,
 
             leader_wait_ms_max: 2_000,
         }
@@ -365,6 +378,11 @@ impl Config {
                 "connection_idle_timeout_ms ({}) must be at least 2 x http2_keepalive_interval_ms ({})",
                 self.connection_idle_timeout_ms, self.http2_keepalive_interval_ms
             )));
+        }
+        if self.peer_connection_idle_timeout_ms < 1000 {
+            return Err(ConfigError::Invalid(
+                "peer_connection_idle_timeout_ms must be at least 1000".into(),
+            ));
         }
         Ok(())
     }
@@ -552,6 +570,10 @@ mod tests {
             },
             Config {
                 http2_keepalive_timeout_ms: 0,
+                ..ok.clone()
+            },
+            Config {
+                peer_connection_idle_timeout_ms: 999,
                 ..ok.clone()
             },
         ] {

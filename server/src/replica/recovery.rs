@@ -148,15 +148,25 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
 async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartError> {
     let listener = crate::listen::bind(config.peer_addr)
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
-    let peer_config = PeerConfig {
+    PeerTransport::start(peer_config(config), listener, forward)
+        .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
+}
+
+/// The peer transport's settings from the server's.
+pub(super) fn peer_config(config: &Config) -> PeerConfig {
+    let defaults = PeerConfig::new(config.server_id, config.cluster_id, config.ensemble());
+    PeerConfig {
         frame_bytes_max: config.peer_frame_bytes_max,
         message_bytes_max: config.peer_message_bytes_max,
         queue_bytes_max: config.peer_queue_bytes_max,
         inbound_bytes_max: config.peer_inbound_bytes_max,
-        ..PeerConfig::new(config.server_id, config.cluster_id, config.ensemble())
-    };
-    PeerTransport::start(peer_config, listener, forward)
-        .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
+        connections_max: match config.peer_connections_max {
+            0 => defaults.connections_max,
+            n => n,
+        },
+        connection_idle_timeout_ms: config.peer_connection_idle_timeout_ms,
+        ..defaults
+    }
 }
 
 /// The voters and observers of the ensemble, for the Zab core.

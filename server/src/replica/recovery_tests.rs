@@ -133,3 +133,23 @@ fn a_discarded_store_must_resync_in_an_ensemble_and_not_alone() {
     assert!(!recover(&file(&dir), false).unwrap().restored.must_resync);
     assert!(!recover(&file(&dir), true).unwrap().restored.must_resync);
 }
+
+#[test]
+fn the_peer_ports_bounds_come_from_the_config() {
+    let derived = peer_config(&Config::default());
+    assert_eq!(
+        derived.connections_max,
+        crate::peer::peer_connections_max(1),
+        "0 means 4 per member plus 16"
+    );
+    assert_eq!(derived.connection_idle_timeout_ms, 30_000);
+    let set = peer_config(&Config {
+        peer_connections_max: 7,
+        peer_connection_idle_timeout_ms: 5_000,
+        ..Config::default()
+    });
+    assert_eq!(
+        (set.connections_max, set.connection_idle_timeout_ms),
+        (7, 5_000)
+    );
+}
