@@ -136,6 +136,16 @@ impl Server {
         pb::cluster_client::ClusterClient::new(self.channel().await)
     }
 
+    /// `Cluster/Status` of this server.
+    pub async fn status(&self) -> pb::StatusResponse {
+        let mut cluster = self.cluster().await;
+        cluster
+            .status(pb::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// kill -9: no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -110,13 +110,7 @@ async fn t40_restart_from_snapshot_and_log() {
             .into_inner();
         assert_eq!(r.data, vec![n as u8]);
     }
-    let status = server
-        .cluster()
-        .await
-        .status(pb::StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let status = server.status().await;
     assert_eq!(status.node_count, 101, "root + 100 nodes");
     tree.create(pb::CreateRequest {
         path: "/after".into(),

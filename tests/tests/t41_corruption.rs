@@ -139,13 +139,7 @@ async fn t41_a_flipped_byte_mid_log_refuses_start_and_drops_nothing() {
     );
     assert_eq!(discarded_files(&server.data_dir), 1);
     server.restart();
-    let status = server
-        .cluster()
-        .await
-        .status(pb::StatusRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let status = server.status().await;
     assert_eq!(status.node_count, 1, "only the root after a discard");
 }
 

@@ -98,22 +98,12 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use bytes::Bytes;
     use tokio::sync::Notify;
 
     use super::crash::CRASH;
     use crate::config::Config;
+    use crate::replica::tests::create;
     use crate::replica::{Replica, ReplicaError};
-    use crate::txn::{CreateMode, CreateOp, TxnOp};
-
-    fn create(path: &str) -> TxnOp {
-        TxnOp::Create(CreateOp {
-            path: path.into(),
-            data: Bytes::from_static(b"x"),
-            mode: CreateMode::Persistent,
-            ttl_ms: 0,
-        })
-    }
 
     /// Each essential task, made to panic after the replica serves, stops it with a
     /// reason naming the task; writes are refused from then on.

@@ -219,7 +219,7 @@ fn config(dir: &std::path::Path) -> Config {
     }
 }
 
-fn create(path: &str) -> TxnOp {
+pub(super) fn create(path: &str) -> TxnOp {
     TxnOp::Create(CreateOp {
         path: path.into(),
         data: Bytes::from_static(b"x"),
@@ -313,6 +313,17 @@ fn three_voters() -> Vec<crate::config::Member> {
         .collect()
 }
 
+/// `base` as member `i` of `members`.
+fn member_config(members: &[crate::config::Member], i: usize, base: Config) -> Config {
+    Config {
+        server_id: members[i].id,
+        client_addr: members[i].client_addr,
+        peer_addr: members[i].peer_addr,
+        members: members.to_vec(),
+        ..base
+    }
+}
+
 /// The one of `replicas` that leads, once one does (20 s at most).
 async fn leader_of(replicas: &[Replica]) -> Replica {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -330,14 +341,8 @@ async fn three_servers_elect_a_leader_and_replicate_its_writes() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let members = three_voters();
     let mut replicas = Vec::new();
-    for (m, dir) in members.iter().zip(&dirs) {
-        let config = Config {
-            server_id: m.id,
-            client_addr: m.client_addr,
-            peer_addr: m.peer_addr,
-            members: members.clone(),
-            ..config(dir.path())
-        };
+    for (i, dir) in dirs.iter().enumerate() {
+        let config = member_config(&members, i, config(dir.path()));
         replicas.push(Replica::start(&config).await.unwrap());
     }
     let leader = leader_of(&replicas).await;
@@ -471,15 +476,14 @@ async fn the_in_memory_log_stays_within_its_byte_budget() {
 async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let members = three_voters();
-    let config_of = |i: usize| Config {
-        server_id: members[i].id,
-        client_addr: members[i].client_addr,
-        peer_addr: members[i].peer_addr,
-        members: members.clone(),
-        // Patient with a machine busy with other builds: no election mid-test.
-        sync_limit_ticks: 20,
-        init_limit_ticks: 100,
-        ..byte_budget(dirs[i].path())
+    let config_of = |i: usize| {
+        let base = Config {
+            // Patient with a machine busy with other builds: no election mid-test.
+            sync_limit_ticks: 20,
+            init_limit_ticks: 100,
+            ..byte_budget(dirs[i].path())
+        };
+        member_config(&members, i, base)
     };
     // Two of three are a quorum; the third starts after the writes.
     let mut replicas = Vec::new();
@@ -576,15 +580,14 @@ fn many_sessions_expiring_at_once_cost_a_bounded_number_of_tasks() {
 async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let members = three_voters();
-    let config_of = |i: usize| Config {
-        server_id: members[i].id,
-        client_addr: members[i].client_addr,
-        peer_addr: members[i].peer_addr,
-        members: members.clone(),
-        peer_frame_bytes_max: 4096,
-        // Server 3 takes no snapshot of its own: one in its storage came from the leader.
-        snapshot_every_txns: if i == 2 { 100_000 } else { 3 },
-        ..config(dirs[i].path())
+    let config_of = |i: usize| {
+        let base = Config {
+            peer_frame_bytes_max: 4096,
+            // Server 3 takes no snapshot of its own: one in its storage came from the leader.
+            snapshot_every_txns: if i == 2 { 100_000 } else { 3 },
+            ..config(dirs[i].path())
+        };
+        member_config(&members, i, base)
     };
     let mut replicas = Vec::new();
     for i in 0..2 {
