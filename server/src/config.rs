@@ -14,6 +14,13 @@
 //! client_addr = "127.0.0.1:7181"
 //! peer_addr = "127.0.0.1:7182"
 //! role = "voter"   # or "observer"
+//!
+//! admins = ["admin"]          # identities with the admin role
+//! local_identity = "admin"    # a caller without a client certificate
+//! [[teams]]
+//! name = "payments"
+//! root = "/teams/payments"    # what its clients see as "/"
+//! identities = ["payments-*"]
 //! ```
 
 use std::collections::HashSet;
@@ -156,6 +163,29 @@ pub struct Config {
     /// election under way), or following a leader it cannot reach — before it fails
     /// with NOT_LEADER (nothing was done: safe to retry, elsewhere).
     pub leader_wait_ms_max: u64,
+
+    // Identities and teams (docs/security.md).
+    /// The identity of a caller that presents no client certificate (plain text on
+    /// loopback, or anywhere with `insecure`).
+    pub local_identity: String,
+    /// Identities with the admin role (exact names, or patterns where `*` stands for
+    /// any run of characters): they see the whole tree and may do anything.
+    pub admins: Vec<String>,
+    /// The teams: who belongs to each, and the namespace root its clients see as `/`.
+    pub teams: Vec<TeamConfig>,
+}
+
+/// One team, as `[[teams]]` in the config file lists it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TeamConfig {
+    /// Unique, non-empty.
+    pub name: String,
+    /// The absolute path its clients see as `/`; roots of two teams never nest.
+    pub root: String,
+    /// Who belongs (exact names or `*` patterns); an identity belongs to the first
+    /// team that names it (admins are never team members).
+    pub identities: Vec<String>,
 }
 
 impl Default for Config {
@@ -206,6 +236,10 @@ impl Default for Config {
             peer_connection_idle_timeout_ms: 30_000,
 
             leader_wait_ms_max: 2_000,
+
+            local_identity: "admin".to_owned(),
+            admins: vec!["admin".to_owned()],
+            teams: Vec::new(),
         }
     }
 }
@@ -330,6 +364,7 @@ impl Config {
             return bad("leader_wait_ms_max must be at least 1");
         }
         self.check_plain_text(self.client_addr)?;
+        crate::security::Policy::from_config(self)?;
         self.validate_members()
     }
 

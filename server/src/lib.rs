@@ -15,6 +15,7 @@ pub mod listen;
 pub mod peer;
 pub mod recipes;
 pub mod replica;
+pub mod security;
 pub mod server;
 pub mod session;
 pub mod storage;

@@ -28,7 +28,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
+
+use crate::security::ConnInfo;
 
 /// Pause before accepting again after an error that is not one connection's own
 /// (out of file descriptors, out of memory): the pending socket stays in the
@@ -320,10 +322,15 @@ impl AsyncWrite for Conn {
 }
 
 impl Connected for Conn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = ConnInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.socket.connect_info()
+    /// A plain-text connection: no certificate, so no identity of its own.
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            remote_addr: self.socket.peer_addr().ok(),
+            tls: false,
+            cert_identity: None,
+        }
     }
 }
 

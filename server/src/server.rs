@@ -66,6 +66,7 @@ pub async fn run(
     serving: impl FnOnce(SocketAddr) + Send,
 ) -> Result<(), RunError> {
     config.validate()?;
+    let security = crate::security::Security::new(&config)?;
     let replica = Replica::start(&config).await?;
     // Both reflection versions: grpcurl releases before 1.9 speak only v1alpha.
     let reflection = || {
@@ -83,7 +84,7 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    let routes = crate::api::routes(&replica, &config)
+    let routes = crate::api::routes(&replica, &config, &security)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(health_service);

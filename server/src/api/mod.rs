@@ -24,6 +24,7 @@ use tonic::service::Routes;
 use crate::config::Config;
 use crate::recipes::Recipes;
 use crate::replica::Replica;
+use crate::security::{Authenticated, Security};
 
 pub use convert::Limits;
 
@@ -53,8 +54,9 @@ fn response_bytes_max(config: &Config) -> usize {
     config.request_bytes_max().saturating_add(1 << 20)
 }
 
-/// Every client service, ready to serve; every failure carries a Concord code.
-pub fn routes(replica: &Replica, config: &Config) -> Routes {
+/// Every client service, ready to serve; every failure carries a Concord code, and
+/// every request its caller (`security::caller`).
+pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes {
     use framework::Coded;
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
@@ -93,12 +95,12 @@ pub fn routes(replica: &Replica, config: &Config) -> Routes {
     let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
-    let mut routes = Routes::new(Coded::new(tree))
-        .add_service(Coded::new(session))
-        .add_service(Coded::new(watch))
-        .add_service(Coded::new(cluster))
-        .add_service(Coded::new(lock))
-        .add_service(Coded::new(election));
+    let mut routes = Routes::new(Coded::new(Authenticated::new(tree, security.clone())))
+        .add_service(Coded::new(Authenticated::new(session, security.clone())))
+        .add_service(Coded::new(Authenticated::new(watch, security.clone())))
+        .add_service(Coded::new(Authenticated::new(cluster, security.clone())))
+        .add_service(Coded::new(Authenticated::new(lock, security.clone())))
+        .add_service(Coded::new(Authenticated::new(election, security.clone())));
     // A path no service serves (services added later keep this fallback).
     let router = std::mem::take(routes.axum_router_mut());
     *routes.axum_router_mut() = router.fallback(framework::unknown_service);
