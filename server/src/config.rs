@@ -71,7 +71,9 @@ pub struct Config {
     pub snapshot_every_bytes: u64,
     /// Most bytes of txns the Zab core's in-memory log may hold (those since the
     /// newest snapshot, while the next one is written): at this, a leader takes no
-    /// new writes until the snapshot compacts the log (writers wait). Above
+    /// new writes until the snapshot compacts the log (writers wait), and a follower
+    /// or observer reads nothing more from its peers until its own snapshot does
+    /// (the leader's proposals wait in the bounded peer queues). Above
     /// `snapshot_every_bytes`.
     pub log_memory_bytes_max: u64,
     /// Snapshots kept on disk (with the log after the oldest of them).

@@ -49,8 +49,8 @@ struct Args {
     /// Take a snapshot every this many bytes of txns (or txns, whichever first).
     #[arg(long)]
     snapshot_every_bytes: Option<u64>,
-    /// Most bytes the in-memory log holds before a leader makes writers wait for
-    /// the snapshot in progress.
+    /// Most bytes the in-memory log holds before a leader makes writers wait (and
+    /// a follower stops reading its leader) for the snapshot in progress.
     #[arg(long)]
     log_memory_bytes_max: Option<u64>,
     /// Largest node data, in bytes.

@@ -207,6 +207,44 @@ pub(super) async fn snapshotter(
     }
 }
 
+/// A test-only way to stall a replica's snapshotter: a replica started inside
+/// `SNAPSHOTS.scope(gate, ..)` hands its snapshot requests to a relay that holds each
+/// one while `gate` reads true (the pipeline sees the snapshot as pending, as with a
+/// slow disk). Task-local, so tests running at once do not meet.
+#[cfg(test)]
+pub(super) mod stall {
+    use tokio::sync::{mpsc, watch};
+
+    use crate::replica::pipeline::SnapshotJob;
+
+    tokio::task_local! {
+        /// While it reads true, snapshot requests wait before they are written.
+        pub(in crate::replica) static SNAPSHOTS: watch::Receiver<bool>;
+    }
+
+    /// `jobs` itself outside a `SNAPSHOTS` scope; inside one, a channel fed from
+    /// `jobs` by a relay that holds each job until the gate reads false (or its
+    /// sender is gone).
+    pub(in crate::replica) fn relay(
+        jobs: mpsc::Receiver<SnapshotJob>,
+    ) -> mpsc::Receiver<SnapshotJob> {
+        let Ok(mut gate) = SNAPSHOTS.try_with(Clone::clone) else {
+            return jobs;
+        };
+        let (tx, rx) = mpsc::channel(1);
+        tokio::spawn(async move {
+            let mut jobs = jobs;
+            while let Some(job) = jobs.recv().await {
+                let _ = gate.wait_for(|stalled| !stalled).await;
+                if tx.send(job).await.is_err() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

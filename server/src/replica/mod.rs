@@ -137,7 +137,7 @@ struct Shared {
     /// The memory the Zab core's in-memory log holds now (`Node::log_bytes`).
     log_bytes: AtomicU64,
     /// The most it has held since start (its bound is `log_memory_bytes_max` plus
-    /// one txn on a leader).
+    /// one txn on a leader, plus one peer message on a follower or observer).
     log_bytes_peak: AtomicU64,
     /// The epoch this server leads or follows (0 while looking).
     epoch: AtomicU32,

@@ -14,7 +14,9 @@
 //!
 //! Snapshots are asked for by txns and by bytes applied (`SnapshotPolicy`), which
 //! bounds the core's in-memory log in bytes; a leader whose log is full holds new
-//! proposals back until the snapshot being written compacts it.
+//! proposals back until the snapshot being written compacts it, and any other server
+//! whose log is full stops reading its peers (and lets its clock stand) until its own
+//! snapshot does.
 //!
 //! Back-pressure, in bytes: a caller takes its write's share of
 //! `proposal_queue_bytes_max` before queueing it and keeps it until answered; a
@@ -51,12 +53,14 @@ pub(super) type SnapshotJob = DataTree;
 /// for once `every_txns` txns or `every_bytes` bytes were applied since the last
 /// request, one at a time. While a snapshot is being written the log keeps growing;
 /// once it holds `log_bytes_max`, the leader takes no new proposals (they wait in
-/// the bounded proposal queue) until the snapshot has compacted it.
+/// the bounded proposal queue) and a learner reads no peer message (the leader's
+/// proposals wait in the peer stream) until the snapshot has compacted it.
 ///
 /// ```text
 ///   apply ─▶ txns/bytes since the last request ≥ every_*? ─▶ snapshotter (one pending)
 ///   snapshotter ─▶ compacted ─▶ node.compact (log drops what it covers) ─▶ due again?
-///   node.log_bytes() ≥ log_bytes_max ─▶ the leader holds new proposals back
+///   node.log_bytes() ≥ log_bytes_max ─▶ the leader holds new proposals back;
+///     a learner with a snapshot pending stops reading its peers
 /// ```
 #[derive(Debug)]
 pub(super) struct SnapshotPolicy {
@@ -64,7 +68,8 @@ pub(super) struct SnapshotPolicy {
     pub(super) every_txns: u64,
     /// Ask for a snapshot after this many applied bytes (`zab::log::txn_bytes`).
     pub(super) every_bytes: u64,
-    /// The leader takes no new proposal while the core's log holds this much.
+    /// The leader takes no new proposal, and a learner with a snapshot pending
+    /// reads no peer message, while the core's log holds this much.
     pub(super) log_bytes_max: u64,
     /// Txns applied since the last snapshot request.
     pub(super) txns: u64,
@@ -238,7 +243,23 @@ impl Pipeline {
             // dead; its leader counts it absent meanwhile. A leader keeps hearing
             // acks and keeps its heartbeats going: its input from peers is small.
             let open = !self.persist.over_budget();
-            let hear_peers = open || leading;
+            // The same for a server that does not lead while its in-memory log is
+            // full and a snapshot of its own is being written: that snapshot will
+            // compact the log, and reading resumes once it is back. Meanwhile the
+            // leader's proposals wait in this server's bounded inbound channel, the
+            // peer stream, and the leader's queue for this server, which never
+            // blocks the leader: full, it drops its oldest message, and this server,
+            // seeing the gap once it reads again, registers anew and is synced by
+            // DIFF or SNAP as after any outage (its leader counts it absent
+            // meanwhile, as above). Never without a snapshot pending: the policy
+            // asks for one as soon as `snapshot_every_*` went by since its last
+            // request, so a full log with none pending holds less than that applied
+            // and the rest is proposals not yet committed, which no snapshot can
+            // drop; only the leader's COMMITs (peer messages) free them, so waiting
+            // then would never end. Reading goes on instead: those proposals are
+            // bounded by the leader's own log, held back at the same size.
+            let log_wait = !leading && !log_room && self.snapshot_policy.pending;
+            let hear_peers = (open && !log_wait) || leading;
             let take = open && batch.is_empty() && ((serving && room > 0 && log_room) || !leading);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {

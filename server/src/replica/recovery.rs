@@ -460,6 +460,8 @@ fn launch(
         stop: watch::Sender::new(None),
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
+    #[cfg(test)]
+    let snap_rx = housekeeping::stall::relay(snap_rx);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
     let (persist, persisted_rx) = Persister::start(storage, config.persist_queue_bytes_max)
         .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;

@@ -520,6 +520,84 @@ async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     }
 }
 
+/// A follower whose own snapshot is stalled (a slow disk) stops reading its leader
+/// once its in-memory log is full, instead of appending every proposal it is sent;
+/// the leader and the other follower go on meanwhile, and once the snapshot is
+/// written the follower catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
+    use super::housekeeping::stall::SNAPSHOTS;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = three_voters();
+    let config_of = |i: usize| {
+        let base = Config {
+            // Patient with a machine busy with other builds: no election mid-test.
+            sync_limit_ticks: 20,
+            init_limit_ticks: 100,
+            ..byte_budget(dirs[i].path())
+        };
+        member_config(&members, i, base)
+    };
+    let mut replicas = Vec::new();
+    for i in 0..2 {
+        replicas.push(Replica::start(&config_of(i)).await.unwrap());
+    }
+    let leader = leader_of(&replicas).await;
+    let c = leader.submit(0, 0, create("/big")).await.unwrap();
+    // Server 3 follows with its snapshots held back until `stall` says false.
+    let (stall, gate) = tokio::sync::watch::channel(true);
+    let slow = SNAPSHOTS
+        .scope(gate, Replica::start(&config_of(2)))
+        .await
+        .unwrap();
+    slow.wait_applied(c.zxid, Duration::from_secs(20))
+        .await
+        .unwrap();
+    // 8 MiB, four times the bound, by two writers: a proposal carries at most two
+    // txns of 128 KiB.
+    let last = write_big(&leader, 2, 32).await;
+    let cap = config_of(2).log_memory_bytes_max;
+    let bound = cap + 2 * (129 << 10);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.log_bytes().0 < cap {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower's log never filled: {:?}",
+            slow.log_bytes()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Every proposal is queued for it by now: without the bound it takes them all
+    // in within moments. Give it a bounded while to do so (this only makes the test
+    // able to fail; with the bound nothing changes until the snapshot is released).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline && slow.applied_zxid() < last {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (now, peak) = slow.log_bytes();
+    assert!(
+        peak <= bound,
+        "follower peak {peak} (now {now}), bound {bound}"
+    );
+    assert!(slow.applied_zxid() < last, "it stopped reading its leader");
+    assert!(
+        leader.log_bytes().1 <= bound,
+        "leader {:?}",
+        leader.log_bytes()
+    );
+    // Released: the snapshot compacts the log, and the follower reads on.
+    stall.send_replace(false);
+    slow.wait_applied(last, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let data = |r: &Replica| r.read(|t| t.get("/big").map(|n| n.data.clone()));
+    assert_eq!(data(&slow), data(&leader));
+    assert!(!slow.storage().snapshots().unwrap().is_empty());
+    for r in replicas.iter().chain([&slow]) {
+        r.shutdown();
+    }
+}
+
 #[tokio::test]
 async fn expiries_are_proposed_with_a_bounded_number_in_flight() {
     use super::housekeeping::propose_expiries;
