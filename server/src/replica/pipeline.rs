@@ -570,7 +570,10 @@ async fn recv_peer(inbox: &mut Option<InboundRx>) -> Option<Inbound> {
 /// Keeps the deadline tracker in step with the replicated session table.
 fn track_sessions(shared: &Shared, txn: &Txn, result: &Result<TxnResult, TreeError>) {
     match (&txn.op, result) {
-        (TxnOp::OpenSession { .. }, Ok(TxnResult::SessionOpened { session_id, ttl_ms })) => {
+        (
+            TxnOp::OpenSession { .. } | TxnOp::OpenOwnedSession { .. },
+            Ok(TxnResult::SessionOpened { session_id, ttl_ms }),
+        ) => {
             let now = shared.now_ms();
             let ttl = u64::try_from(*ttl_ms).unwrap_or(0);
             shared.lock_sessions().add(*session_id, ttl, now);
