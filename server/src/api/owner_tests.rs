@@ -152,6 +152,16 @@ async fn a_session_belongs_to_the_identity_that_opened_it() {
     let nobody = env.caller("nobody");
     let r = pb::OpenSessionRequest { ttl_ms: 0 };
     denied(env.sessions.open(as_(&nobody, r)).await);
+    // An identity too long to record opens nothing.
+    let long = env.caller(&format!("pay-{}", "x".repeat(1021)));
+    let before = env.replica.read(|t| t.sessions().count());
+    let status = env.sessions.open(as_(&long, r)).await.unwrap_err();
+    assert_eq!(
+        code_of(&status),
+        Some(ErrorCode::BadArguments),
+        "{status:?}"
+    );
+    assert_eq!(env.replica.read(|t| t.sessions().count()), before);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

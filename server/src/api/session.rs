@@ -20,7 +20,7 @@ use super::owner::{caller_of, check_mapped, check_session, may_see, not_visible}
 use super::ready_for_read;
 use crate::replica::Replica;
 use crate::security::{Caller, Security};
-use crate::tree::TxnResult;
+use crate::tree::{TxnResult, SESSION_OWNER_BYTES_MAX};
 use crate::txn::{CloseReason, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
@@ -151,6 +151,12 @@ impl Session for SessionService {
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
         let caller = caller_of(&request, self.security.policy());
         check_mapped(&caller)?;
+        if caller.identity.len() > SESSION_OWNER_BYTES_MAX {
+            return Err(bad_arguments(format!(
+                "an identity of {} bytes is too long to own a session (at most {SESSION_OWNER_BYTES_MAX})",
+                caller.identity.len()
+            )));
+        }
         let ttl = self.grant(request.into_inner().ttl_ms)?;
         let op = TxnOp::OpenOwnedSession {
             ttl_ms: ms(ttl),
