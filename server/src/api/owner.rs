@@ -1,5 +1,6 @@
 //! Session ownership (docs/security.md, "Ownership"): a session belongs to the
-//! identity that opened it, and only that identity or an admin may use it.
+//! identity that opened it, and only that identity or an admin may use it. The rules
+//! are `security::{may_use, may_see}`; this module applies them at the right time.
 //!
 //! ```text
 //!   request with session_id S ──▶ admin? ──yes──▶ go on
@@ -28,6 +29,7 @@ use tonic::{Request, Status};
 use super::error::error;
 use super::READ_WAIT_MAX;
 use crate::replica::Replica;
+pub(crate) use crate::security::may_see;
 use crate::security::{self, Access, Caller, Policy};
 use crate::tree::path::clip;
 use crate::txn::Zxid;
@@ -76,7 +78,7 @@ pub(crate) async fn check_session(
     applied(replica, session_id).await?;
     let owner_is_other = replica.read(|t| {
         t.session(session_id)
-            .is_some_and(|s| s.owner != *caller.identity)
+            .is_some_and(|s| !security::may_use(caller, &s.owner))
     });
     if owner_is_other {
         return Err(not_yours(session_id, what));
@@ -119,25 +121,6 @@ pub(crate) async fn check_member(
             check_session(replica, caller, session_id, what).await
         }
         _ => Ok(()),
-    }
-}
-
-/// Whether `caller` may see session `owner`'s session in `Session.List` and `Get`:
-/// an admin sees every session; anyone sees its own; a team member sees those of
-/// its team's identities. A session with no recorded owner is for admins only.
-pub(crate) fn may_see(policy: &Policy, caller: &Caller, owner: &str) -> bool {
-    if caller.is_admin() || (!owner.is_empty() && owner == &*caller.identity) {
-        return true;
-    }
-    let Some(team) = caller.team() else {
-        return false;
-    };
-    if owner.is_empty() {
-        return false;
-    }
-    match policy.caller(owner.into()).access {
-        Access::Team(theirs) => theirs.name == team.name,
-        _ => false,
     }
 }
 

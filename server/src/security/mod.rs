@@ -16,8 +16,10 @@
 //! The services call this module, never the other way round.
 
 mod identity;
+mod ownership;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use ownership::{may_see, may_use};
 
 use std::convert::Infallible;
 use std::sync::Arc;
