@@ -15,9 +15,13 @@
 //!
 //! The services call this module, never the other way round.
 
+pub mod certs;
 mod identity;
+pub mod tls;
+pub mod x509;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use tls::{peer_identity, PeerClientTls, ServerTls, TlsError};
 
 use std::convert::Infallible;
 use std::sync::Arc;
