@@ -21,6 +21,13 @@
 //! name = "payments"
 //! root = "/teams/payments"    # what its clients see as "/"
 //! identities = ["payments-*"]
+//!
+//! cert_file = "certs/server-1.pem"        # TLS on the client port (docs/security.md)
+//! key_file = "certs/server-1-key.pem"
+//! trusted_ca_file = "certs/ca.pem"        # client certificates required
+//! peer_cert_file = "certs/peer-1.pem"     # mTLS between the members
+//! peer_key_file = "certs/peer-1-key.pem"
+//! peer_trusted_ca_file = "certs/ca.pem"
 //! ```
 
 use std::collections::HashSet;
