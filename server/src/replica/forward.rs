@@ -287,6 +287,10 @@ fn split(taken: impl Iterator<Item = Queued>) -> Vec<(ServerId, Vec<Queued>)> {
 impl Calls {
     fn client(&self, leader: ServerId) -> Result<ForwardClient<Channel>, ReplicaError> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.tls.as_ref().is_some_and(|t| t.files_changed()) {
+            // Rotated peer files: new channels, so reconnects present the new ones.
+            clients.clear();
+        }
         if let Some(c) = clients.get(&leader) {
             return Ok(c.clone());
         }

@@ -371,15 +371,43 @@ impl Hangup {
 /// This server's side of its peer links: its peer certificate as client identity,
 /// and the CAs a member's certificate must be signed by. The files are read at
 /// every connect, so a reconnect picks up rotated ones.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PeerClientTls {
     files: ServerTlsFiles,
+    /// For `files_changed`: how often to look, and what was there last time.
+    check_every: Duration,
+    last_check: Arc<std::sync::Mutex<Option<(std::time::Instant, Contents)>>>,
 }
 
 impl PeerClientTls {
     /// The peer files, when all three are set.
     pub fn from_config(config: &Config) -> Option<PeerClientTls> {
-        ServerTlsFiles::peer_port(config).map(|files| PeerClientTls { files })
+        ServerTlsFiles::peer_port(config).map(|files| PeerClientTls {
+            files,
+            check_every: Duration::from_millis(config.tls_reload_interval_ms),
+            last_check: Arc::default(),
+        })
+    }
+
+    /// Whether the files changed since the last call that looked; looks at most
+    /// every `tls_reload_interval_ms` (false in between, and at the first look).
+    /// For holders of long-lived channels (the write forwarder), which make new
+    /// ones when it says so.
+    pub fn files_changed(&self) -> bool {
+        let Ok(mut last) = self.last_check.lock() else {
+            return false;
+        };
+        let now = std::time::Instant::now();
+        if last
+            .as_ref()
+            .is_some_and(|(at, _)| now.duration_since(*at) < self.check_every)
+        {
+            return false;
+        }
+        let contents = read(&self.files).unwrap_or_default();
+        let changed = last.as_ref().is_some_and(|(_, seen)| *seen != contents);
+        *last = Some((now, contents));
+        changed
     }
 
     /// A client configuration for dialling member `member_id`: its certificate

@@ -251,3 +251,35 @@ fn peer_identity_is_the_dns_san_certs_writes() {
     assert_eq!(peer_identity(3), "concord-peer-3");
     assert_eq!(certs::peer_leaf(3).dns, ["concord-peer-3"]);
 }
+
+#[test]
+fn peer_files_changes_are_noticed_at_most_every_interval() {
+    let dir = certs_dir();
+    let config = Config {
+        peer_cert_file: Some(dir.path().join("peer-1.pem")),
+        peer_key_file: Some(dir.path().join("peer-1-key.pem")),
+        peer_trusted_ca_file: Some(dir.path().join("ca.pem")),
+        tls_reload_interval_ms: 500,
+        ..Config::default()
+    };
+    let tls = PeerClientTls::from_config(&config).unwrap();
+    tls.client_config(2).unwrap();
+    assert!(
+        !tls.files_changed(),
+        "the first look sees nothing to compare"
+    );
+    let issued = Ca::load(dir.path())
+        .unwrap()
+        .issue(&certs::peer_leaf(1))
+        .unwrap();
+    std::fs::write(dir.path().join("peer-1.pem"), &issued.cert_pem).unwrap();
+    // Within the interval: not looked at yet.
+    assert!(!tls.files_changed());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !tls.files_changed() {
+        assert!(Instant::now() < deadline, "the change was never noticed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(550));
+    assert!(!tls.files_changed(), "reported once");
+}
