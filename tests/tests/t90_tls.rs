@@ -259,6 +259,32 @@ async fn handshakes_without_a_good_client_certificate_are_refused() {
     assert!(log.contains("TLS handshake failed"), "{log}");
 }
 
+/// The expired certificate is refused because it expired (the reason is logged).
+#[tokio::test]
+async fn an_expired_client_certificate_is_refused_as_expired() {
+    let certs = Certs::generate(1, &["admin"]);
+    let server = tls_server(&certs, true, &[]);
+    let expired = Ca::load(certs.dir())
+        .unwrap()
+        .issue(&Leaf {
+            valid_years: Some((2000, 2001)),
+            ..certs::client_leaf("admin")
+        })
+        .unwrap();
+    std::fs::write(certs.path("old.pem"), &expired.cert_pem).unwrap();
+    std::fs::write(certs.path("old-key.pem"), &expired.key_pem).unwrap();
+    let old = Some((certs.path("old.pem"), certs.path("old-key.pem")));
+    assert!(refused(&server, raw_client(&certs.path("ca.pem"), old)).await);
+    eventually("the refusal is logged", WAIT, || {
+        let log = server.log();
+        async move {
+            (log.contains("TLS handshake failed") && log.to_lowercase().contains("expired"))
+                .then_some(())
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_silent_handshake_is_closed_after_the_timeout() {
     let certs = Certs::generate(1, &["admin"]);
