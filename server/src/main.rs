@@ -161,8 +161,9 @@ impl TlsArgs {
 
 #[derive(clap::Subcommand, Debug)]
 enum Command {
-    /// Write a development CA and certificates for an ensemble and its clients into
-    /// DIR: ca.pem, ca-key.pem; per member N server-N.pem/-key.pem (client port,
+    /// Write a development CA and certificates for an ensemble and its clients.
+    ///
+    /// Into DIR: ca.pem, ca-key.pem; per member N server-N.pem/-key.pem (client port,
     /// SANs 127.0.0.1, ::1, localhost) and peer-N.pem/-key.pem (DNS SAN
     /// concord-peer-N); per client NAME.pem/-key.pem (CN = NAME). Keys are 0600.
     Certs(CertsArgs),
