@@ -13,9 +13,13 @@
 //! `local_identity`. `Policy` maps an identity to its access: an admin (the whole
 //! tree), a team member (rooted in the team's namespace), or nobody in particular.
 //!
+//! On the peer port, `peers` names the member a connection comes from by its
+//! certificate (an interceptor on every peer route).
+//!
 //! The services call this module, never the other way round.
 
 mod identity;
+pub mod peers;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
 
