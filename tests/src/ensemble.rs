@@ -37,14 +37,24 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
     ) -> Ensemble {
-        Ensemble::start_inner(voters, observers, options, None)
+        Ensemble::start_inner(voters, observers, options, None, &|_| String::new())
+    }
+
+    /// `start`, with top-level TOML lines of its own for each member (`extra(i)`
+    /// for server i + 1: its certificate files, say).
+    pub fn start_with_toml(
+        size: usize,
+        options: ServerOptions,
+        extra: &dyn Fn(usize) -> String,
+    ) -> Ensemble {
+        Ensemble::start_inner(size, 0, options, None, extra)
     }
 
     /// `start`, with a proxy on every peer link: server i reaches server j's peer
     /// address through the proxy (i, j) (its member list names the proxy), so a
     /// test can cut one direction of a link (`proxies.cut`).
     pub fn start_proxied(size: usize, options: ServerOptions) -> Ensemble {
-        Ensemble::start_inner(size, 0, options, Some(Proxies::new()))
+        Ensemble::start_inner(size, 0, options, Some(Proxies::new()), &|_| String::new())
     }
 
     fn start_inner(
@@ -52,6 +62,7 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
         mut proxies: Option<Proxies>,
+        extra: &dyn Fn(usize) -> String,
     ) -> Ensemble {
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
@@ -90,9 +101,11 @@ impl Ensemble {
             .enumerate()
             .map(|(i, (client, peer))| {
                 let path = configs.path().join(format!("concord-{}.toml", i + 1));
+                // Top-level keys before the first [[members]] table.
                 let toml = format!(
-                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}",
+                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}\n{}",
                     i + 1,
+                    extra(i),
                     members[i]
                 );
                 std::fs::write(&path, toml).unwrap();
