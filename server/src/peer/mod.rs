@@ -189,8 +189,10 @@ pub struct Metrics {
     pub reconnects: u64,
     /// Messages received from peers and handed to the inbound channel.
     pub received: u64,
-    /// Inbound streams refused: unknown sender, wrong destination or cluster, or a
-    /// payload that does not decode.
+    /// Inbound streams refused: unknown sender (or, on TLS, another than the
+    /// certificate's member), wrong destination or cluster, or a payload that does
+    /// not decode. Connections refused for their certificate before any request is
+    /// read are not counted here (see `security::peers::PeerAuthorizer::refused`).
     pub rejected: u64,
     /// Messages waiting in the outbound queues now (a gauge, not a counter).
     pub queued: u64,
