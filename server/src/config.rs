@@ -269,10 +269,12 @@ pub struct Member {
     pub peer_addr: SocketAddr,
     /// Voter or observer.
     pub role: Role,
-    /// The identity its peer certificate must carry (URI SAN, else DNS SAN, else
-    /// CN, as for clients) when the peer port runs TLS: the only thing that says a
-    /// peer connection is this member's. Unset: `concord-peer-<id>`, the DNS SAN of
-    /// the certificates `concord certs` makes. Unique among the members.
+    /// The identity its peer certificate must carry when the peer port runs TLS: the
+    /// only thing that says a peer connection is this member's. A DNS name, carried
+    /// as a DNS SAN (servers dialling the member verify it as the server name; a URI
+    /// SAN would take precedence in the identity rule, so peer certificates carry
+    /// none). Unset: `concord-peer-<id>`, what `concord certs` writes. Unique among
+    /// the members.
     #[serde(default)]
     pub peer_identity: Option<String>,
 }
@@ -743,6 +745,8 @@ role = "observer"
         c.members[0].peer_identity = Some("concord-peer-3".into());
         assert!(c.validate().is_err(), "two members with one peer identity");
         c.members[2].peer_identity = Some("spiffe://example.org/concord/3".into());
+        assert!(c.validate().is_err(), "not a DNS name");
+        c.members[2].peer_identity = Some("concord-3.example.org".into());
         c.validate().unwrap();
         let named = THREE.replacen(
             "role = \"voter\"",

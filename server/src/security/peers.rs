@@ -57,9 +57,9 @@ fn identity_of(member: &Member) -> String {
         .unwrap_or_else(|| default_identity(member.id))
 }
 
-/// Checks the members' peer identities: each non-empty, without whitespace or
-/// control characters, and unique (one member's configured identity may not be
-/// another's default either).
+/// Checks the members' peer identities: each a DNS name (what a server dialling the
+/// member verifies its certificate against), and unique (one member's configured
+/// identity may not be another's default either).
 pub fn validate(members: &[Member]) -> Result<(), ConfigError> {
     identities(members).map(|_| ())
 }
@@ -69,13 +69,9 @@ fn identities(members: &[Member]) -> Result<HashMap<String, ServerId>, ConfigErr
     let mut by_identity = HashMap::with_capacity(members.len());
     for m in members {
         let identity = identity_of(m);
-        if identity.is_empty()
-            || identity
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control())
-        {
+        if rustls_pki_types::DnsName::try_from(identity.as_str()).is_err() {
             return Err(ConfigError::Invalid(format!(
-                "member {}: peer_identity {:?} is empty or holds whitespace",
+                "member {}: peer_identity {:?} is not a DNS name",
                 m.id,
                 quoted(&identity)
             )));

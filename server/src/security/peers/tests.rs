@@ -24,11 +24,11 @@ fn member(id: ServerId, identity: Option<&str>) -> Member {
     }
 }
 
-/// Members 1 and 3 by default identity, 2 by a SPIFFE URI.
+/// Members 1 and 3 by default identity, 2 by a name of its own.
 fn three() -> Vec<Member> {
     vec![
         member(1, None),
-        member(2, Some("spiffe://example.org/concord/2")),
+        member(2, Some("concord-2.example.org")),
         member(3, None),
     ]
 }
@@ -50,12 +50,12 @@ fn identities_default_to_concord_peer_id_and_map_back_to_members() {
     );
     assert_eq!(
         peer_identity(&members, 2).as_deref(),
-        Some("spiffe://example.org/concord/2")
+        Some("concord-2.example.org")
     );
     assert_eq!(peer_identity(&members, 4), None);
     let auth = PeerAuthorizer::new(&members, 1).unwrap();
     assert_eq!(auth.member_of("concord-peer-3"), Some(3));
-    assert_eq!(auth.member_of("spiffe://example.org/concord/2"), Some(2));
+    assert_eq!(auth.member_of("concord-2.example.org"), Some(2));
     // Member 2 configured another identity: its default names nobody.
     assert_eq!(auth.member_of("concord-peer-2"), None);
     assert_eq!(auth.member_of("concord-peer-9"), None);
@@ -78,6 +78,8 @@ fn identities_must_be_unique_and_plain() {
     );
     assert!(validate(&[member(1, Some(""))]).is_err(), "empty");
     assert!(validate(&[member(1, Some("a b"))]).is_err(), "whitespace");
+    let uri = "spiffe://example.org/concord/1";
+    assert!(validate(&[member(1, Some(uri))]).is_err(), "not a DNS name");
     assert!(PeerAuthorizer::new(&same, 1).is_err());
 }
 
@@ -87,7 +89,7 @@ fn a_certificate_names_the_member_and_nothing_else_is_admitted() {
     let admit = |info: Option<ConnInfo>| auth.admit(info.as_ref());
     assert_eq!(admit(Some(tls(Some("concord-peer-3")))).unwrap(), Some(3));
     assert_eq!(
-        admit(Some(tls(Some("spiffe://example.org/concord/2")))).unwrap(),
+        admit(Some(tls(Some("concord-2.example.org")))).unwrap(),
         Some(2)
     );
     for refused in [
