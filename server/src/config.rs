@@ -21,6 +21,10 @@
 //! name = "payments"
 //! root = "/teams/payments"    # what its clients see as "/"
 //! identities = ["payments-*"]
+//! [[grants]]                  # seeded once, besides each team's rwcda on its root
+//! path = "/shared/config"
+//! team = "payments"           # or identity = "pattern"
+//! perms = "r"
 //! ```
 
 use std::collections::HashSet;
@@ -175,6 +179,24 @@ pub struct Config {
     pub admins: Vec<String>,
     /// The teams: who belongs to each, and the namespace root its clients see as `/`.
     pub teams: Vec<TeamConfig>,
+    /// Grants seeded into the replicated grant table at bootstrap, besides each
+    /// team's default `rwcda` on its root (docs/security.md, "ACLs"). Each is seeded
+    /// once: changing this list later adds the new grants, never re-adds a revoked one.
+    pub grants: Vec<GrantConfig>,
+}
+
+/// One seeded grant, as `[[grants]]` in the config file lists it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantConfig {
+    /// The subtree's root: an absolute tree path (not relative to a team's root).
+    pub path: String,
+    /// The grantee, an identity name or `*` pattern; exactly one of this and `team`.
+    pub identity: Option<String>,
+    /// The grantee, a team of `[[teams]]`; exactly one of this and `identity`.
+    pub team: Option<String>,
+    /// A non-empty subset of "rwcda".
+    pub perms: String,
 }
 
 /// One team, as `[[teams]]` in the config file lists it.
@@ -242,6 +264,7 @@ impl Default for Config {
             local_identity: "admin".to_owned(),
             admins: vec!["admin".to_owned()],
             teams: Vec::new(),
+            grants: Vec::new(),
         }
     }
 }

@@ -15,6 +15,8 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::security::Grant;
+
 /// A zxid: the epoch in the high 24 bits, a counter in the low 40. Only grows.
 pub type Zxid = u64;
 
@@ -180,6 +182,24 @@ pub enum TxnOp {
     /// A lock or election queue op: the only writes allowed under the reserved
     /// prefix (`tree::queue::RESERVED_PREFIX`).
     Queue(QueueOp),
+    /// A change to the replicated grant table (`security::acl`).
+    Access(AccessOp),
+}
+
+/// Changes to the grant table (see `tree/access.rs` for how they apply).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AccessOp {
+    /// The bootstrap seed: grants each of `grants` not seeded before (a seed grant
+    /// revoked later stays revoked), and creates each of `roots` (a team's namespace
+    /// root), with its missing ancestors, as persistent nodes if missing.
+    Seed {
+        grants: Vec<Grant>,
+        roots: Vec<String>,
+    },
+    /// Adds the permissions of the grant to those of its (path, grantee).
+    Grant(Grant),
+    /// Removes the permissions of the grant from those of its (path, grantee).
+    Revoke(Grant),
 }
 
 /// Ops on the lock and election queues (see `tree/queue.rs` for their rules).

@@ -3,6 +3,8 @@
 //! machine-readable code (`error`), including the failures tonic raises below the
 //! handlers (`framework`). Nothing here knows how storage or Zab work.
 
+mod access;
+mod authz;
 mod cluster;
 mod convert;
 mod election;
@@ -13,6 +15,7 @@ mod session;
 mod tree;
 mod watch;
 
+use concord_proto::v1::access_server::AccessServer;
 use concord_proto::v1::cluster_server::ClusterServer;
 use concord_proto::v1::election_server::ElectionServer;
 use concord_proto::v1::lock_server::LockServer;
@@ -95,7 +98,12 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
+    let access = AccessServer::new(access::AccessService::new(replica.clone()))
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
+    access::spawn_seed(replica.clone(), security.clone());
     let mut routes = Routes::new(Coded::new(Authenticated::new(tree, security.clone())))
+        .add_service(Coded::new(Authenticated::new(access, security.clone())))
         .add_service(Coded::new(Authenticated::new(session, security.clone())))
         .add_service(Coded::new(Authenticated::new(watch, security.clone())))
         .add_service(Coded::new(Authenticated::new(cluster, security.clone())))

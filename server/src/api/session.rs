@@ -10,6 +10,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::authz::View;
 use super::convert::header;
 use super::error::{bad_arguments, error};
 use super::ready_for_read;
@@ -97,6 +98,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        View::of(&request)?;
         let ttl = self.grant(request.into_inner().ttl_ms)?;
         let op = TxnOp::OpenSession { ttl_ms: ms(ttl) };
         let committed = self.replica.submit(0, 0, op).await?;
@@ -118,6 +120,7 @@ impl Session for SessionService {
         &self,
         request: Request<Streaming<pb::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        View::of(&request)?;
         let mut pings = request.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_MAX);
         let replica = self.replica.clone();
@@ -144,6 +147,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        View::of(&request)?;
         let session_id = request.into_inner().session_id;
         let op = TxnOp::CloseSession {
             session_id,
@@ -160,13 +164,19 @@ impl Session for SessionService {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
+        let view = View::of(&request)?;
         let r = request.into_inner();
         ready_for_read(&self.replica, r.min_zxid, false).await?;
         let session_id = r.session_id;
         let zxid = self.replica.applied_zxid();
-        let info = self
+        let mut info = self
             .info(session_id, true)
             .ok_or_else(|| no_session(session_id))?;
+        // Ephemerals (and queue nodes) as the caller names them; others not at all.
+        info.ephemerals = std::mem::take(&mut info.ephemerals)
+            .into_iter()
+            .filter_map(|p| view.ns.key_out(&p))
+            .collect();
         Ok(Response::new(pb::GetSessionResponse {
             header: header(self.replica.server_id(), zxid),
             session: Some(info),
@@ -177,6 +187,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        View::of(&request)?;
         let r = request.into_inner();
         let after = match r.page_token.as_str() {
             "" => 0,

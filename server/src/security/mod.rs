@@ -15,9 +15,13 @@
 //!
 //! The services call this module, never the other way round.
 
+pub mod acl;
 mod identity;
+pub mod namespace;
 
-pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use acl::{ancestors, Denied, Grant, Grantee, Grants, Perms, GRANTS_MAX};
+pub use identity::{glob_matches, Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use namespace::Namespace;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,14 +37,40 @@ use crate::config::{Config, ConfigError};
 #[derive(Clone, Debug)]
 pub struct Security {
     policy: Arc<Policy>,
+    /// What bootstrap seeds into the grant table: the config's `[[grants]]` and
+    /// each team's `rwcda` on its root.
+    seed_grants: Arc<[Grant]>,
+    /// The namespace roots of the teams, created by the seed if missing.
+    seed_roots: Arc<[String]>,
 }
 
 impl Security {
-    /// The policy configured in `config` (teams, admins, the local identity).
+    /// The policy configured in `config` (teams, admins, the local identity, seeded
+    /// grants).
     pub fn new(config: &Config) -> Result<Security, ConfigError> {
+        let policy = Policy::from_config(config)?;
+        let seed_grants = seed_grants(config, &policy)?;
+        let seed_roots = policy
+            .teams()
+            .iter()
+            .filter(|t| t.root != "/")
+            .map(|t| t.root.clone())
+            .collect();
         Ok(Security {
-            policy: Arc::new(Policy::from_config(config)?),
+            policy: Arc::new(policy),
+            seed_grants,
+            seed_roots,
         })
+    }
+
+    /// The grants bootstrap seeds (see `api/access.rs`).
+    pub fn seed_grants(&self) -> &[Grant] {
+        &self.seed_grants
+    }
+
+    /// The team roots bootstrap creates.
+    pub fn seed_roots(&self) -> &[String] {
+        &self.seed_roots
     }
 
     /// The policy in force.
@@ -100,4 +130,47 @@ where
         request.extensions_mut().insert(caller);
         self.inner.call(request)
     }
+}
+
+/// Each team's `rwcda` on its root, then the config's `[[grants]]`, checked.
+fn seed_grants(config: &Config, policy: &Policy) -> Result<Arc<[Grant]>, ConfigError> {
+    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    let mut out: Vec<Grant> = policy
+        .teams()
+        .iter()
+        .map(|t| Grant {
+            path: t.root.clone(),
+            to: Grantee::Team(t.name.clone()),
+            perms: Perms::ALL,
+        })
+        .collect();
+    for g in &config.grants {
+        if let Err(e) = crate::tree::path::validate(&g.path) {
+            return invalid(format!("grant on {:?}: {e}", g.path));
+        }
+        let to = match (&g.identity, &g.team) {
+            (Some(id), None) if !id.is_empty() => Grantee::Identity(id.clone()),
+            (None, Some(team)) if policy.team(team).is_some() => Grantee::Team(team.clone()),
+            (None, Some(team)) => {
+                return invalid(format!("grant on {:?}: no team {team:?}", g.path))
+            }
+            _ => {
+                return invalid(format!(
+                    "grant on {:?}: name exactly one of identity and team",
+                    g.path
+                ))
+            }
+        };
+        let perms = match Perms::parse(&g.perms) {
+            Ok(p) if !p.is_empty() => p,
+            Ok(_) => return invalid(format!("grant on {:?}: perms is empty", g.path)),
+            Err(e) => return invalid(format!("grant on {:?}: {e}", g.path)),
+        };
+        out.push(Grant {
+            path: g.path.clone(),
+            to,
+            perms,
+        });
+    }
+    Ok(out.into())
 }

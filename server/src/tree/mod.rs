@@ -18,6 +18,7 @@
 
 pub mod path;
 
+mod access;
 mod apply;
 mod digest;
 mod ops;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::security::Grants;
 use crate::txn::{CreateMode, Zxid};
 use path::clip;
 
@@ -118,6 +120,8 @@ pub enum TxnResult {
     },
     /// A housekeeping delete happened.
     Reaped,
+    /// The grant table changed (or was already as asked).
+    AccessChanged,
 }
 
 /// Why a txn did not apply. Deterministic: every server gets the same error.
@@ -212,4 +216,6 @@ pub struct DataTree {
     /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
     /// Derived from `nodes`; not in snapshots.
     pub(crate) reap_candidates: imbl::OrdSet<String>,
+    /// Who may do what where (`security::acl`); changed only by `TxnOp::Access`.
+    pub(crate) grants: Grants,
 }

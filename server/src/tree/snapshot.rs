@@ -2,8 +2,12 @@
 //!
 //! ```text
 //!   "CNCDSNAP" | format u8 | postcard(last_zxid) | postcard(sessions)
+//!            | postcard(grants, seeded)           (format 2 only)
 //!            | node record* (postcard, pre-order) | crc32 (LE) of all before it
 //! ```
+//!
+//! Format 2 adds the grant table (`security::acl`); format 1 snapshots (written
+//! before grants existed) still load, with an empty table (the next seed fills it).
 //!
 //! Nodes are written in pre-order from the root, siblings sorted, each as (depth,
 //! name, data, stat, mode, ttl_ms): a name instead of a full path keeps deep trees
@@ -26,12 +30,15 @@ use super::ops::is_reap_candidate;
 use super::path;
 use super::stored::StoredOutcome;
 use super::{DataTree, Node, SessionEntry, Stat};
+use crate::security::{Grant, Grantee, Grants, Perms, GRANTS_MAX};
 use crate::txn::{CreateMode, Zxid};
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"CNCDSNAP";
-/// The format written after the magic.
+/// The format of snapshots without a grant table (still read).
 const FORMAT_V1: u8 = 1;
+/// The format written after the magic: format 1 plus the grant table.
+const FORMAT_V2: u8 = 2;
 /// Magic, format byte.
 const HEADER_BYTES: usize = MAGIC.len() + 1;
 /// The crc32 trailer.
@@ -117,7 +124,7 @@ impl DataTree {
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let mut out = Vec::with_capacity(64 * self.nodes.len() + 64);
         out.extend_from_slice(MAGIC);
-        out.push(FORMAT_V1);
+        out.push(FORMAT_V2);
         put(&mut out, &self.last_zxid).map_err(encode_failed)?;
         let sessions: Vec<SessionRecord> = self
             .sessions
@@ -133,6 +140,9 @@ impl DataTree {
             })
             .collect();
         put(&mut out, &sessions).map_err(encode_failed)?;
+        let grants: Vec<Grant> = self.grants.all().collect();
+        let seeded: Vec<&(String, Grantee)> = self.grants.seeded().collect();
+        put(&mut out, &(grants, seeded)).map_err(encode_failed)?;
         let written = self.encode_nodes(&mut out).map_err(encode_failed)?;
         if written != self.nodes.len() {
             return Err(SnapshotError::Encode(format!(
@@ -174,14 +184,21 @@ impl DataTree {
 
     /// Decodes what `encode_snapshot` wrote, checking it thoroughly.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
-        let body = checked_body(bytes)?;
+        let (format, body) = checked_body(bytes)?;
         let (last_zxid, rest): (Zxid, _) = postcard::take_from_bytes(body)?;
-        let (sessions, rest): (Vec<SessionRecord>, _) = postcard::take_from_bytes(rest)?;
+        let (sessions, mut rest): (Vec<SessionRecord>, _) = postcard::take_from_bytes(rest)?;
+        let mut grants = Grants::new();
+        if format >= FORMAT_V2 {
+            let (table, after): (GrantsRecord, _) = postcard::take_from_bytes(rest)?;
+            grants = decode_grants(table)?;
+            rest = after;
+        }
         let mut tree = DataTree {
             nodes: imbl::HashMap::new(),
             sessions: decode_sessions(sessions)?,
             last_zxid,
             reap_candidates: imbl::OrdSet::new(),
+            grants,
         };
         tree.decode_nodes(rest)?;
         tree.check_decoded()?;
@@ -285,8 +302,30 @@ fn record<'a>(depth: u32, name: &'a str, node: &Node) -> NodeRecord<'a> {
     }
 }
 
-/// The bytes between the header and the crc, once both check out.
-fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
+/// The grant table as written: every grant, and every seeded (path, grantee).
+type GrantsRecord = (Vec<Grant>, Vec<(String, Grantee)>);
+
+/// Rebuilds the grant table, checking paths and the bound.
+fn decode_grants((grants, seeded): GrantsRecord) -> Result<Grants, SnapshotError> {
+    if grants.len() > GRANTS_MAX || seeded.len() > GRANTS_MAX.saturating_mul(2) {
+        return Err(malformed("too many grants"));
+    }
+    for p in grants
+        .iter()
+        .map(|g| &g.path)
+        .chain(seeded.iter().map(|s| &s.0))
+    {
+        path::validate(p).map_err(|r| malformed(format!("grant on {p:?}: {r}")))?;
+    }
+    let grants = grants.into_iter().map(|g| Grant {
+        perms: Perms::from_bits(g.perms.bits()),
+        ..g
+    });
+    Ok(Grants::from_parts(grants, seeded))
+}
+
+/// The format byte and the bytes between the header and the crc, once both check out.
+fn checked_body(bytes: &[u8]) -> Result<(u8, &[u8]), SnapshotError> {
     if bytes.len() < HEADER_BYTES + CRC_BYTES {
         return Err(malformed(format!("only {} bytes", bytes.len())));
     }
@@ -294,8 +333,10 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
         return Err(malformed("bad magic"));
     }
     let format = bytes[MAGIC.len()];
-    if format != FORMAT_V1 {
-        return Err(malformed(format!("unknown format {format}")));
+    if format != FORMAT_V1 && format != FORMAT_V2 {
+        return Err(malformed(format!(
+            "unknown format {format} (this server reads formats {FORMAT_V1} and {FORMAT_V2})"
+        )));
     }
     let (covered, trailer) = bytes.split_at(bytes.len() - CRC_BYTES);
     let mut crc = [0u8; CRC_BYTES];
@@ -303,7 +344,7 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
     if crc32fast::hash(covered) != u32::from_le_bytes(crc) {
         return Err(malformed("crc mismatch"));
     }
-    Ok(&covered[HEADER_BYTES..])
+    Ok((format, &covered[HEADER_BYTES..]))
 }
 
 /// Rebuilds the session table (ephemerals are filled in from the nodes).
