@@ -341,4 +341,36 @@ mod tests {
             assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
         }
     }
+
+    #[test]
+    fn access_ops_round_trip() {
+        use crate::security::{Grantee, Perms};
+        let grant = Grant {
+            path: "/teams/pay".into(),
+            to: Grantee::Team("pay".into()),
+            perms: Perms::ALL,
+        };
+        let ops = [
+            AccessOp::Seed {
+                grants: vec![grant.clone()],
+                roots: vec!["/teams/pay".into()],
+            },
+            AccessOp::Grant(grant.clone()),
+            AccessOp::Revoke(Grant {
+                to: Grantee::Identity("pay-*".into()),
+                ..grant
+            }),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            let txn = Txn {
+                zxid: make_zxid(3, i as u64 + 1),
+                time_ms: 1,
+                session_id: 0,
+                request_id: 0,
+                fence: None,
+                op: TxnOp::Access(op),
+            };
+            assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
+        }
+    }
 }

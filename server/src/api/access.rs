@@ -194,7 +194,7 @@ pub(super) fn spawn_seed(replica: Replica, security: Security) {
 }
 
 /// Submits the seed until one applies (or nothing is missing, or it gave up).
-async fn seed(replica: &Replica, security: &Security) {
+pub(super) async fn seed(replica: &Replica, security: &Security) {
     let mut wait = Duration::from_millis(50);
     for _ in 0..SEED_TRIES_MAX {
         if !seed_missing(replica, security) {

@@ -114,3 +114,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     *routes.axum_router_mut() = router.fallback(framework::unknown_service);
     routes
 }
+
+#[cfg(test)]
+#[path = "security_tests.rs"]
+mod security_tests;

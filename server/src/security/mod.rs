@@ -174,3 +174,59 @@ fn seed_grants(config: &Config, policy: &Policy) -> Result<Arc<[Grant]>, ConfigE
     }
     Ok(out.into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{GrantConfig, TeamConfig};
+
+    fn config(grants: Vec<GrantConfig>) -> Config {
+        Config {
+            teams: vec![TeamConfig {
+                name: "pay".into(),
+                root: "/teams/pay".into(),
+                identities: vec!["pay-*".into()],
+            }],
+            grants,
+            ..Config::default()
+        }
+    }
+
+    fn grant(path: &str, identity: Option<&str>, team: Option<&str>, perms: &str) -> GrantConfig {
+        GrantConfig {
+            path: path.into(),
+            identity: identity.map(Into::into),
+            team: team.map(Into::into),
+            perms: perms.into(),
+        }
+    }
+
+    #[test]
+    fn the_seed_is_each_teams_root_then_the_configured_grants() {
+        let s = Security::new(&config(vec![grant("/shared", None, Some("pay"), "r")])).unwrap();
+        assert_eq!(
+            s.seed_grants(),
+            [
+                Grant {
+                    path: "/teams/pay".into(),
+                    to: Grantee::Team("pay".into()),
+                    perms: Perms::ALL,
+                },
+                Grant {
+                    path: "/shared".into(),
+                    to: Grantee::Team("pay".into()),
+                    perms: Perms::READ,
+                },
+            ]
+        );
+        assert_eq!(s.seed_roots(), ["/teams/pay".to_string()]);
+        let bad = |g| Security::new(&config(vec![g])).is_err();
+        assert!(bad(grant("rel", Some("x"), None, "r")));
+        assert!(bad(grant("/a", Some("x"), Some("pay"), "r")));
+        assert!(bad(grant("/a", None, None, "r")));
+        assert!(bad(grant("/a", None, Some("nosuch"), "r")));
+        assert!(bad(grant("/a", Some("x"), None, "")));
+        assert!(bad(grant("/a", Some("x"), None, "rq")));
+        assert!(!bad(grant("/a", Some("x-*"), None, "rwcda")));
+    }
+}
