@@ -315,6 +315,8 @@ async fn an_unmapped_identity_may_only_ask_who_it_is() {
     };
     denied(s.election.leader(req(&stranger, leader)).await);
     denied(s.grant(&stranger, "/", To::Identity("stranger"), "r").await);
+    let close = pb::CloseSessionRequest { session_id: 1 };
+    denied(s.session.close(req(&stranger, close)).await);
     let me = s
         .cluster
         .who_am_i(req(&stranger, pb::WhoAmIRequest {}))
@@ -671,4 +673,153 @@ async fn a_team_cannot_reach_another_teams_tree_locks_elections_or_ephemerals() 
     let queues = s.replica.read(|t| t.walk("/concord", true).len());
     assert_eq!(queues, queues_before + 2, "only pay's own queue was added");
     assert!(s.get(&search, "/x").await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_elections_need_w_to_act_and_r_to_observe_on_the_namespace_root() {
+    let s = start().await;
+    let admin = s.caller("admin");
+    let (reader, nobody) = (s.caller("pay-1"), s.caller("pay-2"));
+    let session = s.open(&reader).await;
+    let admin_session = s.open(&admin).await;
+    // An admin holds pay's lock "l" and leads pay's election "e" (by their full names).
+    let acquire = |name: &str, session_id| pb::AcquireRequest {
+        name: name.into(),
+        session_id,
+        ..Default::default()
+    };
+    let held = s
+        .lock
+        .acquire(req(&admin, acquire("pay:l", admin_session)))
+        .await
+        .unwrap()
+        .into_inner();
+    let campaign = |name: &str, session_id| pb::CampaignRequest {
+        election: name.into(),
+        session_id,
+        ..Default::default()
+    };
+    let leader = s
+        .election
+        .campaign(req(&admin, campaign("pay:e", admin_session)))
+        .await
+        .unwrap()
+        .into_inner()
+        .leader
+        .unwrap();
+    s.revoke(&admin, "/teams/pay", To::Team("pay"), "rwcda")
+        .await
+        .unwrap();
+    s.grant(&admin, "/teams/pay", To::Identity("pay-1"), "r")
+        .await
+        .unwrap();
+    let team_key = "/concord/locks/l/0000000000";
+    assert_eq!(held.key, "/concord/locks/pay:l/0000000000");
+    // Acting needs `w`.
+    denied(s.lock.acquire(req(&reader, acquire("l", session))).await);
+    denied(
+        s.lock
+            .try_acquire(req(&reader, acquire("l", session)))
+            .await,
+    );
+    let release = pb::ReleaseRequest {
+        key: team_key.into(),
+        token: held.token,
+    };
+    denied(s.lock.release(req(&reader, release)).await);
+    denied(
+        s.election
+            .campaign(req(&reader, campaign("e", session)))
+            .await,
+    );
+    let team_leader_key = "/concord/elections/e/0000000000";
+    let proclaim = pb::ProclaimRequest {
+        key: team_leader_key.into(),
+        term: leader.term,
+        value: Bytes::new(),
+    };
+    denied(s.election.proclaim(req(&reader, proclaim)).await);
+    let resign = pb::ResignRequest {
+        key: team_leader_key.into(),
+        term: leader.term,
+    };
+    denied(s.election.resign(req(&reader, resign)).await);
+    // Observing needs `r`, and answers in the team's names.
+    for who in [&reader, &nobody] {
+        let allowed = who == &reader;
+        let waiters = s
+            .lock
+            .waiters(req(who, pb::WaitersRequest { name: "l".into() }))
+            .await;
+        let validate = pb::ValidateRequest {
+            key: team_key.into(),
+            token: held.token,
+        };
+        let valid = s.lock.validate(req(who, validate)).await;
+        let led = s
+            .election
+            .leader(req(
+                who,
+                pb::LeaderRequest {
+                    election: "e".into(),
+                },
+            ))
+            .await;
+        let parts = pb::ParticipantsRequest {
+            election: "e".into(),
+        };
+        let parts = s.election.participants(req(who, parts)).await;
+        if allowed {
+            assert_eq!(waiters.unwrap().into_inner().entries[0].key, team_key);
+            assert!(valid.unwrap().into_inner().valid);
+            let led = led.unwrap().into_inner().leader.unwrap();
+            assert_eq!(
+                (led.key.as_str(), led.election.as_str()),
+                (team_leader_key, "e")
+            );
+            assert_eq!(parts.unwrap().into_inner().participants.len(), 1);
+        } else {
+            denied(waiters);
+            denied(valid);
+            denied(led);
+            denied(parts);
+        }
+    }
+    // An open Observe ends with PERMISSION_DENIED once its `r` is revoked.
+    let observe = pb::ObserveRequest {
+        election: "e".into(),
+    };
+    denied(s.election.observe(req(&nobody, observe.clone())).await);
+    let mut stream = s
+        .election
+        .observe(req(&reader, observe))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(WAIT, stream.next()).await.unwrap();
+    let first = first.unwrap().unwrap().leader.unwrap();
+    assert_eq!(first.key, team_leader_key);
+    s.revoke(&admin, "/teams/pay", To::Identity("pay-1"), "r")
+        .await
+        .unwrap();
+    let resign = pb::ResignRequest {
+        key: leader.key.clone(),
+        term: leader.term,
+    };
+    s.election.resign(req(&admin, resign)).await.unwrap();
+    let next = tokio::time::timeout(WAIT, stream.next()).await.unwrap();
+    denied(next.unwrap());
+    // The admin's hold is untouched by all of it.
+    let validate = pb::ValidateRequest {
+        key: held.key,
+        token: held.token,
+    };
+    assert!(
+        s.lock
+            .validate(req(&admin, validate))
+            .await
+            .unwrap()
+            .into_inner()
+            .valid
+    );
 }

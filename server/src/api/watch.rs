@@ -253,7 +253,7 @@ async fn stream_watch(
 /// Sends the initial snapshot one node per message as the walk finds them (never
 /// the whole list); false once the client has gone.
 async fn send_snapshot(tx: &Tx, filter: &Filter, walk: SnapshotWalk, with_data: bool) -> bool {
-    // The snapshot is as of its zxid: so are the grants it is checked against.
+    // Checked against the grants when the walk starts.
     let grants = filter.grants();
     for (path, node) in walk {
         let Some(path) = filter.visible(&grants, &path) else {
