@@ -148,8 +148,21 @@ impl View {
                 index,
                 source: Box::new(self.tree_error_out(*source)),
             },
-            e @ (E::SessionExpired { .. } | E::BadArguments(_)) => e,
+            E::BadArguments(m) => E::BadArguments(self.ns.queue_text_out(&m)),
+            e @ E::SessionExpired { .. } => e,
         }
+    }
+
+    /// The tree path of a lock or election key (Release, Validate, Proclaim,
+    /// Resign); BAD_ARGUMENTS, naming the key as given, if it is not one.
+    pub(crate) fn queue_key_in(&self, key: &str) -> Result<String, Status> {
+        if !Namespace::is_queue_key(key) {
+            return Err(error(
+                ErrorCode::BadArguments,
+                format!("{} is not a lock or election queue member", clip(key)),
+            ));
+        }
+        Ok(self.ns.key_in(key))
     }
 
     /// A recipe error with its keys as the caller sees them.

@@ -113,7 +113,7 @@ impl Election for ElectionService {
         }
         let zxid = self
             .recipes
-            .update(&view.ns.key_in(&r.key), r.term, value)
+            .update(&view.queue_key_in(&r.key)?, r.term, value)
             .await
             .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ProclaimResponse {
@@ -132,7 +132,7 @@ impl Election for ElectionService {
         }
         let zxid = self
             .recipes
-            .leave(&view.ns.key_in(&r.key), r.term)
+            .leave(&view.queue_key_in(&r.key)?, r.term)
             .await
             .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ResignResponse {

@@ -142,7 +142,7 @@ impl Lock for LockService {
         let r = request.into_inner();
         let zxid = self
             .recipes
-            .leave(&view.ns.key_in(&r.key), r.token)
+            .leave(&view.queue_key_in(&r.key)?, r.token)
             .await
             .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ReleaseResponse {

@@ -478,6 +478,14 @@ async fn watches_deliver_only_what_the_caller_may_read_now() {
     s.create(&admin, "/teams/search/x").await.unwrap();
     s.create(&admin, "/teams/pay/a").await.unwrap();
     assert_eq!(next_event(&mut stream).await.path, "/a");
+    // A one-shot watch, not to be used up by an event it may not see (below).
+    let once = pb::WatchRequest {
+        path: "/".into(),
+        recursive: true,
+        once: true,
+        ..Default::default()
+    };
+    let mut once = s.watch.watch(req(&pay1, once)).await.unwrap().into_inner();
     // Revoked while open: the very next event is hidden.
     s.revoke(&admin, "/teams/pay", To::Team("pay"), "rwcda")
         .await
@@ -485,6 +493,16 @@ async fn watches_deliver_only_what_the_caller_may_read_now() {
     s.create(&admin, "/teams/pay/hidden").await.unwrap();
     s.create(&admin, "/teams/pay/vis/child").await.unwrap();
     assert_eq!(next_event(&mut stream).await.path, "/vis/child");
+    // Its first event was /hidden, which it may not see: it fires on /vis/child.
+    assert_eq!(next_event(&mut once).await.path, "/vis/child");
+    let end = tokio::time::timeout(WAIT, async {
+        while let Some(msg) = once.next().await {
+            if let Some(pb::watch_response::Msg::Event(e)) = msg.unwrap().msg {
+                panic!("a one-shot watch sent a second event: {e:?}");
+            }
+        }
+    });
+    end.await.unwrap();
     // Registering needs `r` on the watched path.
     let watch = pb::WatchRequest {
         path: "/a".into(),

@@ -89,7 +89,10 @@ impl Watch for WatchService {
             path: at,
             recursive: r.recursive,
             kinds: kinds(&r.kinds)?,
-            once: r.once,
+            // A team caller's one-shot watch stays registered until an event it may
+            // read is sent (this stream then ends it): a hidden first event must not
+            // use it up.
+            once: r.once && view.is_admin(),
             with_data: r.with_data,
         };
         let interval = match r.progress_interval_ms {

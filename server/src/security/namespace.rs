@@ -147,6 +147,32 @@ impl Namespace {
             .unwrap_or_else(|| "(outside your namespace)".to_string())
     }
 
+    /// `text` with the caller's own queue folders written as it names them
+    /// ("/concord/locks/payments:x" becomes "/concord/locks/x"), for messages that
+    /// carry a queue path inside free text.
+    pub fn queue_text_out(&self, text: &str) -> String {
+        if self.queue_prefix.is_empty() {
+            return text.to_string();
+        }
+        let mut out = text.to_string();
+        for folder in [LOCKS_ROOT, ELECTIONS_ROOT] {
+            out = out.replace(
+                &format!("{folder}/{}", self.queue_prefix),
+                &format!("{folder}/"),
+            );
+        }
+        out
+    }
+
+    /// Whether `key` names a place in a lock or election queue (its shape only).
+    pub fn is_queue_key(key: &str) -> bool {
+        [LOCKS_ROOT, ELECTIONS_ROOT].iter().any(|folder| {
+            key.strip_prefix(folder)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|rest| rest.contains('/'))
+        })
+    }
+
     /// The client name of a queue folder's name (None: not the caller's queue).
     pub fn queue_name_out<'a>(&self, name: &'a str) -> Option<&'a str> {
         name.strip_prefix(self.queue_prefix.as_str())
@@ -218,6 +244,13 @@ mod tests {
         assert_eq!(pay.queue_name_out("pay:x"), Some("x"));
         assert_eq!(pay.queue_name_out("search:x"), None);
         assert_eq!(queue_of(&tree), "pay:x");
+        assert_eq!(
+            pay.queue_text_out("/concord/locks/pay:x has 2 permits"),
+            "/concord/locks/x has 2 permits"
+        );
+        assert!(Namespace::is_queue_key(key));
+        assert!(!Namespace::is_queue_key("/concord/locks/x"));
+        assert!(!Namespace::is_queue_key("/teams/pay/a"));
         // Admins see queue names as they are.
         assert_eq!(Namespace::whole().key_in(&tree), tree);
     }
