@@ -1,7 +1,9 @@
 //! The client-facing gRPC services (`concord.v1`): validate input, convert it, submit
 //! writes to the replica or read its tree, and map every failure to a status with a
 //! machine-readable code (`error`), including the failures tonic raises below the
-//! handlers (`framework`). Nothing here knows how storage or Zab work.
+//! handlers (`framework`). Every handler first takes its caller's view (`authz`):
+//! namespace mapping and permission checks, asked of `security`. Nothing here knows
+//! how storage or Zab work.
 
 mod access;
 mod authz;

@@ -9,7 +9,9 @@
 //!
 //! The replicated session table lives here too, because ephemeral nodes and retry
 //! de-duplication depend on it at apply time. Deadlines (liveness) do not: they are
-//! in `session/`.
+//! in `session/`. The grant table lives here too (`security::Grants`, changed only by
+//! `TxnOp::Access`, see access.rs), so that every server checks permissions against
+//! the same state at the same zxid.
 //!
 //! Nodes are kept in persistent (structurally shared) maps, so `clone()` is O(1):
 //! a snapshot is a clone taken between two applies and serialized off the write path.
