@@ -37,14 +37,20 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
     ) -> Ensemble {
-        Ensemble::start_inner(voters, observers, options, None)
+        Ensemble::start_inner(voters, observers, options, None, "")
+    }
+
+    /// `start`, with `toml` (top-level keys and tables, such as `[[teams]]`) added
+    /// to every member's config file.
+    pub fn start_with_config(size: usize, options: ServerOptions, toml: &str) -> Ensemble {
+        Ensemble::start_inner(size, 0, options, None, toml)
     }
 
     /// `start`, with a proxy on every peer link: server i reaches server j's peer
     /// address through the proxy (i, j) (its member list names the proxy), so a
     /// test can cut one direction of a link (`proxies.cut`).
     pub fn start_proxied(size: usize, options: ServerOptions) -> Ensemble {
-        Ensemble::start_inner(size, 0, options, Some(Proxies::new()))
+        Ensemble::start_inner(size, 0, options, Some(Proxies::new()), "")
     }
 
     fn start_inner(
@@ -52,6 +58,7 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
         mut proxies: Option<Proxies>,
+        extra_toml: &str,
     ) -> Ensemble {
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
@@ -90,8 +97,9 @@ impl Ensemble {
             .enumerate()
             .map(|(i, (client, peer))| {
                 let path = configs.path().join(format!("concord-{}.toml", i + 1));
+                // Top-level keys first: after a [[members]] table they would be its.
                 let toml = format!(
-                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}",
+                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{extra_toml}\n{}",
                     i + 1,
                     members[i]
                 );

@@ -162,3 +162,55 @@ async fn a_team_member_sees_its_namespace_root_as_slash() {
     assert_eq!(perms, ["r", "rcda"], "{:?}", me.grants);
     assert!(client.get("/jobs", ReadOptions::default()).await.is_ok());
 }
+
+/// On an ensemble every server seeds at start (idempotently): each answers with the
+/// same grants, and a grant changed through one server holds on the others once
+/// they have applied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_server_of_an_ensemble_seeds_the_same_grants_once() {
+    let ensemble = concord_tests::Ensemble::start_with_config(
+        3,
+        ServerOptions::default(),
+        CONFIG.trim_start(),
+    );
+    ensemble.leader(WAIT).await;
+    let clients: Vec<Client> = ensemble
+        .servers
+        .iter()
+        .map(|s| Client::connect_lazy(s.endpoint()).unwrap())
+        .collect();
+    for client in &clients {
+        let grants = seeded(client).await;
+        assert!(grants.iter().any(|g| g.perms == "rwcda"), "{grants:?}");
+    }
+    let created = clients[0]
+        .create("/x", "", CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(created.path, "/x");
+    let zxid = clients[1]
+        .revoke("/", &Grantee::Team("pay".into()), "c")
+        .await
+        .unwrap();
+    for client in &clients {
+        let read = ReadOptions::at_least(zxid.max(created.zxid));
+        assert!(client.get("/x", read).await.is_ok());
+        let top = client
+            .children_all("/", &ChildrenOptions::default())
+            .await
+            .unwrap();
+        let names: Vec<_> = top.children.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["x"]);
+        let me = client.who_am_i().await.unwrap();
+        let perms: Vec<_> = me.grants.iter().map(|g| g.perms.as_str()).collect();
+        assert_eq!(perms, ["r", "rwda"]);
+        let denied = client.create("/y", "", CreateOptions::default()).await;
+        assert_eq!(
+            denied.unwrap_err().code(),
+            concord::ErrorCode::PermissionDenied
+        );
+    }
+    let status = ensemble.status(2).await.unwrap();
+    // The root, /teams, the two team roots and /x: the roots were created once.
+    assert_eq!(status.node_count, 5);
+}
