@@ -13,6 +13,7 @@ const PROTOS: &[&str] = &[
     "concord/v1/cluster.proto",
     "concord/v1/lock.proto",
     "concord/v1/election.proto",
+    "concord/v1/access.proto",
     "google/rpc/error_info.proto",
 ];
 

@@ -5,7 +5,8 @@
 //!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
 //!    ├── open_session → Session  (background keep-alive task, state watch)
 //!    ├── watch        → Watch    (stream of messages, optional resume)
-//!    └── acquire/release/campaign/... → locks and elections (recipes.rs)
+//!    ├── acquire/release/campaign/... → locks and elections (recipes.rs)
+//!    └── who_am_i, grant/revoke/list_grants → identity and ACLs (access.rs)
 //!  Error ─ code (proto ErrorCode), is_retry_safe(), is_indeterminate()
 //! ```
 //!
@@ -22,6 +23,7 @@
 //! The SDK sends each call once; it retries only where it owns a stream (keep-alives,
 //! resumed watches). Generated proto types are re-exported as [`proto`].
 
+pub mod access;
 pub mod client;
 pub mod error;
 pub mod op;
@@ -34,6 +36,7 @@ pub mod watch;
 /// The generated `concord.v1` messages and clients.
 pub use concord_proto::v1 as proto;
 
+pub use access::{Grant, Grantee, WhoAmI};
 pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,

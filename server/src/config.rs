@@ -29,6 +29,11 @@
 //! peer_cert_file = "certs/peer-1.pem"     # mTLS between the members
 //! peer_key_file = "certs/peer-1-key.pem"
 //! peer_trusted_ca_file = "certs/ca.pem"
+//!
+//! [[grants]]                  # seeded once, besides each team's rwcda on its root
+//! path = "/shared/config"
+//! team = "payments"           # or identity = "pattern"
+//! perms = "r"
 //! ```
 
 use std::collections::HashSet;
@@ -212,6 +217,10 @@ pub struct Config {
     /// Where a client certificate's identity comes from: the first of these the
     /// leaf certificate has (`uri_san`, `dns_san`, `cn`).
     pub identity_from: Vec<IdentitySource>,
+    /// Grants seeded into the replicated grant table at bootstrap, besides each
+    /// team's default `rwcda` on its root (docs/security.md, "ACLs"). Each is seeded
+    /// once: changing this list later adds the new grants, never re-adds a revoked one.
+    pub grants: Vec<GrantConfig>,
 }
 
 /// A place in a client certificate an identity can be taken from.
@@ -224,6 +233,20 @@ pub enum IdentitySource {
     DnsSan,
     /// The subject's (first) common name.
     Cn,
+}
+
+/// One seeded grant, as `[[grants]]` in the config file lists it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GrantConfig {
+    /// The subtree's root: an absolute tree path (not relative to a team's root).
+    pub path: String,
+    /// The grantee, an identity name or `*` pattern; exactly one of this and `team`.
+    pub identity: Option<String>,
+    /// The grantee, a team of `[[teams]]`; exactly one of this and `identity`.
+    pub team: Option<String>,
+    /// A non-empty subset of "rwcda".
+    pub perms: String,
 }
 
 /// One team, as `[[teams]]` in the config file lists it.
@@ -305,6 +328,8 @@ impl Default for Config {
                 IdentitySource::DnsSan,
                 IdentitySource::Cn,
             ],
+
+            grants: Vec::new(),
         }
     }
 }

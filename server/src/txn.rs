@@ -15,6 +15,8 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::security::Grant;
+
 /// A zxid: the epoch in the high 24 bits, a counter in the low 40. Only grows.
 pub type Zxid = u64;
 
@@ -189,6 +191,24 @@ pub enum TxnOp {
         ttl_ms: i64,
         owner: String,
     },
+    /// A change to the replicated grant table (`security::acl`).
+    Access(AccessOp),
+}
+
+/// Changes to the grant table (see `tree/access.rs` for how they apply).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AccessOp {
+    /// The bootstrap seed: grants each of `grants` not seeded before (a seed grant
+    /// revoked later stays revoked), and creates each of `roots` (a team's namespace
+    /// root), with its missing ancestors, as persistent nodes if missing.
+    Seed {
+        grants: Vec<Grant>,
+        roots: Vec<String>,
+    },
+    /// Adds the permissions of the grant to those of its (path, grantee).
+    Grant(Grant),
+    /// Removes the permissions of the grant from those of its (path, grantee).
+    Revoke(Grant),
 }
 
 /// Ops on the lock and election queues (see `tree/queue.rs` for their rules).
@@ -355,5 +375,37 @@ mod tests {
             ..old
         };
         assert_eq!(Txn::decode(&owned.encode()).unwrap(), owned);
+    }
+
+    #[test]
+    fn access_ops_round_trip() {
+        use crate::security::{Grantee, Perms};
+        let grant = Grant {
+            path: "/teams/pay".into(),
+            to: Grantee::Team("pay".into()),
+            perms: Perms::ALL,
+        };
+        let ops = [
+            AccessOp::Seed {
+                grants: vec![grant.clone()],
+                roots: vec!["/teams/pay".into()],
+            },
+            AccessOp::Grant(grant.clone()),
+            AccessOp::Revoke(Grant {
+                to: Grantee::Identity("pay-*".into()),
+                ..grant
+            }),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            let txn = Txn {
+                zxid: make_zxid(3, i as u64 + 1),
+                time_ms: 1,
+                session_id: 0,
+                request_id: 0,
+                fence: None,
+                op: TxnOp::Access(op),
+            };
+            assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
+        }
     }
 }

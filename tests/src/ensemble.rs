@@ -51,6 +51,12 @@ impl Ensemble {
         Ensemble::start_inner(size, 0, options, None, toml)
     }
 
+    /// `start`, with `toml` (top-level keys and tables, such as `[[teams]]`) added
+    /// to every member's config file.
+    pub fn start_with_config(size: usize, options: ServerOptions, toml: &str) -> Ensemble {
+        Ensemble::start_with_toml(size, options, &|_| toml.to_owned())
+    }
+
     /// `start`, with a proxy on every peer link: server i reaches server j's peer
     /// address through the proxy (i, j) (its member list names the proxy), so a
     /// test can cut one direction of a link (`proxies.cut`).

@@ -89,6 +89,7 @@ async fn t50_list_and_describe_through_reflection() {
         "concord.v1.Cluster",
         "concord.v1.Lock",
         "concord.v1.Election",
+        "concord.v1.Access",
         "grpc.health.v1.Health",
     ] {
         assert!(services.contains(&want), "{want} not listed:\n{listed}");

@@ -70,6 +70,42 @@ impl Cluster for ClusterService {
             leader_serving: r.is_leader(),
         }))
     }
+
+    async fn who_am_i(
+        &self,
+        request: Request<pb::WhoAmIRequest>,
+    ) -> Result<Response<pb::WhoAmIResponse>, Status> {
+        let caller = super::authz::caller_of(&request);
+        Ok(Response::new(self.who_am_i_of(&caller)))
+    }
+}
+
+impl ClusterService {
+    /// `Cluster/WhoAmI`: answers every caller, an unmapped one included.
+    pub(super) fn who_am_i_of(&self, caller: &crate::security::Caller) -> pb::WhoAmIResponse {
+        use crate::security::{Access, Namespace};
+        let r = &self.replica;
+        let (team, namespace_root, grants) = match &caller.access {
+            Access::Admin => (String::new(), "/".to_string(), Vec::new()),
+            Access::Team(t) => {
+                let view = super::authz::View {
+                    caller: caller.clone(),
+                    ns: Namespace::of(caller),
+                };
+                let grants = super::access::grants_of(r, &view);
+                (t.name.clone(), t.root.clone(), grants)
+            }
+            Access::Unmapped => (String::new(), String::new(), Vec::new()),
+        };
+        pb::WhoAmIResponse {
+            header: header(r.server_id(), r.applied_zxid()),
+            identity: caller.identity.to_string(),
+            admin: caller.is_admin(),
+            team,
+            namespace_root,
+            grants,
+        }
+    }
 }
 
 fn role(role: crate::zab::Role) -> pb::Role {

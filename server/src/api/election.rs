@@ -7,12 +7,13 @@ use concord_proto::v1::election_server::Election;
 use futures::Stream;
 use tonic::{Request, Response, Status};
 
+use super::authz::View;
 use super::convert::{header, owned_data, Limits};
 use super::error::bad_arguments;
-use super::lock::timeout_of;
-use super::owner::{caller_of, check_member, check_session};
+use super::lock::{queue_name_in, queue_view, timeout_of};
+use super::owner::{check_member, check_session};
 use crate::recipes::{election_queue, JoinSpec, Recipes};
-use crate::security::Security;
+use crate::security::Perms;
 use crate::tree::queue::QueueEntry;
 use crate::txn::Zxid;
 
@@ -21,18 +22,12 @@ const OBSERVE_BUFFER: usize = 64;
 
 pub struct ElectionService {
     recipes: Recipes,
-    /// Whose sessions may campaign, proclaim and resign (`owner.rs`).
-    security: Security,
     limits: Limits,
 }
 
 impl ElectionService {
-    pub fn new(recipes: Recipes, security: Security, limits: Limits) -> Self {
-        ElectionService {
-            recipes,
-            security,
-            limits,
-        }
+    pub fn new(recipes: Recipes, limits: Limits) -> Self {
+        ElectionService { recipes, limits }
     }
 
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
@@ -41,21 +36,23 @@ impl ElectionService {
 
     fn leader_response(
         &self,
+        view: &View,
         zxid: Zxid,
         leader: Option<QueueEntry>,
         name: &str,
     ) -> pb::LeaderResponse {
         pb::LeaderResponse {
             header: self.header(zxid),
-            leader: leader.map(|e| info(name, e)),
+            leader: leader.map(|e| info(view, name, e)),
         }
     }
 }
 
-fn info(election: &str, e: QueueEntry) -> pb::LeaderInfo {
+/// A leader or candidate as the caller sees it: `election` is the caller's name.
+fn info(view: &View, election: &str, e: QueueEntry) -> pb::LeaderInfo {
     pb::LeaderInfo {
         election: election.to_string(),
-        key: e.key,
+        key: view.path_out(&e.key),
         term: e.token,
         participant_id: e.owner_id,
         value: e.value,
@@ -71,7 +68,7 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::CampaignRequest>,
     ) -> Result<Response<pb::CampaignResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let r = request.into_inner();
         if r.session_id == 0 {
             return Err(bad_arguments(
@@ -79,17 +76,21 @@ impl Election for ElectionService {
             ));
         }
         let replica = self.recipes.replica();
-        check_session(replica, &caller, r.session_id, "campaign with it").await?;
+        check_session(replica, &view.caller, r.session_id, "campaign with it").await?;
         let value = owned_data(&r.value, self.limits)?;
         let timeout = timeout_of(r.timeout_ms)?;
         let spec = JoinSpec {
-            queue: election_queue(&r.election)?,
+            queue: election_queue(&queue_name_in(&view, &r.election)?)?,
             session_id: r.session_id,
             owner_id: r.participant_id.clone(),
             value: value.clone(),
             permits: 1,
         };
-        let holding = self.recipes.acquire(&spec, timeout).await?;
+        let holding = self
+            .recipes
+            .acquire(&spec, timeout)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
         let leader = QueueEntry {
             key: holding.key,
             token: holding.token,
@@ -99,7 +100,7 @@ impl Election for ElectionService {
         };
         Ok(Response::new(pb::CampaignResponse {
             header: self.header(holding.zxid),
-            leader: Some(info(&r.election, leader)),
+            leader: Some(info(&view, &r.election, leader)),
         }))
     }
 
@@ -107,15 +108,27 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let r = request.into_inner();
         let value = owned_data(&r.value, self.limits)?;
         if r.term == 0 {
             return Err(bad_arguments("term must be the one Campaign returned"));
         }
+        let key = view.queue_key_in(&r.key)?;
         let replica = self.recipes.replica();
-        check_member(replica, &caller, &r.key, r.term, "proclaim as its leader").await?;
-        let zxid = self.recipes.update(&r.key, r.term, value).await?;
+        check_member(
+            replica,
+            &view.caller,
+            &key,
+            r.term,
+            "proclaim as its leader",
+        )
+        .await?;
+        let zxid = self
+            .recipes
+            .update(&key, r.term, value)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ProclaimResponse {
             header: self.header(zxid),
         }))
@@ -125,14 +138,19 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let r = request.into_inner();
         if r.term == 0 {
             return Err(bad_arguments("term must be the one Campaign returned"));
         }
+        let key = view.queue_key_in(&r.key)?;
         let replica = self.recipes.replica();
-        check_member(replica, &caller, &r.key, r.term, "resign its candidacy").await?;
-        let zxid = self.recipes.leave(&r.key, r.term).await?;
+        check_member(replica, &view.caller, &key, r.term, "resign its candidacy").await?;
+        let zxid = self
+            .recipes
+            .leave(&key, r.term)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ResignResponse {
             header: self.header(zxid),
         }))
@@ -142,9 +160,16 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::LeaderRequest>,
     ) -> Result<Response<pb::LeaderResponse>, Status> {
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = request.into_inner().election;
-        let (zxid, leader) = self.recipes.leader(&name)?;
-        Ok(Response::new(self.leader_response(zxid, leader, &name)))
+        let queue = queue_name_in(&view, &name)?;
+        let (zxid, leader) = self
+            .recipes
+            .leader(&queue)
+            .map_err(|e| view.recipe_status(e))?;
+        Ok(Response::new(
+            self.leader_response(&view, zxid, leader, &name),
+        ))
     }
 
     type ObserveStream = ObserveStream;
@@ -153,9 +178,15 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = request.into_inner().election;
-        let mut observer = self.recipes.observe(&name)?;
+        let queue = queue_name_in(&view, &name)?;
+        let mut observer = self
+            .recipes
+            .observe(&queue)
+            .map_err(|e| view.recipe_status(e))?;
         let server_id = self.recipes.replica().server_id();
+        let replica = self.recipes.replica().clone();
         let (tx, rx) = tokio::sync::mpsc::channel(OBSERVE_BUFFER);
         tokio::spawn(async move {
             loop {
@@ -164,11 +195,13 @@ impl Election for ElectionService {
                     () = tx.closed() => return,
                 };
                 let Some(next) = next else { return };
-                let item = next
-                    .map_err(Status::from)
+                // A revoked `r` ends the stream at once, with PERMISSION_DENIED.
+                let allowed = replica.read(|t| view.check(t.grants(), view.ns.root(), Perms::READ));
+                let item = allowed
+                    .and_then(|()| next.map_err(|e| view.recipe_status(e)))
                     .map(|(zxid, leader)| pb::LeaderResponse {
                         header: header(server_id, zxid),
-                        leader: leader.map(|e| info(&name, e)),
+                        leader: leader.map(|e| info(&view, &name, e)),
                     });
                 let last = item.is_err();
                 // The client went away: stop following.
@@ -185,11 +218,16 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ParticipantsRequest>,
     ) -> Result<Response<pb::ParticipantsResponse>, Status> {
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = request.into_inner().election;
-        let (zxid, members) = self.recipes.participants(&name)?;
+        let queue = queue_name_in(&view, &name)?;
+        let (zxid, members) = self
+            .recipes
+            .participants(&queue)
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ParticipantsResponse {
             header: self.header(zxid),
-            participants: members.into_iter().map(|e| info(&name, e)).collect(),
+            participants: members.into_iter().map(|e| info(&view, &name, e)).collect(),
         }))
     }
 }

@@ -6,41 +6,69 @@ use concord_proto::v1 as pb;
 use concord_proto::v1::lock_server::Lock;
 use tonic::{Request, Response, Status};
 
+use super::authz::View;
 use super::convert::header;
 use super::error::bad_arguments;
-use super::owner::{caller_of, check_member, check_session};
+use super::owner::{check_member, check_session};
 use super::READ_WAIT_MAX;
 use crate::recipes::{lock_queue, JoinSpec, Recipes};
-use crate::security::Security;
+use crate::security::Perms;
 use crate::tree::queue::QueueEntry;
 use crate::txn::Zxid;
 
 pub struct LockService {
     recipes: Recipes,
-    /// Whose sessions may acquire and release (`owner.rs`).
-    security: Security,
 }
 
 impl LockService {
-    pub fn new(recipes: Recipes, security: Security) -> Self {
-        LockService { recipes, security }
+    pub fn new(recipes: Recipes) -> Self {
+        LockService { recipes }
     }
 
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
         header(self.recipes.replica().server_id(), zxid)
     }
 
-    fn answer(&self, holding: crate::recipes::Holding) -> Response<pb::AcquireResponse> {
+    fn answer(
+        &self,
+        view: &View,
+        holding: crate::recipes::Holding,
+    ) -> Response<pb::AcquireResponse> {
         Response::new(pb::AcquireResponse {
             header: self.header(holding.zxid),
-            key: holding.key,
+            key: view.path_out(&holding.key),
             token: holding.token,
         })
     }
 }
 
+/// The view of a request's caller, once it has `need` on its namespace root: every
+/// lock and election of a team is a name in its namespace, so acting on one (acquire,
+/// release, campaign, proclaim, resign) needs `w` there, observing one `r`.
+pub(super) fn queue_view<T>(
+    recipes: &Recipes,
+    request: &Request<T>,
+    need: Perms,
+) -> Result<View, Status> {
+    let view = View::of(request)?;
+    recipes
+        .replica()
+        .read(|t| view.check(t.grants(), view.ns.root(), need))?;
+    Ok(view)
+}
+
+/// A lock or election name checked as the client gave it, then the queue name behind
+/// it in the caller's namespace.
+pub(super) fn queue_name_in(view: &View, name: &str) -> Result<String, Status> {
+    lock_queue(name).map_err(|e| view.recipe_status(e))?;
+    Ok(view.ns.queue_name_in(name))
+}
+
 /// Checks and converts an acquire request; returns the join and its timeout.
-pub(super) fn join_spec(r: pb::AcquireRequest) -> Result<(JoinSpec, Option<Duration>), Status> {
+pub(super) fn join_spec(
+    view: &View,
+    r: pb::AcquireRequest,
+) -> Result<(JoinSpec, Option<Duration>), Status> {
     if r.session_id == 0 {
         return Err(bad_arguments(
             "a lock is owned by a session: set session_id (open one with Session.Open)",
@@ -48,7 +76,7 @@ pub(super) fn join_spec(r: pb::AcquireRequest) -> Result<(JoinSpec, Option<Durat
     }
     let timeout = timeout_of(r.timeout_ms)?;
     let spec = JoinSpec {
-        queue: lock_queue(&r.name)?,
+        queue: lock_queue(&queue_name_in(view, &r.name)?)?,
         session_id: r.session_id,
         owner_id: r.owner_id,
         value: bytes::Bytes::new(),
@@ -68,9 +96,9 @@ pub(super) fn timeout_of(timeout_ms: i64) -> Result<Option<Duration>, Status> {
     }
 }
 
-fn entry(e: QueueEntry) -> pb::LockEntry {
+fn entry(view: &View, e: QueueEntry) -> pb::LockEntry {
     pb::LockEntry {
-        key: e.key,
+        key: view.path_out(&e.key),
         token: e.token,
         session_id: e.session_id,
         owner_id: e.owner_id,
@@ -83,35 +111,48 @@ impl Lock for LockService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
-        let (spec, timeout) = join_spec(request.into_inner())?;
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
+        let (spec, timeout) = join_spec(&view, request.into_inner())?;
         let replica = self.recipes.replica();
-        check_session(replica, &caller, spec.session_id, "acquire with it").await?;
-        let holding = self.recipes.acquire(&spec, timeout).await?;
-        Ok(self.answer(holding))
+        check_session(replica, &view.caller, spec.session_id, "acquire with it").await?;
+        let holding = self
+            .recipes
+            .acquire(&spec, timeout)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
+        Ok(self.answer(&view, holding))
     }
 
     async fn try_acquire(
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
-        let (spec, _) = join_spec(request.into_inner())?;
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
+        let (spec, _) = join_spec(&view, request.into_inner())?;
         let replica = self.recipes.replica();
-        check_session(replica, &caller, spec.session_id, "acquire with it").await?;
-        let holding = self.recipes.try_acquire(&spec).await?;
-        Ok(self.answer(holding))
+        check_session(replica, &view.caller, spec.session_id, "acquire with it").await?;
+        let holding = self
+            .recipes
+            .try_acquire(&spec)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
+        Ok(self.answer(&view, holding))
     }
 
     async fn release(
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let r = request.into_inner();
+        let key = view.queue_key_in(&r.key)?;
         let replica = self.recipes.replica();
-        check_member(replica, &caller, &r.key, r.token, "release its lock").await?;
-        let zxid = self.recipes.leave(&r.key, r.token).await?;
+        check_member(replica, &view.caller, &key, r.token, "release its lock").await?;
+        let zxid = self
+            .recipes
+            .leave(&key, r.token)
+            .await
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ReleaseResponse {
             header: self.header(zxid),
         }))
@@ -121,10 +162,15 @@ impl Lock for LockService {
         &self,
         request: Request<pb::HolderRequest>,
     ) -> Result<Response<pb::HolderResponse>, Status> {
-        let (zxid, holders) = self.recipes.lock_holders(&request.into_inner().name)?;
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
+        let name = queue_name_in(&view, &request.into_inner().name)?;
+        let (zxid, holders) = self
+            .recipes
+            .lock_holders(&name)
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::HolderResponse {
             header: self.header(zxid),
-            holders: holders.into_iter().map(entry).collect(),
+            holders: holders.into_iter().map(|e| entry(&view, e)).collect(),
         }))
     }
 
@@ -132,10 +178,15 @@ impl Lock for LockService {
         &self,
         request: Request<pb::WaitersRequest>,
     ) -> Result<Response<pb::WaitersResponse>, Status> {
-        let (zxid, members) = self.recipes.lock_members(&request.into_inner().name)?;
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
+        let name = queue_name_in(&view, &request.into_inner().name)?;
+        let (zxid, members) = self
+            .recipes
+            .lock_members(&name)
+            .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::WaitersResponse {
             header: self.header(zxid),
-            entries: members.into_iter().map(entry).collect(),
+            entries: members.into_iter().map(|e| entry(&view, e)).collect(),
         }))
     }
 
@@ -143,10 +194,11 @@ impl Lock for LockService {
         &self,
         request: Request<pb::ValidateRequest>,
     ) -> Result<Response<pb::ValidateResponse>, Status> {
+        let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let r = request.into_inner();
         // Answer from at least the leader's commit point, never from a stale tree.
         self.recipes.replica().linearize(READ_WAIT_MAX).await?;
-        let (zxid, valid) = self.recipes.validate(&r.key, r.token);
+        let (zxid, valid) = self.recipes.validate(&view.ns.key_in(&r.key), r.token);
         Ok(Response::new(pb::ValidateResponse {
             header: self.header(zxid),
             valid,

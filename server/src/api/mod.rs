@@ -1,8 +1,12 @@
 //! The client-facing gRPC services (`concord.v1`): validate input, convert it, submit
 //! writes to the replica or read its tree, and map every failure to a status with a
 //! machine-readable code (`error`), including the failures tonic raises below the
-//! handlers (`framework`). Nothing here knows how storage or Zab work.
+//! handlers (`framework`). Every handler first takes its caller's view (`authz`):
+//! namespace mapping and permission checks, asked of `security`. Nothing here knows
+//! how storage or Zab work.
 
+mod access;
+mod authz;
 mod cluster;
 mod convert;
 mod election;
@@ -16,6 +20,7 @@ mod session;
 mod tree;
 mod watch;
 
+use concord_proto::v1::access_server::AccessServer;
 use concord_proto::v1::cluster_server::ClusterServer;
 use concord_proto::v1::election_server::ElectionServer;
 use concord_proto::v1::lock_server::LockServer;
@@ -65,7 +70,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         node_data_bytes_max: config.node_data_bytes_max,
     };
     let (max_in, max_out) = (config.request_bytes_max(), response_bytes_max(config));
-    let tree = tree::TreeService::new(replica.clone(), security.clone(), limits)
+    let tree = tree::TreeService::new(replica.clone(), limits)
         .with_children_page_max(config.children_page_max);
     let tree = TreeServer::new(tree)
         .max_decoding_message_size(max_in)
@@ -93,17 +98,18 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     ))
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);
-    let lock = LockServer::new(lock::LockService::new(recipes.clone(), security.clone()))
+    let lock = LockServer::new(lock::LockService::new(recipes.clone()))
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
-    let election = ElectionServer::new(election::ElectionService::new(
-        recipes,
-        security.clone(),
-        limits,
-    ))
-    .max_decoding_message_size(max_in)
-    .max_encoding_message_size(max_out);
+    let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
+    let access = AccessServer::new(access::AccessService::new(replica.clone()))
+        .max_decoding_message_size(max_in)
+        .max_encoding_message_size(max_out);
+    access::spawn_seed(replica.clone(), security.clone());
     let mut routes = Routes::new(Coded::new(Authenticated::new(tree, security.clone())))
+        .add_service(Coded::new(Authenticated::new(access, security.clone())))
         .add_service(Coded::new(Authenticated::new(session, security.clone())))
         .add_service(Coded::new(Authenticated::new(watch, security.clone())))
         .add_service(Coded::new(Authenticated::new(cluster, security.clone())))
@@ -114,3 +120,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     *routes.axum_router_mut() = router.fallback(framework::unknown_service);
     routes
 }
+
+#[cfg(test)]
+#[path = "security_tests.rs"]
+mod security_tests;

@@ -24,24 +24,15 @@
 //! (or node) in question, or say who owns another identity's session.
 
 use concord_proto::v1::ErrorCode;
-use tonic::{Request, Status};
+use tonic::Status;
 
 use super::error::error;
 use super::READ_WAIT_MAX;
 use crate::replica::Replica;
 pub(crate) use crate::security::may_see;
-use crate::security::{self, Access, Caller, Policy};
+use crate::security::{self, Caller};
 use crate::tree::path::clip;
 use crate::txn::Zxid;
-
-/// The caller of `request`; a request that did not pass through `Authenticated` (a
-/// handler called directly) is the local identity of `policy`.
-pub(crate) fn caller_of<T>(request: &Request<T>, policy: &Policy) -> Caller {
-    match security::caller(request) {
-        Some(caller) => caller.clone(),
-        None => policy.caller(policy.local_identity()),
-    }
-}
 
 /// PERMISSION_DENIED for using session `session_id` that `caller` does not own.
 fn not_yours(session_id: u64, what: &str) -> Status {
@@ -122,20 +113,6 @@ pub(crate) async fn check_member(
         }
         _ => Ok(()),
     }
-}
-
-/// PERMISSION_DENIED for a caller no rule maps (it may only ask who it is).
-pub(crate) fn check_mapped(caller: &Caller) -> Result<(), Status> {
-    if caller.access == Access::Unmapped {
-        return Err(error(
-            ErrorCode::PermissionDenied,
-            format!(
-                "identity {} is neither an admin nor in a team",
-                clip(&caller.identity)
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// PERMISSION_DENIED for asking about a session the caller may not see.

@@ -56,6 +56,13 @@ impl Env {
         };
         let security = Security::new(&config).unwrap();
         let replica = Replica::start(&config).await.unwrap();
+        // The teams' default grants on their roots (and the roots themselves).
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            super::access::seed(&replica, &security),
+        )
+        .await
+        .unwrap();
         let recipes = Recipes::new(replica.clone());
         Env {
             _dir: dir,
@@ -65,9 +72,9 @@ impl Env {
                 (1_000, 60_000),
                 10_000,
             ),
-            tree: TreeService::new(replica.clone(), security.clone(), LIMITS),
-            lock: LockService::new(recipes.clone(), security.clone()),
-            election: ElectionService::new(recipes, security.clone(), LIMITS),
+            tree: TreeService::new(replica.clone(), LIMITS),
+            lock: LockService::new(recipes.clone()),
+            election: ElectionService::new(recipes, LIMITS),
             replica,
             security,
         }
@@ -92,8 +99,13 @@ impl Env {
             .read(|t| t.session(session_id).map(|s| s.owner.clone()))
     }
 
+    /// Whether `path` (as a team member names it) exists in either team's namespace.
     fn exists(&self, path: &str) -> bool {
-        self.replica.read(|t| t.get(path).is_some())
+        self.replica.read(|t| {
+            ["/teams/payments", "/teams/search"]
+                .iter()
+                .any(|root| t.get(&format!("{root}{path}")).is_some())
+        })
     }
 
     async fn create(
@@ -131,6 +143,22 @@ fn as_<T>(who: &Caller, message: T) -> Request<T> {
 }
 
 #[track_caller]
+/// A key of another team's lock or election, named by a caller of a team of its own,
+/// lands in the caller's own namespace, where it does not exist: NO_NODE, or FENCED
+/// for a term that holds nothing there. Either way the other team's queue is safe.
+fn out_of_reach<T: std::fmt::Debug>(result: Result<T, Status>) {
+    match result {
+        Err(status) => assert!(
+            matches!(
+                code_of(&status),
+                Some(ErrorCode::NoNode | ErrorCode::Fenced)
+            ),
+            "{status:?}"
+        ),
+        Ok(v) => panic!("allowed: {v:?}"),
+    }
+}
+
 fn denied<T: std::fmt::Debug>(result: Result<T, Status>) {
     match result {
         Err(status) => assert_eq!(
@@ -311,7 +339,9 @@ async fn a_stranger_cannot_use_a_sessions_request_ids() {
         .await
         .unwrap();
     assert_eq!(path, "/mine");
-    let data = env.replica.read(|t| t.get("/mine").unwrap().data);
+    let data = env
+        .replica
+        .read(|t| t.get("/teams/payments/mine").unwrap().data);
     assert_eq!(&data[..], b"alice");
     // Her retry gets the same answer; a different request under the same id is
     // refused, never given the first outcome.
@@ -452,7 +482,7 @@ async fn holders(env: &Env) -> Vec<(String, u64)> {
     let r = pb::HolderRequest { name: "l".into() };
     let holders = env
         .lock
-        .holder(Request::new(r))
+        .holder(as_(&env.caller("pay-alice"), r))
         .await
         .unwrap()
         .into_inner()
@@ -482,11 +512,14 @@ async fn a_stranger_cannot_release_a_lock() {
     // Token 0 (force) and the token Holder returns: both refused.
     let (key, token) = holders(&env).await.pop().unwrap();
     assert_eq!((key.as_str(), token), (held.key.as_str(), held.token));
-    for stranger in [&eve, &bob] {
-        denied(env.lock.release(as_(stranger, release(&key, 0))).await);
-        denied(env.lock.release(as_(stranger, release(&key, token))).await);
-        assert_eq!(holders(&env).await, [(key.clone(), token)]);
-    }
+    // Bob, a teammate, names Alice's lock: refused. Eve, of another team, cannot
+    // even name it (her key lands in her own namespace).
+    denied(env.lock.release(as_(&bob, release(&key, 0))).await);
+    denied(env.lock.release(as_(&bob, release(&key, token))).await);
+    assert_eq!(holders(&env).await, [(key.clone(), token)]);
+    denied(env.lock.release(as_(&eve, release(&key, 0))).await);
+    out_of_reach(env.lock.release(as_(&eve, release(&key, token))).await);
+    assert_eq!(holders(&env).await, [(key.clone(), token)]);
     // Token 0 is for admins only, even for the holder.
     denied(env.lock.release(as_(&alice, release(&key, 0))).await);
     env.lock
@@ -494,11 +527,14 @@ async fn a_stranger_cannot_release_a_lock() {
         .await
         .unwrap();
     assert!(holders(&env).await.is_empty());
-    // An admin may force a release.
+    // An admin may force a release (naming the queue by its full name).
     let held = acquire(&env, &alice, s).await.unwrap();
     let admin = env.caller("admin");
+    let full_key = held
+        .key
+        .replace("/concord/locks/l/", "/concord/locks/payments:l/");
     env.lock
-        .release(as_(&admin, release(&held.key, 0)))
+        .release(as_(&admin, release(&full_key, 0)))
         .await
         .unwrap();
     assert!(holders(&env).await.is_empty());
@@ -530,7 +566,8 @@ async fn a_stranger_cannot_resign_or_proclaim_for_a_leader() {
         let r = pb::LeaderRequest {
             election: "e".into(),
         };
-        let leader = env.election.leader(Request::new(r)).await.unwrap();
+        let as_alice = as_(&env.caller("pay-alice"), r);
+        let leader = env.election.leader(as_alice).await.unwrap();
         leader.into_inner().leader.map(|l| (l.key, l.term, l.value))
     };
     let expect = Some((leader.key.clone(), leader.term, b"v1".to_vec().into()));
@@ -545,8 +582,12 @@ async fn a_stranger_cannot_resign_or_proclaim_for_a_leader() {
         key: leader.key.clone(),
         term: leader.term,
     };
-    denied(env.election.proclaim(as_(&eve, proclaim(b"eve"))).await);
-    denied(env.election.resign(as_(&eve, resign.clone())).await);
+    // A teammate is refused; another team cannot even name the key.
+    let bob = env.caller("pay-bob");
+    denied(env.election.proclaim(as_(&bob, proclaim(b"bob"))).await);
+    denied(env.election.resign(as_(&bob, resign.clone())).await);
+    out_of_reach(env.election.proclaim(as_(&eve, proclaim(b"eve"))).await);
+    out_of_reach(env.election.resign(as_(&eve, resign.clone())).await);
     assert_eq!(current().await, expect);
     env.election
         .proclaim(as_(&alice, proclaim(b"v2")))

@@ -14,9 +14,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::authz::View;
 use super::convert::header;
 use super::error::{bad_arguments, error};
-use super::owner::{caller_of, check_mapped, check_session, may_see, not_visible};
+use super::owner::{check_session, may_see, not_visible};
 use super::ready_for_read;
 use crate::replica::Replica;
 use crate::security::{Caller, Security};
@@ -149,8 +150,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
-        check_mapped(&caller)?;
+        let caller = View::of(&request)?.caller;
         if caller.identity.len() > SESSION_OWNER_BYTES_MAX {
             return Err(bad_arguments(format!(
                 "an identity of {} bytes is too long to own a session (at most {SESSION_OWNER_BYTES_MAX})",
@@ -181,7 +181,7 @@ impl Session for SessionService {
         &self,
         request: Request<Streaming<pb::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let caller = View::of(&request)?.caller;
         let mut pings = request.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_MAX);
         let replica = self.replica.clone();
@@ -204,7 +204,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let caller = View::of(&request)?.caller;
         let session_id = request.into_inner().session_id;
         check_session(&self.replica, &caller, session_id, "close it").await?;
         let op = TxnOp::CloseSession {
@@ -222,15 +222,20 @@ impl Session for SessionService {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
-        check_mapped(&caller)?;
+        let view = View::of(&request)?;
+        let caller = &view.caller;
         let r = request.into_inner();
         ready_for_read(&self.replica, r.min_zxid, false).await?;
         let session_id = r.session_id;
         let zxid = self.replica.applied_zxid();
-        let info = self
-            .info(&caller, session_id, true)
+        let mut info = self
+            .info(caller, session_id, true)
             .ok_or_else(|| no_session(session_id))??;
+        // Ephemerals (and queue nodes) as the caller names them; others not at all.
+        info.ephemerals = std::mem::take(&mut info.ephemerals)
+            .into_iter()
+            .filter_map(|p| view.ns.key_out(&p))
+            .collect();
         Ok(Response::new(pb::GetSessionResponse {
             header: header(self.replica.server_id(), zxid),
             session: Some(info),
@@ -241,8 +246,7 @@ impl Session for SessionService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
-        check_mapped(&caller)?;
+        let caller = View::of(&request)?.caller;
         let r = request.into_inner();
         let after = match r.page_token.as_str() {
             "" => 0,

@@ -4,13 +4,14 @@ use concord_proto::v1 as pb;
 use concord_proto::v1::tree_server::Tree;
 use tonic::{Request, Response, Status};
 
+use super::authz::View;
 use super::convert::{self, header, stat, Limits};
 use super::error::{bad_arguments, error, in_op};
-use super::owner::{caller_of, check_session};
+use super::owner::check_session;
 use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
-use crate::security::{Caller, Security};
-use crate::tree::path::clip;
+use crate::security::{Grants, Perms};
+use crate::tree::path::{self, clip};
 use crate::tree::{OpResult, TxnResult};
 use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
@@ -27,18 +28,15 @@ const STAT_BYTES: usize = 96;
 
 pub struct TreeService {
     replica: Replica,
-    /// Whose sessions a write may carry (`owner.rs`).
-    security: Security,
     limits: Limits,
     /// Most children in one `Children` page (`children_page_max`).
     children_page_max: usize,
 }
 
 impl TreeService {
-    pub fn new(replica: Replica, security: Security, limits: Limits) -> Self {
+    pub fn new(replica: Replica, limits: Limits) -> Self {
         TreeService {
             replica,
-            security,
             limits,
             children_page_max: DEFAULT_PAGE_MAX,
         }
@@ -50,24 +48,31 @@ impl TreeService {
         self
     }
 
-    /// Submits a write and turns a deterministic tree error into its status. A write
-    /// carrying a session id (for its ephemerals or its request id) must come from
-    /// the session's owner or an admin.
+    /// Checks the permissions `op` needs (`needs`) and, for a write carrying a
+    /// session id (for its ephemerals or its request id), that it comes from the
+    /// session's owner or an admin; submits it (fence key mapped in) and turns a
+    /// deterministic tree error into its status, paths mapped out.
     async fn write(
         &self,
-        caller: &Caller,
+        view: &View,
         session_id: u64,
         request_id: u64,
         fence: Option<pb::Fence>,
         op: TxnOp,
     ) -> Result<(Zxid, TxnResult), Status> {
-        let fence = convert::fence(fence)?;
-        check_session(&self.replica, caller, session_id, "write with it").await?;
+        let mut fence = convert::fence(fence)?;
+        if let Some(f) = fence.as_mut() {
+            f.key = view.ns.key_in(&f.key);
+        }
+        if !view.is_admin() {
+            self.replica.read(|t| check_op(view, t.grants(), &op))?;
+        }
+        check_session(&self.replica, &view.caller, session_id, "write with it").await?;
         let Committed { zxid, result } = self
             .replica
             .submit_fenced(session_id, request_id, fence, op)
             .await?;
-        Ok((zxid, result?))
+        Ok((zxid, result.map_err(|e| view.tree_status(e))?))
     }
 
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
@@ -86,12 +91,14 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::CreateResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = View::of(&request)?;
         let r = request.into_inner();
-        let op = convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
+        let mut op =
+            convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
+        op.path = view.create_path_in(&op.path, op.mode.is_sequential())?;
         let (zxid, result) = self
             .write(
-                &caller,
+                &view,
                 r.session_id,
                 r.request_id,
                 r.fence,
@@ -103,7 +110,7 @@ impl Tree for TreeService {
         };
         Ok(Response::new(pb::CreateResponse {
             header: self.header(zxid),
-            path,
+            path: view.path_out(&path),
             stat: Some(stat(&s)),
         }))
     }
@@ -112,10 +119,15 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::GetRequest>,
     ) -> Result<Response<pb::GetResponse>, Status> {
+        let view = View::of(&request)?;
         let r = request.into_inner();
         convert::check_path(&r.path)?;
+        let at = view.path_in(&r.path)?;
         ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
-        let (zxid, node) = self.replica.read(|t| (t.last_zxid(), t.get(&r.path)));
+        let (zxid, node) = self.replica.read(|t| {
+            view.check(t.grants(), &at, Perms::READ)?;
+            Ok::<_, Status>((t.last_zxid(), t.get(&at)))
+        })?;
         let node = node.ok_or_else(|| {
             error(
                 ErrorCode::NoNode,
@@ -133,12 +145,15 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::ExistsRequest>,
     ) -> Result<Response<pb::ExistsResponse>, Status> {
+        let view = View::of(&request)?;
         let r = request.into_inner();
         convert::check_path(&r.path)?;
+        let at = view.path_in(&r.path)?;
         ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
-        let (zxid, s) = self
-            .replica
-            .read(|t| (t.last_zxid(), t.get(&r.path).map(|n| n.stat)));
+        let (zxid, s) = self.replica.read(|t| {
+            view.check(t.grants(), &at, Perms::READ)?;
+            Ok::<_, Status>((t.last_zxid(), t.get(&at).map(|n| n.stat)))
+        })?;
         Ok(Response::new(pb::ExistsResponse {
             header: self.header(zxid),
             exists: s.is_some(),
@@ -150,18 +165,18 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::SetRequest>,
     ) -> Result<Response<pb::SetResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = View::of(&request)?;
         let r = request.into_inner();
         convert::check_path(&r.path)?;
         let data = convert::owned_data(&r.data, self.limits)?;
         convert::check_version(r.version)?;
         let op = TxnOp::Set(SetOp {
-            path: r.path,
+            path: view.path_in(&r.path)?,
             data,
             version: r.version,
         });
         let (zxid, result) = self
-            .write(&caller, r.session_id, r.request_id, r.fence, op)
+            .write(&view, r.session_id, r.request_id, r.fence, op)
             .await?;
         let TxnResult::Set { stat: s } = result else {
             return Err(unexpected(&result));
@@ -176,7 +191,7 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = View::of(&request)?;
         let r = request.into_inner();
         convert::check_path(&r.path)?;
         convert::check_version(r.version)?;
@@ -184,11 +199,11 @@ impl Tree for TreeService {
             return Err(error(ErrorCode::BadPath, "the root cannot be deleted"));
         }
         let op = TxnOp::Delete(DeleteOp {
-            path: r.path,
+            path: view.path_in(&r.path)?,
             version: r.version,
         });
         let (zxid, result) = self
-            .write(&caller, r.session_id, r.request_id, r.fence, op)
+            .write(&view, r.session_id, r.request_id, r.fence, op)
             .await?;
         if result != TxnResult::Deleted {
             return Err(unexpected(&result));
@@ -202,8 +217,10 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::ChildrenRequest>,
     ) -> Result<Response<pb::ChildrenResponse>, Status> {
+        let view = View::of(&request)?;
         let r = request.into_inner();
         convert::check_path(&r.path)?;
+        let at = view.path_in(&r.path)?;
         if r.page_token.contains('/') {
             return Err(bad_arguments(
                 "page_token is not one from a previous response",
@@ -217,13 +234,10 @@ impl Tree for TreeService {
         // One extra child tells whether another page follows.
         let fetch = limit + 1;
         let (zxid, parent, children) = self.replica.read(|t| {
-            let parent = t.get(&r.path).map(|n| n.stat);
-            (
-                t.last_zxid(),
-                parent,
-                t.children(&r.path, &r.page_token, fetch),
-            )
-        });
+            view.check(t.grants(), &at, Perms::READ)?;
+            let parent = t.get(&at).map(|n| n.stat);
+            Ok::<_, Status>((t.last_zxid(), parent, t.children(&at, &r.page_token, fetch)))
+        })?;
         let (Some(parent), Some(mut children)) = (parent, children) else {
             return Err(error(
                 ErrorCode::NoNode,
@@ -256,7 +270,7 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::MultiRequest>,
     ) -> Result<Response<pb::MultiResponse>, Status> {
-        let caller = caller_of(&request, self.security.policy());
+        let view = View::of(&request)?;
         let r = request.into_inner();
         if r.ops.len() > MULTI_OPS_MAX {
             return Err(bad_arguments(format!(
@@ -266,12 +280,14 @@ impl Tree for TreeService {
         }
         let mut ops = Vec::with_capacity(r.ops.len());
         for (index, op) in r.ops.into_iter().enumerate() {
-            let op = multi_op(op, r.session_id, self.limits).map_err(|s| in_op(index, &s))?;
+            let op = multi_op(op, r.session_id, self.limits)
+                .and_then(|op| multi_op_in(&view, op))
+                .map_err(|s| in_op(index, &s))?;
             ops.push(op);
         }
         let (zxid, result) = self
             .write(
-                &caller,
+                &view,
                 r.session_id,
                 r.request_id,
                 r.fence,
@@ -283,14 +299,15 @@ impl Tree for TreeService {
         };
         Ok(Response::new(pb::MultiResponse {
             header: self.header(zxid),
-            results: results.iter().map(op_result).collect(),
+            results: results.iter().map(|r| op_result(&view, r)).collect(),
         }))
     }
 
     async fn sync(
         &self,
-        _request: Request<pb::SyncRequest>,
+        request: Request<pb::SyncRequest>,
     ) -> Result<Response<pb::SyncResponse>, Status> {
+        View::of(&request)?;
         let zxid = self.replica.linearize(READ_WAIT_MAX).await?;
         Ok(Response::new(pb::SyncResponse {
             header: self.header(zxid),
@@ -335,11 +352,67 @@ fn multi_op(op: pb::Op, session_id: u64, limits: Limits) -> Result<MultiOp, Stat
     })
 }
 
-fn op_result(r: &OpResult) -> pb::OpResult {
+/// One op of a Multi with its path mapped into the caller's namespace.
+fn multi_op_in(view: &View, op: MultiOp) -> Result<MultiOp, Status> {
+    Ok(match op {
+        MultiOp::Create(mut c) => {
+            c.path = view.create_path_in(&c.path, c.mode.is_sequential())?;
+            MultiOp::Create(c)
+        }
+        MultiOp::Set(mut s) => {
+            s.path = view.path_in(&s.path)?;
+            MultiOp::Set(s)
+        }
+        MultiOp::Delete(mut d) => {
+            if d.path == "/" {
+                return Err(error(ErrorCode::BadPath, "the root cannot be deleted"));
+            }
+            d.path = view.path_in(&d.path)?;
+            MultiOp::Delete(d)
+        }
+        MultiOp::Check(mut c) => {
+            c.path = view.path_in(&c.path)?;
+            MultiOp::Check(c)
+        }
+    })
+}
+
+/// The permission a write op needs, and where: create and delete on the parent (as
+/// ZooKeeper), write on the node, read for a Multi's check.
+fn need(op: &MultiOp) -> (&str, Perms) {
+    match op {
+        MultiOp::Create(c) => (path::parent(&c.path), Perms::CREATE),
+        MultiOp::Set(s) => (&s.path, Perms::WRITE),
+        MultiOp::Delete(d) => (path::parent(&d.path), Perms::DELETE),
+        MultiOp::Check(c) => (&c.path, Perms::READ),
+    }
+}
+
+/// Checks every permission a Tree write needs; the first denied op of a Multi
+/// fails it as `PERMISSION_DENIED: op N: ...`.
+fn check_op(view: &View, grants: &Grants, op: &TxnOp) -> Result<(), Status> {
+    match op {
+        TxnOp::Create(c) => view.check(grants, path::parent(&c.path), Perms::CREATE),
+        TxnOp::Set(s) => view.check(grants, &s.path, Perms::WRITE),
+        TxnOp::Delete(d) => view.check(grants, path::parent(&d.path), Perms::DELETE),
+        TxnOp::Multi(ops) => {
+            for (index, op) in ops.iter().enumerate() {
+                let (at, perms) = need(op);
+                if let Err(d) = grants.check(&view.caller, at, perms) {
+                    return Err(view.denied(&d, Some(index)));
+                }
+            }
+            Ok(())
+        }
+        _ => Err(error(ErrorCode::Internal, "not a Tree write")),
+    }
+}
+
+fn op_result(view: &View, r: &OpResult) -> pb::OpResult {
     use pb::op_result::Result as R;
     let result = match r {
         OpResult::Created { path, stat: s } => R::Create(pb::CreateResult {
-            path: path.clone(),
+            path: view.path_out(path),
             stat: Some(stat(s)),
         }),
         OpResult::Set { stat: s } => R::Set(pb::SetResult {

@@ -10,6 +10,11 @@
 //!                   then live), Progress when idle ─▶ small channel ─▶ client
 //! ```
 //!
+//! Namespaces and ACLs: a team's watch path is mapped into its root, registering
+//! needs `r` on it, and every event and snapshot node is checked at delivery against
+//! the grant table of that moment (a revoked grant silences an open watch at once)
+//! and mapped out; one the caller may not read is never sent.
+//!
 //! Memory per stream: the feed's one chunk and queue (both charged to the watch
 //! budget), the batch being sent, and `STREAM_BUFFER_MAX` messages. The task ends as
 //! soon as the client's stream is gone (the channel's `closed()`), whatever the
@@ -26,9 +31,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
+use super::authz::View;
 use super::convert::{check_path, stat};
 use super::error::{bad_arguments, error};
 use crate::replica::Replica;
+use crate::security::{Grants, Perms};
 use crate::tree::{Event, EventKind};
 use crate::txn::Zxid;
 use crate::watch::{self, SnapshotWalk, WatchBatch, WatchError, WatchFeed, WatchSpec};
@@ -72,13 +79,20 @@ impl Watch for WatchService {
         &self,
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
+        let view = View::of(&request)?;
         let r = request.into_inner();
         check_path(&r.path)?;
+        let at = view.path_in(&r.path)?;
+        self.replica
+            .read(|t| view.check(t.grants(), &at, Perms::READ))?;
         let spec = WatchSpec {
-            path: r.path.clone(),
+            path: at,
             recursive: r.recursive,
             kinds: kinds(&r.kinds)?,
-            once: r.once,
+            // A team caller's one-shot watch stays registered until an event it may
+            // read is sent (this stream then ends it): a hidden first event must not
+            // use it up.
+            once: r.once && view.is_admin(),
             with_data: r.with_data,
         };
         let interval = match r.progress_interval_ms {
@@ -95,11 +109,15 @@ impl Watch for WatchService {
             (None, snapshot) => self.start_at_current(spec, snapshot),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_MAX);
+        let filter = Filter {
+            view: (!view.is_admin()).then_some(view),
+            replica: self.replica.clone(),
+        };
         tokio::spawn(async move {
             // The client may go at any time, also while the task waits on an idle
             // watch: end (and unregister) at once, not at the next send.
             tokio::select! {
-                () = stream_watch(start, r.once, r.with_data, interval, &tx) => {}
+                () = stream_watch(start, &filter, r.once, r.with_data, interval, &tx) => {}
                 () = tx.closed() => {}
             }
         });
@@ -146,9 +164,47 @@ impl WatchService {
     }
 }
 
+/// What a stream may deliver: everything (an admin), or what a team caller may read,
+/// checked against the grants at delivery and mapped into its namespace.
+struct Filter {
+    /// None for an admin.
+    view: Option<View>,
+    replica: Replica,
+}
+
+impl Filter {
+    /// The grant table now: one O(1) clone for a whole batch, outside the tree's lock.
+    fn grants(&self) -> Grants {
+        match self.view {
+            Some(_) => self.replica.read(|t| t.grants().clone()),
+            None => Grants::new(),
+        }
+    }
+
+    /// The client's path of tree path `path` if the caller may read it under
+    /// `grants` (None: hidden).
+    fn visible(&self, grants: &Grants, path: &str) -> Option<String> {
+        let Some(view) = &self.view else {
+            return Some(path.to_string());
+        };
+        let out = view.ns.path_out(path)?;
+        grants
+            .effective(&view.caller, path)
+            .contains(Perms::READ)
+            .then_some(out)
+    }
+}
+
 /// Feeds one watch's stream until it ends or the server stops (the caller also ends
 /// it when the client goes).
-async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Duration, tx: &Tx) {
+async fn stream_watch(
+    start: Start,
+    filter: &Filter,
+    once: bool,
+    with_data: bool,
+    interval: Duration,
+    tx: &Tx,
+) {
     let Start {
         mut feed,
         zxid,
@@ -162,7 +218,7 @@ async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Durat
         return;
     }
     if let Some(walk) = snapshot {
-        if !send_snapshot(tx, walk, with_data).await {
+        if !send_snapshot(tx, filter, walk, with_data).await {
             return;
         }
         let done = pb::watch_response::Msg::SnapshotDone(pb::SnapshotDone { zxid });
@@ -174,11 +230,11 @@ async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Durat
         // `next` is cancel-safe (a storage read in flight is kept for the next call);
         // Progress goes out only once the feed is live and idle.
         match tokio::time::timeout(interval, feed.next()).await {
-            Ok(Some(Ok(batch))) => {
-                if !send_batch(tx, &batch, once).await || once {
-                    return;
-                }
-            }
+            Ok(Some(Ok(batch))) => match send_batch(tx, filter, &batch, once).await {
+                Sent::Gone => return,
+                Sent::Some if once => return,
+                _ => {}
+            },
             Ok(Some(Err(e))) => {
                 let _ = tx.send(Err(watch_status(e))).await;
                 return;
@@ -199,8 +255,13 @@ async fn stream_watch(start: Start, once: bool, with_data: bool, interval: Durat
 
 /// Sends the initial snapshot one node per message as the walk finds them (never
 /// the whole list); false once the client has gone.
-async fn send_snapshot(tx: &Tx, walk: SnapshotWalk, with_data: bool) -> bool {
+async fn send_snapshot(tx: &Tx, filter: &Filter, walk: SnapshotWalk, with_data: bool) -> bool {
+    // Checked against the grants when the walk starts.
+    let grants = filter.grants();
     for (path, node) in walk {
+        let Some(path) = filter.visible(&grants, &path) else {
+            continue;
+        };
         let msg = pb::watch_response::Msg::SnapshotNode(pb::SnapshotNode {
             path,
             data: if with_data {
@@ -224,15 +285,35 @@ async fn send(tx: &Tx, msg: pb::watch_response::Msg) -> bool {
         .is_ok()
 }
 
-/// Sends a txn's events (only the first, for a one-shot watch).
-async fn send_batch(tx: &Tx, batch: &WatchBatch, once: bool) -> bool {
-    let take = if once { 1 } else { batch.events.len() };
-    for e in batch.events.iter().take(take) {
-        if !send(tx, pb::watch_response::Msg::Event(event(e))).await {
-            return false;
+/// What `send_batch` did.
+enum Sent {
+    /// The client has gone.
+    Gone,
+    /// Every event was hidden from the caller.
+    None,
+    /// At least one event went out.
+    Some,
+}
+
+/// Sends a txn's events the caller may read (only the first, for a one-shot watch).
+async fn send_batch(tx: &Tx, filter: &Filter, batch: &WatchBatch, once: bool) -> Sent {
+    let grants = filter.grants();
+    let mut sent = Sent::None;
+    for e in batch.events.iter() {
+        let Some(path) = filter.visible(&grants, &e.path) else {
+            continue;
+        };
+        let mut msg = event(e);
+        msg.path = path;
+        if !send(tx, pb::watch_response::Msg::Event(msg)).await {
+            return Sent::Gone;
+        }
+        sent = Sent::Some;
+        if once {
+            break;
         }
     }
-    true
+    sent
 }
 
 fn event(e: &Event) -> pb::WatchEvent {

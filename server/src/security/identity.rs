@@ -40,28 +40,33 @@ impl Pattern {
 
     /// Whether `identity` matches: equal, or equal with each `*` taking any run.
     pub fn matches(&self, identity: &str) -> bool {
-        let mut parts = self.0.split('*');
-        let first = parts.next().unwrap_or("");
-        let Some(mut rest) = identity.strip_prefix(first) else {
-            return false;
-        };
-        let parts: Vec<&str> = parts.collect();
-        let Some((last, middle)) = parts.split_last() else {
-            return rest.is_empty(); // no '*': an exact name
-        };
-        for part in middle {
-            match rest.find(part) {
-                Some(at) => rest = &rest[at + part.len()..],
-                None => return false,
-            }
-        }
-        rest.len() >= last.len() && rest.ends_with(last)
+        glob_matches(&self.0, identity)
     }
 
     /// The pattern as written.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Whether `identity` matches the pattern text `pattern` (see `Pattern`).
+pub fn glob_matches(pattern: &str, identity: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = identity.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty(); // no '*': an exact name
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// A team: its name and the namespace root its clients see as `/`.
@@ -189,6 +194,14 @@ fn team(t: &TeamConfig) -> Result<Team, ConfigError> {
     if t.name.is_empty() {
         return invalid("a team has no name".into());
     }
+    // Lock and election names of a team are prefixed with "NAME:" (namespace.rs).
+    let name_ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !t.name.chars().all(name_ok) {
+        return invalid(format!(
+            "team name {:?}: use letters, digits, '-', '_' and '.' only",
+            t.name
+        ));
+    }
     if let Err(e) = path::validate(&t.root) {
         return invalid(format!("team {:?}: root: {e}", t.name));
     }
@@ -282,6 +295,8 @@ mod tests {
     fn bad_teams_are_refused() {
         let bad = |teams: &[(&str, &str, &[&str])]| Policy::from_config(&config(teams)).is_err();
         assert!(bad(&[("", "/a", &["x"])]));
+        assert!(bad(&[("a:b", "/a", &["x"])]));
+        assert!(bad(&[("a/b", "/a", &["x"])]));
         assert!(bad(&[("a", "relative", &["x"])]));
         assert!(bad(&[("a", "/concord/x", &["x"])]));
         assert!(bad(&[("a", "/concord", &["x"])]));

@@ -20,14 +20,18 @@
 //!
 //! The services call this module, never the other way round.
 
+pub mod acl;
 pub mod certs;
 mod identity;
+pub mod namespace;
 mod ownership;
 pub mod peers;
 pub mod tls;
 pub mod x509;
 
-pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use acl::{ancestors, Denied, Grant, Grantee, Grants, Perms, GRANTS_MAX};
+pub use identity::{glob_matches, Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use namespace::Namespace;
 pub use ownership::{may_see, may_use};
 pub use tls::{PeerClientTls, ServerTls, TlsError};
 
@@ -50,14 +54,40 @@ pub const ANONYMOUS: &str = "anonymous";
 #[derive(Clone, Debug)]
 pub struct Security {
     policy: Arc<Policy>,
+    /// What bootstrap seeds into the grant table: the config's `[[grants]]` and
+    /// each team's `rwcda` on its root.
+    seed_grants: Arc<[Grant]>,
+    /// The namespace roots of the teams, created by the seed if missing.
+    seed_roots: Arc<[String]>,
 }
 
 impl Security {
-    /// The policy configured in `config` (teams, admins, the local identity).
+    /// The policy configured in `config` (teams, admins, the local identity, seeded
+    /// grants).
     pub fn new(config: &Config) -> Result<Security, ConfigError> {
+        let policy = Policy::from_config(config)?;
+        let seed_grants = seed_grants(config, &policy)?;
+        let seed_roots = policy
+            .teams()
+            .iter()
+            .filter(|t| t.root != "/")
+            .map(|t| t.root.clone())
+            .collect();
         Ok(Security {
-            policy: Arc::new(Policy::from_config(config)?),
+            policy: Arc::new(policy),
+            seed_grants,
+            seed_roots,
         })
+    }
+
+    /// The grants bootstrap seeds (see `api/access.rs`).
+    pub fn seed_grants(&self) -> &[Grant] {
+        &self.seed_grants
+    }
+
+    /// The team roots bootstrap creates.
+    pub fn seed_roots(&self) -> &[String] {
+        &self.seed_roots
     }
 
     /// The policy in force.
@@ -128,9 +158,53 @@ where
     }
 }
 
+/// Each team's `rwcda` on its root, then the config's `[[grants]]`, checked.
+fn seed_grants(config: &Config, policy: &Policy) -> Result<Arc<[Grant]>, ConfigError> {
+    let invalid = |m: String| Err(ConfigError::Invalid(m));
+    let mut out: Vec<Grant> = policy
+        .teams()
+        .iter()
+        .map(|t| Grant {
+            path: t.root.clone(),
+            to: Grantee::Team(t.name.clone()),
+            perms: Perms::ALL,
+        })
+        .collect();
+    for g in &config.grants {
+        if let Err(e) = crate::tree::path::validate(&g.path) {
+            return invalid(format!("grant on {:?}: {e}", g.path));
+        }
+        let to = match (&g.identity, &g.team) {
+            (Some(id), None) if !id.is_empty() => Grantee::Identity(id.clone()),
+            (None, Some(team)) if policy.team(team).is_some() => Grantee::Team(team.clone()),
+            (None, Some(team)) => {
+                return invalid(format!("grant on {:?}: no team {team:?}", g.path))
+            }
+            _ => {
+                return invalid(format!(
+                    "grant on {:?}: name exactly one of identity and team",
+                    g.path
+                ))
+            }
+        };
+        let perms = match Perms::parse(&g.perms) {
+            Ok(p) if !p.is_empty() => p,
+            Ok(_) => return invalid(format!("grant on {:?}: perms is empty", g.path)),
+            Err(e) => return invalid(format!("grant on {:?}: {e}", g.path)),
+        };
+        out.push(Grant {
+            path: g.path.clone(),
+            to,
+            perms,
+        });
+    }
+    Ok(out.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{GrantConfig, TeamConfig};
 
     #[test]
     fn a_tls_caller_without_a_certificate_is_nobody() {
@@ -149,5 +223,55 @@ mod tests {
         assert_eq!(&*anonymous.identity, ANONYMOUS);
         assert_eq!(anonymous.access, Access::Unmapped);
         assert_eq!(on(true, Some("stranger")).access, Access::Unmapped);
+    }
+
+    fn config(grants: Vec<GrantConfig>) -> Config {
+        Config {
+            teams: vec![TeamConfig {
+                name: "pay".into(),
+                root: "/teams/pay".into(),
+                identities: vec!["pay-*".into()],
+            }],
+            grants,
+            ..Config::default()
+        }
+    }
+
+    fn grant(path: &str, identity: Option<&str>, team: Option<&str>, perms: &str) -> GrantConfig {
+        GrantConfig {
+            path: path.into(),
+            identity: identity.map(Into::into),
+            team: team.map(Into::into),
+            perms: perms.into(),
+        }
+    }
+
+    #[test]
+    fn the_seed_is_each_teams_root_then_the_configured_grants() {
+        let s = Security::new(&config(vec![grant("/shared", None, Some("pay"), "r")])).unwrap();
+        assert_eq!(
+            s.seed_grants(),
+            [
+                Grant {
+                    path: "/teams/pay".into(),
+                    to: Grantee::Team("pay".into()),
+                    perms: Perms::ALL,
+                },
+                Grant {
+                    path: "/shared".into(),
+                    to: Grantee::Team("pay".into()),
+                    perms: Perms::READ,
+                },
+            ]
+        );
+        assert_eq!(s.seed_roots(), ["/teams/pay".to_string()]);
+        let bad = |g| Security::new(&config(vec![g])).is_err();
+        assert!(bad(grant("rel", Some("x"), None, "r")));
+        assert!(bad(grant("/a", Some("x"), Some("pay"), "r")));
+        assert!(bad(grant("/a", None, None, "r")));
+        assert!(bad(grant("/a", None, Some("nosuch"), "r")));
+        assert!(bad(grant("/a", Some("x"), None, "")));
+        assert!(bad(grant("/a", Some("x"), None, "rq")));
+        assert!(!bad(grant("/a", Some("x-*"), None, "rwcda")));
     }
 }

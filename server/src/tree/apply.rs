@@ -65,6 +65,7 @@ impl DataTree {
             sessions: imbl::OrdMap::new(),
             last_zxid: 0,
             reap_candidates: imbl::OrdSet::new(),
+            grants: Grants::new(),
         }
     }
 
@@ -136,6 +137,7 @@ impl DataTree {
                 Ok(TxnResult::Reaped)
             }
             TxnOp::Queue(op) => self.apply_queue(op, ctx, events),
+            TxnOp::Access(op) => self.apply_access(op, ctx, events),
         }
     }
 

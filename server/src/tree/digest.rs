@@ -103,6 +103,19 @@ impl DataTree {
                 h.bytes(&buf);
             }
         }
+        // The grant table, only once there is one (older digests stay as they were).
+        if !self.grants.is_empty() {
+            h.u64(self.grants.len() as u64);
+            for g in self.grants.all() {
+                h.bytes(g.path.as_bytes());
+                grantee_words(&mut h, &g.to);
+                h.u64(u64::from(g.perms.bits()));
+            }
+            for (path, to) in self.grants.seeded() {
+                h.bytes(path.as_bytes());
+                grantee_words(&mut h, to);
+            }
+        }
         h.finish()
     }
 }
@@ -141,6 +154,20 @@ impl Extend<u8> for &mut HashSink {
                 self.hasher.u64(u64::from_le_bytes(self.word));
                 self.filled = 0;
             }
+        }
+    }
+}
+
+fn grantee_words(h: &mut DigestHasher, to: &crate::security::Grantee) {
+    use crate::security::Grantee;
+    match to {
+        Grantee::Identity(name) => {
+            h.u64(1);
+            h.bytes(name.as_bytes());
+        }
+        Grantee::Team(name) => {
+            h.u64(2);
+            h.bytes(name.as_bytes());
         }
     }
 }

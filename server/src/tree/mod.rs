@@ -9,7 +9,9 @@
 //!
 //! The replicated session table lives here too, because ephemeral nodes and retry
 //! de-duplication depend on it at apply time. Deadlines (liveness) do not: they are
-//! in `session/`.
+//! in `session/`. The grant table lives here too (`security::Grants`, changed only by
+//! `TxnOp::Access`, see access.rs), so that every server checks permissions against
+//! the same state at the same zxid.
 //!
 //! Nodes are kept in persistent (structurally shared) maps, so `clone()` is O(1):
 //! a snapshot is a clone taken between two applies and serialized off the write path.
@@ -18,6 +20,7 @@
 
 pub mod path;
 
+mod access;
 mod apply;
 mod digest;
 mod ops;
@@ -36,6 +39,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use crate::security::Grants;
 use crate::txn::{CreateMode, Zxid};
 use path::clip;
 
@@ -118,6 +122,8 @@ pub enum TxnResult {
     },
     /// A housekeeping delete happened.
     Reaped,
+    /// The grant table changed (or was already as asked).
+    AccessChanged,
 }
 
 /// Why a txn did not apply. Deterministic: every server gets the same error.
@@ -232,4 +238,6 @@ pub struct DataTree {
     /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
     /// Derived from `nodes`; not in snapshots.
     pub(crate) reap_candidates: imbl::OrdSet<String>,
+    /// Who may do what where (`security::acl`); changed only by `TxnOp::Access`.
+    pub(crate) grants: Grants,
 }

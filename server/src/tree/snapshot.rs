@@ -2,12 +2,15 @@
 //!
 //! ```text
 //!   "CNCDSNAP" | format u8 | postcard(last_zxid) | postcard(sessions)
+//!            | postcard(grants, seeded)           (format 2 only)
 //!            | node record* (postcard, pre-order) | crc32 (LE) of all before it
 //! ```
 //!
-//! Format 2 (written) records each session's owner and, with each remembered
-//! outcome, the fingerprint of its request. Format 1 (still read) has neither: its
-//! sessions decode with no owner (admins only) and fingerprint 0 (unknown).
+//! Format 2 (written) records each session's owner, with each remembered outcome
+//! the fingerprint of its request, and the grant table (`security::acl`). Format 1
+//! (still read) has none of these: its sessions decode with no owner (admins only)
+//! and fingerprint 0 (unknown), and its grant table is empty (the next seed fills
+//! it).
 //!
 //! Nodes are written in pre-order from the root, siblings sorted, each as (depth,
 //! name, data, stat, mode, ttl_ms): a name instead of a full path keeps deep trees
@@ -30,13 +33,16 @@ use super::ops::is_reap_candidate;
 use super::path;
 use super::stored::StoredOutcome;
 use super::{DataTree, Node, Recent, SessionEntry, Stat, SESSION_OWNER_BYTES_MAX};
+use crate::security::{Grant, Grantee, Grants, Perms, GRANTS_MAX};
 use crate::txn::{CreateMode, Zxid};
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"CNCDSNAP";
-/// The format of snapshots from before sessions had owners (read, never written).
+/// The format of snapshots from before sessions had owners and the tree had grants
+/// (read, never written).
 const FORMAT_V1: u8 = 1;
-/// The format written after the magic: sessions with owners and fingerprints.
+/// The format written after the magic: sessions with owners and fingerprints, then
+/// the grant table.
 const FORMAT_V2: u8 = 2;
 /// Magic, format byte.
 const HEADER_BYTES: usize = MAGIC.len() + 1;
@@ -168,6 +174,9 @@ impl DataTree {
             })
             .collect();
         put(&mut out, &sessions).map_err(encode_failed)?;
+        let grants: Vec<Grant> = self.grants.all().collect();
+        let seeded: Vec<&(String, Grantee)> = self.grants.seeded().collect();
+        put(&mut out, &(grants, seeded)).map_err(encode_failed)?;
         let written = self.encode_nodes(&mut out).map_err(encode_failed)?;
         if written != self.nodes.len() {
             return Err(SnapshotError::Encode(format!(
@@ -211,17 +220,21 @@ impl DataTree {
     pub fn decode_snapshot(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
         let (format, body) = checked_body(bytes)?;
         let (last_zxid, rest): (Zxid, _) = postcard::take_from_bytes(body)?;
-        let (sessions, rest) = if format == FORMAT_V1 {
+        let (sessions, grants, rest) = if format == FORMAT_V1 {
             let (v1, rest): (Vec<SessionRecordV1>, _) = postcard::take_from_bytes(rest)?;
-            (v1.into_iter().map(SessionRecord::from).collect(), rest)
+            let sessions = v1.into_iter().map(SessionRecord::from).collect();
+            (sessions, Grants::new(), rest)
         } else {
-            postcard::take_from_bytes::<Vec<SessionRecord>>(rest)?
+            let (sessions, rest) = postcard::take_from_bytes::<Vec<SessionRecord>>(rest)?;
+            let (table, rest): (GrantsRecord, _) = postcard::take_from_bytes(rest)?;
+            (sessions, decode_grants(table)?, rest)
         };
         let mut tree = DataTree {
             nodes: imbl::HashMap::new(),
             sessions: decode_sessions(sessions)?,
             last_zxid,
             reap_candidates: imbl::OrdSet::new(),
+            grants,
         };
         tree.decode_nodes(rest)?;
         tree.check_decoded()?;
@@ -325,7 +338,29 @@ fn record<'a>(depth: u32, name: &'a str, node: &Node) -> NodeRecord<'a> {
     }
 }
 
-/// The format and the bytes between the header and the crc, once both check out.
+/// The grant table as written: every grant, and every seeded (path, grantee).
+type GrantsRecord = (Vec<Grant>, Vec<(String, Grantee)>);
+
+/// Rebuilds the grant table, checking paths and the bound.
+fn decode_grants((grants, seeded): GrantsRecord) -> Result<Grants, SnapshotError> {
+    if grants.len() > GRANTS_MAX || seeded.len() > GRANTS_MAX.saturating_mul(2) {
+        return Err(malformed("too many grants"));
+    }
+    for p in grants
+        .iter()
+        .map(|g| &g.path)
+        .chain(seeded.iter().map(|s| &s.0))
+    {
+        path::validate(p).map_err(|r| malformed(format!("grant on {p:?}: {r}")))?;
+    }
+    let grants = grants.into_iter().map(|g| Grant {
+        perms: Perms::from_bits(g.perms.bits()),
+        ..g
+    });
+    Ok(Grants::from_parts(grants, seeded))
+}
+
+/// The format byte and the bytes between the header and the crc, once both check out.
 fn checked_body(bytes: &[u8]) -> Result<(u8, &[u8]), SnapshotError> {
     if bytes.len() < HEADER_BYTES + CRC_BYTES {
         return Err(malformed(format!("only {} bytes", bytes.len())));

@@ -51,6 +51,20 @@ pub fn op_bytes(op: &TxnOp) -> usize {
             QueueOp::Update { path, value, .. } => path.len() + value.len(),
         },
         TxnOp::OpenOwnedSession { owner, .. } => owner.len(),
+        TxnOp::Access(a) => access_op_bytes(a),
+    }
+}
+
+/// The heap bytes an access op points to.
+fn access_op_bytes(op: &crate::txn::AccessOp) -> usize {
+    use crate::txn::AccessOp;
+    let grant = |g: &crate::security::Grant| std::mem::size_of_val(g) + g.path.len() + 64;
+    match op {
+        AccessOp::Seed { grants, roots } => {
+            grants.iter().map(grant).sum::<usize>()
+                + roots.iter().map(|r| r.len() + 24).sum::<usize>()
+        }
+        AccessOp::Grant(g) | AccessOp::Revoke(g) => grant(g),
     }
 }
 

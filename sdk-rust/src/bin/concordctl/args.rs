@@ -78,6 +78,42 @@ pub enum Command {
     /// Campaign in election NAME and print one line per leadership change
     /// (`zxid term participant value`, or `zxid none`) until ctrl-c, which resigns.
     Elect(ElectArgs),
+    /// Print who the server takes you for: identity, admin, team, namespace root and
+    /// the grants that apply to you (`grant PATH team|identity NAME PERMS`).
+    Whoami,
+    /// Grant, revoke and list permissions (rwcda) on subtrees.
+    #[command(subcommand)]
+    Acl(AclCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AclCommand {
+    /// Add PERMS (letters of rwcda) to the grant of PATH for a team or an identity.
+    Grant(GrantArgs),
+    /// Remove PERMS from the grant of PATH for a team or an identity.
+    Revoke(GrantArgs),
+    /// List the grants on PATH (`PATH team|identity NAME PERMS`).
+    Ls {
+        path: String,
+        /// Also the grants below PATH.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("grantee").required(true).args(["team", "identity"])))]
+pub struct GrantArgs {
+    /// The subtree (as you see it: a team's `/` is its namespace root).
+    pub path: String,
+    /// Permission letters, a subset of rwcda.
+    pub perms: String,
+    /// The team to grant to (by its name in the server's config).
+    #[arg(long)]
+    pub team: Option<String>,
+    /// The identity to grant to: a name, or a pattern with `*`.
+    #[arg(long)]
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Args)]

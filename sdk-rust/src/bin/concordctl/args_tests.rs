@@ -201,3 +201,35 @@ fn tls_flags_as_etcdctl_names_them() {
     );
     assert!(fails(&["--cacert", "ca.pem", "--key", "k.pem", "status"]));
 }
+
+#[test]
+fn whoami_and_acl_subcommands() {
+    assert!(matches!(parse(&["whoami"]).command, Command::Whoami));
+    match parse(&["acl", "grant", "/a", "rw", "--team", "pay"]).command {
+        Command::Acl(AclCommand::Grant(g)) => {
+            assert_eq!((g.path.as_str(), g.perms.as_str()), ("/a", "rw"));
+            assert_eq!((g.team.as_deref(), g.identity), (Some("pay"), None));
+        }
+        other => panic!("{other:?}"),
+    }
+    match parse(&["acl", "revoke", "/a", "w", "--identity", "pay-*"]).command {
+        Command::Acl(AclCommand::Revoke(g)) => assert_eq!(g.identity.as_deref(), Some("pay-*")),
+        other => panic!("{other:?}"),
+    }
+    match parse(&["acl", "ls", "/", "-R"]).command {
+        Command::Acl(AclCommand::Ls { path, recursive }) => assert!(path == "/" && recursive),
+        other => panic!("{other:?}"),
+    }
+    // Exactly one grantee.
+    assert!(fails(&["acl", "grant", "/a", "r"]));
+    assert!(fails(&[
+        "acl",
+        "grant",
+        "/a",
+        "r",
+        "--team",
+        "t",
+        "--identity",
+        "i"
+    ]));
+}

@@ -8,11 +8,13 @@ use std::io::{ErrorKind, Read, Write};
 
 use concord::proto::watch_response::Msg;
 use concord::{
-    ChildrenOptions, Client, CreateOptions, Error, ErrorCode, ReadOptions, RetryPolicy, Session,
-    SessionState, WatchOptions,
+    ChildrenOptions, Client, CreateOptions, Error, ErrorCode, Grantee, ReadOptions, RetryPolicy,
+    Session, SessionState, WatchOptions,
 };
 
-use crate::args::{Cli, Command, CreateArgs, LsArgs, SessionCommand, WatchArgs};
+use crate::args::{
+    AclCommand, Cli, Command, CreateArgs, GrantArgs, LsArgs, SessionCommand, WatchArgs,
+};
 use crate::output;
 
 /// The message of the error a print returns once stdout's reader has gone
@@ -56,6 +58,31 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Status => print_lines(output::status_lines(&client.status().await?)),
         Command::Lock(args) => super::locks::lock(&client, args).await,
         Command::Elect(args) => super::locks::elect(&client, args).await,
+        Command::Whoami => print_lines(output::whoami_lines(&client.who_am_i().await?)),
+        Command::Acl(cmd) => acl(&client, cmd).await,
+    }
+}
+
+async fn acl(client: &Client, cmd: AclCommand) -> Result<(), Error> {
+    let grantee = |args: &GrantArgs| match (&args.team, &args.identity) {
+        (Some(team), _) => Grantee::Team(team.clone()),
+        (None, Some(identity)) => Grantee::Identity(identity.clone()),
+        // clap requires one of them.
+        (None, None) => Grantee::Identity(String::new()),
+    };
+    match cmd {
+        AclCommand::Grant(args) => client
+            .grant(&args.path, &grantee(&args), &args.perms)
+            .await
+            .map(|_| ()),
+        AclCommand::Revoke(args) => client
+            .revoke(&args.path, &grantee(&args), &args.perms)
+            .await
+            .map(|_| ()),
+        AclCommand::Ls { path, recursive } => {
+            let grants = client.list_grants(&path, recursive).await?;
+            print_lines(grants.iter().map(output::grant_line).collect())
+        }
     }
 }
 

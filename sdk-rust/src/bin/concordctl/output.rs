@@ -1,7 +1,7 @@
 //! How `concordctl` prints things: pure formatting functions, no IO.
 
 use concord::proto::{SessionInfo, StatusResponse, WatchEvent};
-use concord::{EventKind, Stat};
+use concord::{EventKind, Grant, Grantee, Stat, WhoAmI};
 
 /// One watch event: `zxid KIND path`, then the data (lossy UTF-8) when asked for.
 pub fn event_line(event: &WatchEvent, with_data: bool) -> String {
@@ -97,6 +97,27 @@ pub fn status_lines(status: &StatusResponse) -> Vec<String> {
             status.oldest_resumable_zxid
         ),
     ]
+}
+
+/// One grant: `PATH team|identity NAME PERMS`.
+pub fn grant_line(g: &Grant) -> String {
+    let (kind, name) = match &g.to {
+        Grantee::Team(t) => ("team", t),
+        Grantee::Identity(i) => ("identity", i),
+    };
+    format!("{} {kind} {name} {}", g.path, g.perms)
+}
+
+/// `whoami`: `name = value` lines, then one `grant ...` line per grant.
+pub fn whoami_lines(me: &WhoAmI) -> Vec<String> {
+    let mut lines = vec![
+        format!("identity = {}", me.identity),
+        format!("admin = {}", me.admin),
+        format!("team = {}", me.team),
+        format!("namespace_root = {}", me.namespace_root),
+    ];
+    lines.extend(me.grants.iter().map(|g| format!("grant {}", grant_line(g))));
+    lines
 }
 
 #[cfg(test)]

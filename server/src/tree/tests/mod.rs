@@ -1,5 +1,6 @@
 //! Unit tests of the data tree, with a small driver that stamps txns.
 
+mod access;
 mod fuzz;
 mod memory;
 mod multi;

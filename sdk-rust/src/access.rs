@@ -1,0 +1,127 @@
+//! Who am I, and grants: `Cluster/WhoAmI` and the `concord.v1.Access` service
+//! (docs/security.md, "ACLs"). Paths are as the caller sees them (a team's `/` is
+//! its namespace root).
+//!
+//! What it must not do: retry (a grant is a write; the caller decides).
+
+use concord_proto::v1::{
+    access_client::AccessClient, cluster_client::ClusterClient, grant, GrantRequest,
+    ListGrantsRequest, RevokeRequest, WhoAmIRequest,
+};
+
+use crate::client::{read_err, write_err, Client};
+use crate::error::Error;
+
+/// Who a grant is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Grantee {
+    /// An identity name, or a pattern where `*` stands for any run of characters.
+    Identity(String),
+    /// Every member of a team (by its name in the server's config).
+    Team(String),
+}
+
+/// One grant: permissions (letters of "rwcda") on the subtree at `path`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Grant {
+    pub path: String,
+    pub to: Grantee,
+    /// A subset of "rwcda", in that order.
+    pub perms: String,
+}
+
+/// What the server takes the caller for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhoAmI {
+    /// From the client certificate, or the server's local identity.
+    pub identity: String,
+    pub admin: bool,
+    /// Empty for an admin or an identity no team names.
+    pub team: String,
+    /// The tree path the caller sees as `/` ("/" for an admin; empty if unmapped).
+    pub namespace_root: String,
+    /// The grants that apply to the caller, paths as it sees them.
+    pub grants: Vec<Grant>,
+}
+
+fn grant_in(g: concord_proto::v1::Grant) -> Option<Grant> {
+    let to = match g.to? {
+        grant::To::Identity(i) => Grantee::Identity(i),
+        grant::To::Team(t) => Grantee::Team(t),
+    };
+    Some(Grant {
+        path: g.path,
+        to,
+        perms: g.perms,
+    })
+}
+
+fn grant_out(path: &str, to: &Grantee, perms: &str) -> concord_proto::v1::Grant {
+    concord_proto::v1::Grant {
+        path: path.to_owned(),
+        to: Some(match to {
+            Grantee::Identity(i) => grant::To::Identity(i.clone()),
+            Grantee::Team(t) => grant::To::Team(t.clone()),
+        }),
+        perms: perms.to_owned(),
+    }
+}
+
+impl Client {
+    fn access(&self) -> AccessClient<tonic::transport::Channel> {
+        AccessClient::new(self.channel().clone())
+    }
+
+    /// Who the server takes this client for (works for every caller).
+    pub async fn who_am_i(&self) -> Result<WhoAmI, Error> {
+        let mut cluster = ClusterClient::new(self.channel().clone());
+        let r = cluster
+            .who_am_i(WhoAmIRequest {})
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&r.header);
+        Ok(WhoAmI {
+            identity: r.identity,
+            admin: r.admin,
+            team: r.team,
+            namespace_root: r.namespace_root,
+            grants: r.grants.into_iter().filter_map(grant_in).collect(),
+        })
+    }
+
+    /// Adds `perms` (letters of "rwcda") to the grant of (`path`, `to`). Needs `a` on
+    /// `path`. Returns the zxid of the change.
+    pub async fn grant(&self, path: &str, to: &Grantee, perms: &str) -> Result<u64, Error> {
+        let req = GrantRequest {
+            grant: Some(grant_out(path, to, perms)),
+        };
+        let r = self.access().grant(req).await.map_err(write_err)?;
+        Ok(self.saw(&r.into_inner().header))
+    }
+
+    /// Removes `perms` from the grant of (`path`, `to`). Needs `a` on `path`.
+    pub async fn revoke(&self, path: &str, to: &Grantee, perms: &str) -> Result<u64, Error> {
+        let req = RevokeRequest {
+            grant: Some(grant_out(path, to, perms)),
+        };
+        let r = self.access().revoke(req).await.map_err(write_err)?;
+        Ok(self.saw(&r.into_inner().header))
+    }
+
+    /// The grants on `path` (and below it with `recursive`). Needs `a` on `path`.
+    pub async fn list_grants(&self, path: &str, recursive: bool) -> Result<Vec<Grant>, Error> {
+        let req = ListGrantsRequest {
+            path: path.to_owned(),
+            recursive,
+        };
+        let r = self
+            .access()
+            .list_grants(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&r.header);
+        Ok(r.grants.into_iter().filter_map(grant_in).collect())
+    }
+}
