@@ -399,9 +399,13 @@ fn launch(
 ) -> Result<Replica, StartError> {
     let Recovered {
         storage,
-        tree,
+        mut tree,
         restored,
     } = recovered;
+    // Usage under the teams' roots is derived state: counted once here, then kept
+    // up to date by every apply.
+    let quota = crate::security::quota::Ledger::new(&config.teams);
+    tree.track_usage(quota.roots());
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
@@ -484,6 +488,7 @@ fn launch(
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
+        quota,
     };
     let inputs = Inputs {
         proposals: proposals_rx,

@@ -16,6 +16,7 @@
 //! The services call this module, never the other way round.
 
 mod identity;
+pub mod quota;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
 

@@ -63,6 +63,7 @@ impl DataTree {
             sessions: imbl::OrdMap::new(),
             last_zxid: 0,
             reap_candidates: imbl::OrdSet::new(),
+            usage: imbl::OrdMap::new(),
         }
     }
 

@@ -28,8 +28,10 @@ mod snapshot;
 mod stored;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 pub use snapshot::SnapshotError;
+pub use usage::Usage;
 
 use std::sync::Arc;
 
@@ -161,6 +163,18 @@ pub enum TreeError {
         index: usize,
         source: Box<TreeError>,
     },
+    /// Refused by the leader before it proposed the write (never the outcome of
+    /// applying a txn, so never remembered for retries): it would take team `team`
+    /// over its `resource` quota. `used` counts what is applied and what the leader
+    /// has proposed but not applied yet.
+    #[error("team {team:?} would exceed its {resource} quota: {used} used of {limit}, the write adds {adds}")]
+    QuotaExceeded {
+        team: String,
+        resource: String,
+        used: u64,
+        limit: u64,
+        adds: u64,
+    },
 }
 
 /// Result and events of applying one txn.
@@ -212,4 +226,7 @@ pub struct DataTree {
     /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
     /// Derived from `nodes`; not in snapshots.
     pub(crate) reap_candidates: imbl::OrdSet<String>,
+    /// Nodes and data bytes under each quota root (`track_usage`; usage.rs).
+    /// Derived from `nodes`; not in snapshots.
+    pub(crate) usage: imbl::OrdMap<String, Usage>,
 }

@@ -182,6 +182,7 @@ impl DataTree {
             sessions: decode_sessions(sessions)?,
             last_zxid,
             reap_candidates: imbl::OrdSet::new(),
+            usage: imbl::OrdMap::new(),
         };
         tree.decode_nodes(rest)?;
         tree.check_decoded()?;
