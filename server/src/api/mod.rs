@@ -9,6 +9,8 @@ mod election;
 pub mod error;
 mod framework;
 mod lock;
+#[cfg(test)]
+mod quota_tests;
 mod session;
 mod tree;
 mod watch;
