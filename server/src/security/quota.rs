@@ -333,6 +333,46 @@ impl<'a> Growth<'a> {
     }
 }
 
+/// One quota of a team and how much of it is used (`concord.v1.QuotaUsage`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaUse {
+    /// `NODES`, `DATA_BYTES`, `SESSIONS`, `WATCHES` or `REQUESTS_PER_SECOND`.
+    pub resource: &'static str,
+    pub used: u64,
+    /// 0: unlimited.
+    pub limit: u64,
+}
+
+/// Every quota of `team` with its usage, for WhoAmI: nodes and data bytes from the
+/// applied `tree` (what this server has applied; the leader also counts writes in
+/// flight), `sessions` as the caller counted them (open sessions of the team's
+/// identities), watches and request rate from this server's `limits`.
+pub fn usage(
+    team: &crate::security::Team,
+    tree: &DataTree,
+    sessions: u64,
+    limits: Option<&crate::security::TeamLimits>,
+) -> Vec<QuotaUse> {
+    let q = &team.quota;
+    let applied = tree.usage(&team.root).unwrap_or_default();
+    let entry = |resource, used, limit| QuotaUse {
+        resource,
+        used,
+        limit,
+    };
+    vec![
+        entry(NODES, applied.nodes, q.nodes_max),
+        entry(DATA_BYTES, applied.data_bytes, q.data_bytes_max),
+        entry(SESSIONS, sessions, q.sessions_max),
+        entry(WATCHES, limits.map_or(0, |l| l.watches()), q.watches_max),
+        entry(
+            REQUESTS_PER_SECOND,
+            limits.and_then(|l| l.requests_used()).unwrap_or(0),
+            q.requests_per_second,
+        ),
+    ]
+}
+
 #[cfg(test)]
 #[path = "quota_tests.rs"]
 mod tests;

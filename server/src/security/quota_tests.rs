@@ -438,3 +438,39 @@ fn unlimited_teams_and_writes_outside_any_root_are_never_refused() {
     }
     assert_eq!(l.usage().nodes, 0);
 }
+
+#[test]
+fn usage_lists_every_quota_with_what_is_used() {
+    let quota = QuotaConfig {
+        nodes_max: 10,
+        data_bytes_max: 100,
+        sessions_max: 3,
+        watches_max: 4,
+        requests_per_second: 5,
+        requests_burst: 0,
+    };
+    let mut l = Leader::new(quota);
+    l.write(&create("/teams/a/x", b"abc")).unwrap();
+    let team = crate::security::Team {
+        name: "a".into(),
+        root: ROOT.into(),
+        identities: vec![],
+        quota,
+    };
+    let limits = std::sync::Arc::new(crate::security::TeamLimits::new("a", quota));
+    let _watch = limits.open_watch().unwrap();
+    let got: Vec<(&str, u64, u64)> = usage(&team, &l.tree, 2, Some(&limits))
+        .into_iter()
+        .map(|u| (u.resource, u.used, u.limit))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (NODES, 1, 10),
+            (DATA_BYTES, 3, 100),
+            (SESSIONS, 2, 3),
+            (WATCHES, 1, 4),
+            (REQUESTS_PER_SECOND, 0, 5),
+        ]
+    );
+}
