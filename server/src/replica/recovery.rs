@@ -404,7 +404,9 @@ fn launch(
     } = recovered;
     // Usage under the teams' roots is derived state: counted once here, then kept
     // up to date by every apply.
-    let quota = crate::security::quota::Ledger::new(&config.teams);
+    let policy = crate::security::Policy::from_config(config)
+        .map_err(|e| StartError::Recovery(format!("config: {e}")))?;
+    let quota = crate::security::quota::Ledger::with_policy(&policy);
     tree.track_usage(quota.roots());
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;

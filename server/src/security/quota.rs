@@ -30,8 +30,10 @@
 //! subtrees follow from the paths; the leader may be handed the write by a follower).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::config::{QuotaConfig, TeamConfig};
+use crate::security::{Access, Policy, Team};
 use crate::tree::path;
 use crate::tree::queue::encode_entry;
 use crate::tree::{DataTree, TreeError, Usage};
@@ -68,10 +70,19 @@ pub struct Ledger {
     pending: HashMap<Zxid, Vec<(String, Usage)>>,
     /// The sum of `pending`, by root.
     reserved: HashMap<String, Usage>,
+    /// Who belongs to which team, to count sessions by their owner's team.
+    policy: Option<Policy>,
+    /// Open sessions by team, as applied (derived from the sessions' owners:
+    /// `recount_sessions`, then `opened` / `closed` as txns apply).
+    sessions: HashMap<String, u64>,
+    /// Session opens proposed and not applied yet, by zxid, and their sum by team.
+    pending_opens: HashMap<Zxid, String>,
+    reserved_opens: HashMap<String, u64>,
 }
 
 impl Ledger {
     /// The limits of every team in `teams` (all roots are tracked, limited or not).
+    /// Without a policy sessions are not counted (see `with_policy`).
     pub fn new(teams: &[TeamConfig]) -> Ledger {
         let roots = teams
             .iter()
@@ -86,6 +97,86 @@ impl Ledger {
         Ledger {
             roots,
             ..Ledger::default()
+        }
+    }
+
+    /// The ledger of `policy`'s teams, counting sessions by their owner's team.
+    pub fn with_policy(policy: &Policy) -> Ledger {
+        let teams: Vec<TeamConfig> = policy
+            .teams()
+            .iter()
+            .map(|t| TeamConfig {
+                name: t.name.clone(),
+                root: t.root.clone(),
+                identities: Vec::new(),
+                quota: t.quota,
+            })
+            .collect();
+        Ledger {
+            policy: Some(policy.clone()),
+            ..Ledger::new(&teams)
+        }
+    }
+
+    /// The team of a session owner (None: an admin, or in no team).
+    fn team_of(&self, owner: &str) -> Option<Arc<Team>> {
+        match self.policy.as_ref()?.caller(Arc::from(owner)).access {
+            Access::Team(team) => Some(team),
+            Access::Admin | Access::Unmapped => None,
+        }
+    }
+
+    /// Counts the open sessions of each team afresh from their owners (at start,
+    /// and after a snapshot replaced the tree).
+    pub fn recount_sessions<'o>(&mut self, owners: impl IntoIterator<Item = &'o str>) {
+        self.sessions.clear();
+        for owner in owners {
+            if let Some(team) = self.team_of(owner) {
+                *self.sessions.entry(team.name.clone()).or_default() += 1;
+            }
+        }
+    }
+
+    /// A session owned by `owner` was opened (its txn applied).
+    pub fn opened(&mut self, owner: &str) {
+        if let Some(team) = self.team_of(owner) {
+            *self.sessions.entry(team.name.clone()).or_default() += 1;
+        }
+    }
+
+    /// A session owned by `owner` was closed or expired (its txn applied).
+    pub fn closed(&mut self, owner: &str) {
+        if let Some(team) = self.team_of(owner) {
+            if let Some(n) = self.sessions.get_mut(&team.name) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Open sessions of team `team`, as applied.
+    pub fn sessions_of(&self, team: &str) -> u64 {
+        self.sessions.get(team).copied().unwrap_or(0)
+    }
+
+    /// Whether `owner` may open one more session: its team's open sessions plus
+    /// the opens proposed and not applied yet, against `sessions_max`. On success,
+    /// `reserve_open` with the proposal's zxid.
+    pub fn check_open(&self, owner: &str) -> Result<Option<String>, TreeError> {
+        let Some(team) = self.team_of(owner) else {
+            return Ok(None);
+        };
+        let used = self
+            .sessions_of(&team.name)
+            .saturating_add(self.reserved_opens.get(&team.name).copied().unwrap_or(0));
+        exceeds(&team.name, SESSIONS, used, 1, team.quota.sessions_max)?;
+        Ok((team.quota.sessions_max > 0).then(|| team.name.clone()))
+    }
+
+    /// The open checked by `check_open` (its `Some(team)`) was proposed as `zxid`.
+    pub fn reserve_open(&mut self, zxid: Zxid, team: Option<String>) {
+        if let Some(team) = team {
+            *self.reserved_opens.entry(team.clone()).or_default() += 1;
+            self.pending_opens.insert(zxid, team);
         }
     }
 
@@ -160,6 +251,11 @@ impl Ledger {
 
     /// The txn `zxid` was applied (or failed): the tree counts what it did.
     pub fn settle(&mut self, zxid: Zxid) {
+        if let Some(team) = self.pending_opens.remove(&zxid) {
+            if let Some(n) = self.reserved_opens.get_mut(&team) {
+                *n = n.saturating_sub(1);
+            }
+        }
         let Some(taken) = self.pending.remove(&zxid) else {
             return;
         };
@@ -176,6 +272,8 @@ impl Ledger {
     pub fn clear(&mut self) {
         self.pending.clear();
         self.reserved.clear();
+        self.pending_opens.clear();
+        self.reserved_opens.clear();
     }
 
     /// What proposed, unapplied writes reserve under `root` (tests and WhoAmI).

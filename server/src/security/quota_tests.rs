@@ -474,3 +474,45 @@ fn usage_lists_every_quota_with_what_is_used() {
         ]
     );
 }
+
+#[test]
+fn sessions_are_hit_exactly_at_their_limit_counting_opens_in_flight() {
+    let config = crate::config::Config {
+        admins: vec!["admin".into()],
+        teams: vec![team(QuotaConfig {
+            sessions_max: 2,
+            ..QuotaConfig::default()
+        })],
+        ..crate::config::Config::default()
+    };
+    let policy = Policy::from_config(&config).unwrap();
+    let mut ledger = Ledger::with_policy(&policy);
+    // One open session found at start, one open proposed: the third is refused.
+    ledger.recount_sessions(["a-1", "admin", "stranger"]);
+    assert_eq!(ledger.sessions_of("a"), 1);
+    let team = ledger.check_open("a-2").unwrap();
+    assert_eq!(team.as_deref(), Some("a"));
+    ledger.reserve_open(10, team);
+    let e = ledger.check_open("a-1").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "team \"a\" would exceed its sessions quota: 2 used of 2, the write adds 1"
+    );
+    // Applied: still two. A close frees a place once applied.
+    ledger.settle(10);
+    ledger.opened("a-2");
+    assert!(ledger.check_open("a-3").is_err());
+    ledger.closed("a-1");
+    assert!(ledger.check_open("a-3").is_ok());
+    // Admins and identities in no team are never limited.
+    for _ in 0..5 {
+        assert_eq!(ledger.check_open("admin").unwrap(), None);
+        assert_eq!(ledger.check_open("stranger").unwrap(), None);
+    }
+    // Leadership changed hands: no open is in flight any more.
+    let team = ledger.check_open("a-3").unwrap();
+    ledger.reserve_open(11, team);
+    assert!(ledger.check_open("a-3").is_err());
+    ledger.clear();
+    assert!(ledger.check_open("a-3").is_ok());
+}
