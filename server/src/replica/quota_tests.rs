@@ -160,3 +160,50 @@ async fn restart(config: &Config) -> Replica {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_forwards_a_write_and_hears_the_leaders_refusal() {
+    use super::tests::{leader_of, member_config, three_voters};
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = three_voters();
+    let quota = QuotaConfig {
+        nodes_max: 2,
+        ..QuotaConfig::default()
+    };
+    let mut replicas = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let config = member_config(&members, i, config(dir.path(), quota));
+        replicas.push(Replica::start(&config).await.unwrap());
+    }
+    let leader = leader_of(&replicas).await;
+    ok(&leader, create("/teams", b"")).await;
+    ok(&leader, create("/teams/a", b"")).await;
+    let follower = replicas.iter().find(|r| !r.is_leader()).unwrap().clone();
+    ok(&follower, create("/teams/a/x", b"")).await;
+    ok(&follower, create("/teams/a/y", b"")).await;
+    let c = follower
+        .submit(0, 0, create("/teams/a/z", b""))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            c.result,
+            Err(TreeError::QuotaExceeded {
+                used: 2,
+                limit: 2,
+                ..
+            })
+        ),
+        "{:?}",
+        c.result
+    );
+    let last = leader.applied_zxid();
+    for r in &replicas {
+        r.wait_applied(last, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(r.read(|t| t.usage("/teams/a")).unwrap().nodes, 2);
+        assert!(r.read(|t| t.get("/teams/a/z").is_none()));
+    }
+    for r in &replicas {
+        r.shutdown();
+    }
+}
