@@ -128,7 +128,8 @@ async fn t45_watches_are_hit_exactly_at_their_limit() {
     let e = watch.watch(request()).await.unwrap_err();
     assert_eq!(code_of(&e), "QUOTA_EXCEEDED");
     assert!(
-        e.message().contains("watches quota: 2 used of 2"),
+        e.message()
+            .contains("watches quota on this server: 2 used of 2"),
         "{}",
         e.message()
     );

@@ -71,7 +71,9 @@ async fn the_nth_watch_opens_and_the_next_fails_with_quota_exceeded() {
     assert_eq!(code_of(&status), Some(ErrorCode::QuotaExceeded));
     assert_eq!(status.code(), tonic::Code::ResourceExhausted);
     assert!(
-        status.message().contains("watches quota: 3 used of 3"),
+        status
+            .message()
+            .contains("watches quota on this server: 3 used of 3"),
         "{}",
         status.message()
     );

@@ -23,15 +23,39 @@ use tokio::time::Instant;
 use super::quota::{REQUESTS_PER_SECOND, WATCHES};
 use crate::config::QuotaConfig;
 
-/// A quota a request would exceed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("team {team:?} would exceed its {resource} quota: {used} used of {limit}")]
+/// A quota a request would exceed. For the request rate, `used` is the bucket's
+/// burst (all of it taken) and `limit` the rate.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exceeded {
     pub team: String,
     pub resource: &'static str,
     pub used: u64,
     pub limit: u64,
 }
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Exceeded {
+            team,
+            resource,
+            used,
+            limit,
+        } = self;
+        if *resource == REQUESTS_PER_SECOND {
+            write!(
+                f,
+                "team {team:?} is over its {resource} quota on this server: {limit} per second, bursts of {used}"
+            )
+        } else {
+            write!(
+                f,
+                "team {team:?} would exceed its {resource} quota on this server: {used} used of {limit}"
+            )
+        }
+    }
+}
+
+impl std::error::Error for Exceeded {}
 
 /// One team's per-server counters.
 #[derive(Debug)]
@@ -176,7 +200,7 @@ mod tests {
         let e = limits.open_watch().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "team \"a\" would exceed its watches quota: 3 used of 3"
+            "team \"a\" would exceed its watches quota on this server: 3 used of 3"
         );
         assert_eq!(limits.watches(), 3);
         drop(open);
@@ -201,6 +225,10 @@ mod tests {
         let e = limits.admit().unwrap_err();
         assert_eq!(e.resource, REQUESTS_PER_SECOND);
         assert_eq!(e.limit, 10);
+        assert_eq!(
+            e.to_string(),
+            "team \"a\" is over its requests_per_second quota on this server: 10 per second, bursts of 5"
+        );
         assert_eq!(limits.requests_used(), Some(5));
         // A tenth of a second later, one more token.
         tokio::time::advance(Duration::from_millis(100)).await;

@@ -516,3 +516,37 @@ fn sessions_are_hit_exactly_at_their_limit_counting_opens_in_flight() {
     ledger.clear();
     assert!(ledger.check_open("a-3").is_ok());
 }
+
+#[test]
+fn quotas_are_read_from_a_teams_quota_table_and_validated() {
+    let parse = |text: &str| toml::from_str::<crate::config::Config>(text);
+    let config = parse(
+        "[[teams]]\nname = \"a\"\nroot = \"/teams/a\"\nidentities = [\"a-*\"]\n\
+         [teams.quota]\nnodes_max = 10\ndata_bytes_max = 1000\nsessions_max = 3\n\
+         watches_max = 4\nrequests_per_second = 5\nrequests_burst = 6\n\
+         [[teams]]\nname = \"b\"\nroot = \"/teams/b\"\nidentities = [\"b\"]\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.teams[0].quota,
+        QuotaConfig {
+            nodes_max: 10,
+            data_bytes_max: 1000,
+            sessions_max: 3,
+            watches_max: 4,
+            requests_per_second: 5,
+            requests_burst: 6,
+        }
+    );
+    // Absent: unlimited.
+    assert_eq!(config.teams[1].quota, QuotaConfig::default());
+    config.validate().unwrap();
+    // Unknown keys are refused; a burst needs a rate.
+    let unknown = "[[teams]]\nname = \"a\"\nroot = \"/a\"\nidentities = [\"a\"]\n\
+                   [teams.quota]\nnode_max = 1\n";
+    assert!(parse(unknown).is_err());
+    let burst = "[[teams]]\nname = \"a\"\nroot = \"/a\"\nidentities = [\"a\"]\n\
+                 [teams.quota]\nrequests_burst = 10\n";
+    let e = parse(burst).unwrap().validate().unwrap_err();
+    assert!(e.to_string().contains("requests_burst needs"), "{e}");
+}
