@@ -160,7 +160,7 @@ impl Ledger {
 
     /// Whether `owner` may open one more session: its team's open sessions plus
     /// the opens proposed and not applied yet, against `sessions_max`. On success,
-    /// `reserve_open` with the proposal's zxid.
+    /// `reserve` `Reservation::open(team)` with the proposal's zxid.
     pub fn check_open(&self, owner: &str) -> Result<Option<String>, TreeError> {
         let Some(team) = self.team_of(owner) else {
             return Ok(None);
@@ -173,7 +173,7 @@ impl Ledger {
     }
 
     /// The open checked by `check_open` (its `Some(team)`) was proposed as `zxid`.
-    pub fn reserve_open(&mut self, zxid: Zxid, team: Option<String>) {
+    fn reserve_open(&mut self, zxid: Zxid, team: Option<String>) {
         if let Some(team) = team {
             *self.reserved_opens.entry(team.clone()).or_default() += 1;
             self.pending_opens.insert(zxid, team);
@@ -233,11 +233,12 @@ impl Ledger {
             )?;
             taken.push((root, adds));
         }
-        Ok(Reservation { taken })
+        Ok(Reservation { taken, open: None })
     }
 
     /// The write checked into `reservation` was proposed as `zxid`.
     pub fn reserve(&mut self, zxid: Zxid, reservation: Reservation) {
+        self.reserve_open(zxid, reservation.open);
         if reservation.taken.is_empty() {
             return;
         }
@@ -282,10 +283,22 @@ impl Ledger {
     }
 }
 
-/// What one checked write reserves, per root (empty: nothing).
+/// What one checked write reserves, per root (empty: nothing), and for a session
+/// open the team whose `sessions_max` it counts against.
 #[derive(Debug, Default)]
 pub struct Reservation {
     taken: Vec<(String, Usage)>,
+    open: Option<String>,
+}
+
+impl Reservation {
+    /// The reservation of a session open checked by `Ledger::check_open`.
+    pub fn open(team: Option<String>) -> Reservation {
+        Reservation {
+            taken: Vec::new(),
+            open: team,
+        }
+    }
 }
 
 /// Refuses adding `adds` to `used` past `limit` (0: unlimited).

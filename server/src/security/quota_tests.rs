@@ -492,7 +492,7 @@ fn sessions_are_hit_exactly_at_their_limit_counting_opens_in_flight() {
     assert_eq!(ledger.sessions_of("a"), 1);
     let team = ledger.check_open("a-2").unwrap();
     assert_eq!(team.as_deref(), Some("a"));
-    ledger.reserve_open(10, team);
+    ledger.reserve(10, Reservation::open(team));
     let e = ledger.check_open("a-1").unwrap_err();
     assert_eq!(
         e.to_string(),
@@ -511,7 +511,7 @@ fn sessions_are_hit_exactly_at_their_limit_counting_opens_in_flight() {
     }
     // Leadership changed hands: no open is in flight any more.
     let team = ledger.check_open("a-3").unwrap();
-    ledger.reserve_open(11, team);
+    ledger.reserve(11, Reservation::open(team));
     assert!(ledger.check_open("a-3").is_err());
     ledger.clear();
     assert!(ledger.check_open("a-3").is_ok());
