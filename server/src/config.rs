@@ -181,7 +181,7 @@ pub struct Config {
 }
 
 /// One team, as `[[teams]]` in the config file lists it.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TeamConfig {
     /// Unique, non-empty.

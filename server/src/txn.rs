@@ -163,7 +163,8 @@ pub enum TxnOp {
     Delete(DeleteOp),
     /// All ops succeed together or none is applied.
     Multi(Vec<MultiOp>),
-    /// Opens a session whose id is this txn's zxid, with an already clamped TTL.
+    /// Opens a session whose id is this txn's zxid, with an already clamped TTL and
+    /// no recorded owner (written by servers before sessions had owners).
     OpenSession {
         ttl_ms: i64,
     },
@@ -180,6 +181,14 @@ pub enum TxnOp {
     /// A lock or election queue op: the only writes allowed under the reserved
     /// prefix (`tree::queue::RESERVED_PREFIX`).
     Queue(QueueOp),
+    /// Opens a session whose id is this txn's zxid, owned by `owner`: the identity of
+    /// the caller that asked (only it, or an admin, may use the session). Servers
+    /// write this one; `OpenSession` (no recorded owner: admins only) is still
+    /// decoded and applied from older logs.
+    OpenOwnedSession {
+        ttl_ms: i64,
+        owner: String,
+    },
 }
 
 /// Ops on the lock and election queues (see `tree/queue.rs` for their rules).
@@ -320,5 +329,31 @@ mod tests {
             };
             assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
         }
+    }
+
+    /// Opening a session with its owner is a variant added at the end: the older
+    /// `OpenSession` keeps its encoding (postcard writes the variant index), so logs
+    /// written before owners existed still decode.
+    #[test]
+    fn session_opens_round_trip_and_keep_their_old_encoding() {
+        let old = Txn {
+            zxid: 5,
+            time_ms: 1,
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op: TxnOp::OpenSession { ttl_ms: 3 },
+        };
+        // Format byte, zxid 5, time 1 (zigzag 2), ids 0, 0, no fence, variant 4, ttl 3 (6).
+        assert_eq!(old.encode(), [1, 5, 2, 0, 0, 0, 4, 6]);
+        assert_eq!(Txn::decode(&[1, 5, 2, 0, 0, 0, 4, 6]).unwrap(), old);
+        let owned = Txn {
+            op: TxnOp::OpenOwnedSession {
+                ttl_ms: 3,
+                owner: "alice".into(),
+            },
+            ..old
+        };
+        assert_eq!(Txn::decode(&owned.encode()).unwrap(), owned);
     }
 }

@@ -37,14 +37,24 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
     ) -> Ensemble {
-        Ensemble::start_inner(voters, observers, options, None)
+        Ensemble::start_inner(voters, observers, options, None, &|_| String::new())
+    }
+
+    /// `start`, with `toml(i)` added to the config file of server `i` (keys of the
+    /// server's `Config`, such as a per-member `local_identity`).
+    pub fn start_with_toml(
+        size: usize,
+        options: ServerOptions,
+        toml: &dyn Fn(usize) -> String,
+    ) -> Ensemble {
+        Ensemble::start_inner(size, 0, options, None, toml)
     }
 
     /// `start`, with a proxy on every peer link: server i reaches server j's peer
     /// address through the proxy (i, j) (its member list names the proxy), so a
     /// test can cut one direction of a link (`proxies.cut`).
     pub fn start_proxied(size: usize, options: ServerOptions) -> Ensemble {
-        Ensemble::start_inner(size, 0, options, Some(Proxies::new()))
+        Ensemble::start_inner(size, 0, options, Some(Proxies::new()), &|_| String::new())
     }
 
     fn start_inner(
@@ -52,6 +62,7 @@ impl Ensemble {
         observers: usize,
         options: ServerOptions,
         mut proxies: Option<Proxies>,
+        extra_toml: &dyn Fn(usize) -> String,
     ) -> Ensemble {
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
@@ -91,8 +102,9 @@ impl Ensemble {
             .map(|(i, (client, peer))| {
                 let path = configs.path().join(format!("concord-{}.toml", i + 1));
                 let toml = format!(
-                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}",
+                    "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}\n{}",
                     i + 1,
+                    extra_toml(i),
                     members[i]
                 );
                 std::fs::write(&path, toml).unwrap();

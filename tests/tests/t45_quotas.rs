@@ -18,6 +18,8 @@ fn server(quota: &str) -> (Server, tempfile::TempPath) {
     ));
     let server = Server::start(ServerOptions {
         extra: config_flags(&cfg),
+        // Sessions outlive the test: none expires to free a place.
+        session_ttl_ms: Some((100, 60_000)),
         ..ServerOptions::default()
     });
     (server, cfg)
@@ -177,4 +179,28 @@ async fn t45_a_team_over_its_request_rate_is_refused() {
         admitted <= 3 + elapsed,
         "{admitted} admitted in {elapsed} s"
     );
+}
+
+#[tokio::test]
+async fn t45_sessions_are_hit_exactly_at_their_limit() {
+    let (server, _cfg) = server("sessions_max = 2");
+    let mut session = server.session().await;
+    let open = || pb::OpenSessionRequest { ttl_ms: 60_000 };
+    let first = session.open(open()).await.unwrap().into_inner();
+    session.open(open()).await.unwrap();
+    let e = session.open(open()).await.unwrap_err();
+    assert_eq!(code_of(&e), "QUOTA_EXCEEDED");
+    assert!(
+        e.message().contains("sessions quota: 2 used of 2"),
+        "{}",
+        e.message()
+    );
+    // Closing one frees its place.
+    session
+        .close(pb::CloseSessionRequest {
+            session_id: first.session_id,
+        })
+        .await
+        .unwrap();
+    session.open(open()).await.unwrap();
 }

@@ -10,7 +10,9 @@ use tonic::{Request, Response, Status};
 use super::convert::{header, owned_data, Limits};
 use super::error::bad_arguments;
 use super::lock::timeout_of;
+use super::owner::{caller_of, check_member, check_session};
 use crate::recipes::{election_queue, JoinSpec, Recipes};
+use crate::security::Security;
 use crate::tree::queue::QueueEntry;
 use crate::txn::Zxid;
 
@@ -19,12 +21,18 @@ const OBSERVE_BUFFER: usize = 64;
 
 pub struct ElectionService {
     recipes: Recipes,
+    /// Whose sessions may campaign, proclaim and resign (`owner.rs`).
+    security: Security,
     limits: Limits,
 }
 
 impl ElectionService {
-    pub fn new(recipes: Recipes, limits: Limits) -> Self {
-        ElectionService { recipes, limits }
+    pub fn new(recipes: Recipes, security: Security, limits: Limits) -> Self {
+        ElectionService {
+            recipes,
+            security,
+            limits,
+        }
     }
 
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
@@ -63,12 +71,15 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::CampaignRequest>,
     ) -> Result<Response<pb::CampaignResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         if r.session_id == 0 {
             return Err(bad_arguments(
                 "a candidacy is owned by a session: set session_id",
             ));
         }
+        let replica = self.recipes.replica();
+        check_session(replica, &caller, r.session_id, "campaign with it").await?;
         let value = owned_data(&r.value, self.limits)?;
         let timeout = timeout_of(r.timeout_ms)?;
         let spec = JoinSpec {
@@ -96,11 +107,14 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ProclaimRequest>,
     ) -> Result<Response<pb::ProclaimResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         let value = owned_data(&r.value, self.limits)?;
         if r.term == 0 {
             return Err(bad_arguments("term must be the one Campaign returned"));
         }
+        let replica = self.recipes.replica();
+        check_member(replica, &caller, &r.key, r.term, "proclaim as its leader").await?;
         let zxid = self.recipes.update(&r.key, r.term, value).await?;
         Ok(Response::new(pb::ProclaimResponse {
             header: self.header(zxid),
@@ -111,10 +125,13 @@ impl Election for ElectionService {
         &self,
         request: Request<pb::ResignRequest>,
     ) -> Result<Response<pb::ResignResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         if r.term == 0 {
             return Err(bad_arguments("term must be the one Campaign returned"));
         }
+        let replica = self.recipes.replica();
+        check_member(replica, &caller, &r.key, r.term, "resign its candidacy").await?;
         let zxid = self.recipes.leave(&r.key, r.term).await?;
         Ok(Response::new(pb::ResignResponse {
             header: self.header(zxid),

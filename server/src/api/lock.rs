@@ -8,18 +8,22 @@ use tonic::{Request, Response, Status};
 
 use super::convert::header;
 use super::error::bad_arguments;
+use super::owner::{caller_of, check_member, check_session};
 use super::READ_WAIT_MAX;
 use crate::recipes::{lock_queue, JoinSpec, Recipes};
+use crate::security::Security;
 use crate::tree::queue::QueueEntry;
 use crate::txn::Zxid;
 
 pub struct LockService {
     recipes: Recipes,
+    /// Whose sessions may acquire and release (`owner.rs`).
+    security: Security,
 }
 
 impl LockService {
-    pub fn new(recipes: Recipes) -> Self {
-        LockService { recipes }
+    pub fn new(recipes: Recipes, security: Security) -> Self {
+        LockService { recipes, security }
     }
 
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
@@ -79,7 +83,10 @@ impl Lock for LockService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let (spec, timeout) = join_spec(request.into_inner())?;
+        let replica = self.recipes.replica();
+        check_session(replica, &caller, spec.session_id, "acquire with it").await?;
         let holding = self.recipes.acquire(&spec, timeout).await?;
         Ok(self.answer(holding))
     }
@@ -88,7 +95,10 @@ impl Lock for LockService {
         &self,
         request: Request<pb::AcquireRequest>,
     ) -> Result<Response<pb::AcquireResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let (spec, _) = join_spec(request.into_inner())?;
+        let replica = self.recipes.replica();
+        check_session(replica, &caller, spec.session_id, "acquire with it").await?;
         let holding = self.recipes.try_acquire(&spec).await?;
         Ok(self.answer(holding))
     }
@@ -97,7 +107,10 @@ impl Lock for LockService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
+        let replica = self.recipes.replica();
+        check_member(replica, &caller, &r.key, r.token, "release its lock").await?;
         let zxid = self.recipes.leave(&r.key, r.token).await?;
         Ok(Response::new(pb::ReleaseResponse {
             header: self.header(zxid),

@@ -9,6 +9,9 @@ mod election;
 pub mod error;
 mod framework;
 mod lock;
+mod owner;
+#[cfg(test)]
+mod owner_tests;
 #[cfg(test)]
 mod quota_tests;
 mod session;
@@ -64,7 +67,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         node_data_bytes_max: config.node_data_bytes_max,
     };
     let (max_in, max_out) = (config.request_bytes_max(), response_bytes_max(config));
-    let tree = tree::TreeService::new(replica.clone(), limits)
+    let tree = tree::TreeService::new(replica.clone(), security.clone(), limits)
         .with_children_page_max(config.children_page_max);
     let tree = TreeServer::new(tree)
         .max_decoding_message_size(max_in)
@@ -72,6 +75,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     let session = SessionServer::new(
         session::SessionService::new(
             replica.clone(),
+            security.clone(),
             config.session_ttl_range_ms(),
             config.session_ttl_default_ms,
         )
@@ -91,12 +95,16 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     ))
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);
-    let lock = LockServer::new(lock::LockService::new(recipes.clone()))
+    let lock = LockServer::new(lock::LockService::new(recipes.clone(), security.clone()))
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
-    let election = ElectionServer::new(election::ElectionService::new(recipes, limits))
-        .max_decoding_message_size(max_in)
-        .max_encoding_message_size(max_out);
+    let election = ElectionServer::new(election::ElectionService::new(
+        recipes,
+        security.clone(),
+        limits,
+    ))
+    .max_decoding_message_size(max_in)
+    .max_encoding_message_size(max_out);
     let mut routes = Routes::new(Coded::new(Authenticated::new(tree, security.clone())))
         .add_service(Coded::new(Authenticated::new(session, security.clone())))
         .add_service(Coded::new(Authenticated::new(watch, security.clone())))

@@ -1,4 +1,8 @@
 //! The `concord.v1.Session` service: open, keep alive, close, describe sessions.
+//!
+//! A session belongs to the identity that opened it (`owner.rs`): only it or an
+//! admin may keep it alive or close it, and `List` and `Get` show a team member the
+//! sessions of its team's identities only.
 
 use std::pin::Pin;
 
@@ -12,19 +16,27 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::header;
 use super::error::{bad_arguments, error};
+use super::owner::{caller_of, check_mapped, check_session, may_see, not_visible};
 use super::ready_for_read;
 use crate::replica::Replica;
-use crate::tree::TxnResult;
-use crate::txn::{CloseReason, TxnOp};
+use crate::security::{Caller, Security};
+use crate::tree::{TxnResult, SESSION_OWNER_BYTES_MAX};
+use crate::txn::{CloseReason, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
 /// Keep-alive replies buffered per stream before the server stops reading pings.
 const KEEPALIVE_QUEUE_MAX: usize = 16;
 /// `session_list_page_max` unless configured.
 const DEFAULT_PAGE_MAX: usize = 1000;
+/// A `List` page looks at most this many sessions per session it may return, so a
+/// caller that sees few of many sessions gets short (even empty) pages with a
+/// next_page_token instead of one long scan.
+const LIST_SCAN_PER_PAGE_ENTRY: usize = 16;
 
 pub struct SessionService {
     replica: Replica,
+    /// Who may see and use which sessions (owners, teams, admins).
+    security: Security,
     /// Most sessions in one `List` page (`session_list_page_max`).
     list_page_max: usize,
     /// Clamp range of granted TTLs (`session_ttl_min_ms`, `session_ttl_max_ms`).
@@ -33,9 +45,15 @@ pub struct SessionService {
 }
 
 impl SessionService {
-    pub fn new(replica: Replica, ttl_range_ms: (u64, u64), ttl_default_ms: u64) -> Self {
+    pub fn new(
+        replica: Replica,
+        security: Security,
+        ttl_range_ms: (u64, u64),
+        ttl_default_ms: u64,
+    ) -> Self {
         SessionService {
             replica,
+            security,
             ttl_range_ms,
             ttl_default_ms,
             list_page_max: DEFAULT_PAGE_MAX,
@@ -58,22 +76,56 @@ impl SessionService {
         Ok(requested.clamp(self.ttl_range_ms.0, self.ttl_range_ms.1))
     }
 
-    fn info(&self, session_id: u64, with_ephemerals: bool) -> Option<pb::SessionInfo> {
-        let (ttl_ms, ephemerals) = self.replica.read(|t| {
+    /// The session as `caller` may see it: None if it does not exist, Err if it
+    /// belongs to an identity outside the caller's reach. The owner is shown to
+    /// admins and to the owner itself.
+    fn info(
+        &self,
+        caller: &Caller,
+        session_id: u64,
+        with_ephemerals: bool,
+    ) -> Option<Result<pb::SessionInfo, Status>> {
+        let (ttl_ms, owner, ephemerals) = self.replica.read(|t| {
             let s = t.session(session_id)?;
             let eph = if with_ephemerals {
                 s.ephemerals.iter().cloned().collect()
             } else {
                 Vec::new()
             };
-            Some((s.ttl_ms, eph))
+            Some((s.ttl_ms, s.owner.clone(), eph))
         })?;
+        if !may_see(self.security.policy(), caller, &owner) {
+            return Some(Err(not_visible(session_id)));
+        }
+        let shown = caller.is_admin() || owner == *caller.identity;
         let remaining = self.replica.session_remaining_ms(session_id).unwrap_or(0);
-        Some(pb::SessionInfo {
+        Some(Ok(pb::SessionInfo {
             session_id,
             ttl_ms,
             remaining_ms: i64::try_from(remaining).unwrap_or(i64::MAX),
             ephemerals,
+            owner: if shown { owner } else { String::new() },
+        }))
+    }
+
+    /// Up to `limit` + 1 ids of sessions above `after` that `caller` may see, and
+    /// whether the scan stopped at its bound (then the last id looked at).
+    fn visible_ids(&self, caller: &Caller, after: u64, limit: usize) -> (Zxid, Vec<u64>, u64) {
+        let policy = self.security.policy();
+        let scan_max = limit.saturating_mul(LIST_SCAN_PER_PAGE_ENTRY).max(1);
+        self.replica.read(|t| {
+            let (mut ids, mut scanned, mut last) = (Vec::new(), 0, 0);
+            for (id, s) in t.sessions_after(after) {
+                if ids.len() > limit || scanned == scan_max {
+                    return (t.last_zxid(), ids, last);
+                }
+                scanned += 1;
+                last = id;
+                if may_see(policy, caller, &s.owner) {
+                    ids.push(id);
+                }
+            }
+            (t.last_zxid(), ids, 0)
         })
     }
 }
@@ -97,8 +149,19 @@ impl Session for SessionService {
         &self,
         request: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
+        check_mapped(&caller)?;
+        if caller.identity.len() > SESSION_OWNER_BYTES_MAX {
+            return Err(bad_arguments(format!(
+                "an identity of {} bytes is too long to own a session (at most {SESSION_OWNER_BYTES_MAX})",
+                caller.identity.len()
+            )));
+        }
         let ttl = self.grant(request.into_inner().ttl_ms)?;
-        let op = TxnOp::OpenSession { ttl_ms: ms(ttl) };
+        let op = TxnOp::OpenOwnedSession {
+            ttl_ms: ms(ttl),
+            owner: caller.identity.to_string(),
+        };
         let committed = self.replica.submit(0, 0, op).await?;
         match committed.result? {
             TxnResult::SessionOpened { session_id, ttl_ms } => {
@@ -118,17 +181,14 @@ impl Session for SessionService {
         &self,
         request: Request<Streaming<pb::KeepAliveRequest>>,
     ) -> Result<Response<Self::KeepAliveStream>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let mut pings = request.into_inner();
         let (tx, rx) = mpsc::channel(KEEPALIVE_QUEUE_MAX);
         let replica = self.replica.clone();
         tokio::spawn(async move {
             while let Some(ping) = pings.next().await {
                 let reply = match ping {
-                    // A server behind the client's view must not call its session
-                    // expired: it may only not have applied the session's Open yet.
-                    Ok(p) => ready_for_read(&replica, p.min_zxid, false)
-                        .await
-                        .map(|()| keep_alive_reply(&replica, p.session_id)),
+                    Ok(p) => answer_ping(&replica, &caller, &p).await,
                     Err(status) => Err(status),
                 };
                 let failed = reply.is_err();
@@ -144,7 +204,9 @@ impl Session for SessionService {
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let session_id = request.into_inner().session_id;
+        check_session(&self.replica, &caller, session_id, "close it").await?;
         let op = TxnOp::CloseSession {
             session_id,
             reason: CloseReason::Closed,
@@ -160,13 +222,15 @@ impl Session for SessionService {
         &self,
         request: Request<pb::GetSessionRequest>,
     ) -> Result<Response<pb::GetSessionResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
+        check_mapped(&caller)?;
         let r = request.into_inner();
         ready_for_read(&self.replica, r.min_zxid, false).await?;
         let session_id = r.session_id;
         let zxid = self.replica.applied_zxid();
         let info = self
-            .info(session_id, true)
-            .ok_or_else(|| no_session(session_id))?;
+            .info(&caller, session_id, true)
+            .ok_or_else(|| no_session(session_id))??;
         Ok(Response::new(pb::GetSessionResponse {
             header: header(self.replica.server_id(), zxid),
             session: Some(info),
@@ -177,6 +241,8 @@ impl Session for SessionService {
         &self,
         request: Request<pb::ListSessionsRequest>,
     ) -> Result<Response<pb::ListSessionsResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
+        check_mapped(&caller)?;
         let r = request.into_inner();
         let after = match r.page_token.as_str() {
             "" => 0,
@@ -190,18 +256,17 @@ impl Session for SessionService {
             n => n.min(self.list_page_max),
         };
         // One extra session tells whether another page follows.
-        let (zxid, mut ids) = self.replica.read(|t| {
-            let ids = t.sessions_after(after).map(|(id, _)| id);
-            (t.last_zxid(), ids.take(limit + 1).collect::<Vec<_>>())
-        });
+        let (zxid, mut ids, scanned_to) = self.visible_ids(&caller, after, limit);
         let mut next_page_token = String::new();
         if ids.len() > limit {
             ids.truncate(limit);
             next_page_token = ids.last().map(u64::to_string).unwrap_or_default();
+        } else if scanned_to != 0 {
+            next_page_token = scanned_to.to_string();
         }
         let sessions = ids
             .into_iter()
-            .filter_map(|id| self.info(id, false))
+            .filter_map(|id| self.info(&caller, id, false)?.ok())
             .collect();
         Ok(Response::new(pb::ListSessionsResponse {
             header: header(self.replica.server_id(), zxid),
@@ -209,6 +274,19 @@ impl Session for SessionService {
             next_page_token,
         }))
     }
+}
+
+/// Answers one ping of `caller`'s KeepAlive stream. A server behind the client's
+/// view must not call its session expired (it may only not have applied the
+/// session's Open yet), nor decide whose it is: it waits for both.
+pub(super) async fn answer_ping(
+    replica: &Replica,
+    caller: &Caller,
+    ping: &pb::KeepAliveRequest,
+) -> Result<pb::KeepAliveResponse, Status> {
+    ready_for_read(replica, ping.min_zxid, false).await?;
+    check_session(replica, caller, ping.session_id, "keep it alive").await?;
+    Ok(keep_alive_reply(replica, ping.session_id))
 }
 
 /// Answers one ping: a fresh full TTL, or `expired` if the session is gone.

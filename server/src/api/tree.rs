@@ -6,8 +6,10 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{self, header, stat, Limits};
 use super::error::{bad_arguments, error, in_op};
+use super::owner::{caller_of, check_session};
 use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
+use crate::security::{Caller, Security};
 use crate::tree::path::clip;
 use crate::tree::{OpResult, TxnResult};
 use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
@@ -25,15 +27,18 @@ const STAT_BYTES: usize = 96;
 
 pub struct TreeService {
     replica: Replica,
+    /// Whose sessions a write may carry (`owner.rs`).
+    security: Security,
     limits: Limits,
     /// Most children in one `Children` page (`children_page_max`).
     children_page_max: usize,
 }
 
 impl TreeService {
-    pub fn new(replica: Replica, limits: Limits) -> Self {
+    pub fn new(replica: Replica, security: Security, limits: Limits) -> Self {
         TreeService {
             replica,
+            security,
             limits,
             children_page_max: DEFAULT_PAGE_MAX,
         }
@@ -45,15 +50,19 @@ impl TreeService {
         self
     }
 
-    /// Submits a write and turns a deterministic tree error into its status.
+    /// Submits a write and turns a deterministic tree error into its status. A write
+    /// carrying a session id (for its ephemerals or its request id) must come from
+    /// the session's owner or an admin.
     async fn write(
         &self,
+        caller: &Caller,
         session_id: u64,
         request_id: u64,
         fence: Option<pb::Fence>,
         op: TxnOp,
     ) -> Result<(Zxid, TxnResult), Status> {
         let fence = convert::fence(fence)?;
+        check_session(&self.replica, caller, session_id, "write with it").await?;
         let Committed { zxid, result } = self
             .replica
             .submit_fenced(session_id, request_id, fence, op)
@@ -77,10 +86,17 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::CreateRequest>,
     ) -> Result<Response<pb::CreateResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         let op = convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
         let (zxid, result) = self
-            .write(r.session_id, r.request_id, r.fence, TxnOp::Create(op))
+            .write(
+                &caller,
+                r.session_id,
+                r.request_id,
+                r.fence,
+                TxnOp::Create(op),
+            )
             .await?;
         let TxnResult::Created { path, stat: s } = result else {
             return Err(unexpected(&result));
@@ -134,6 +150,7 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::SetRequest>,
     ) -> Result<Response<pb::SetResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         convert::check_path(&r.path)?;
         let data = convert::owned_data(&r.data, self.limits)?;
@@ -143,7 +160,9 @@ impl Tree for TreeService {
             data,
             version: r.version,
         });
-        let (zxid, result) = self.write(r.session_id, r.request_id, r.fence, op).await?;
+        let (zxid, result) = self
+            .write(&caller, r.session_id, r.request_id, r.fence, op)
+            .await?;
         let TxnResult::Set { stat: s } = result else {
             return Err(unexpected(&result));
         };
@@ -157,6 +176,7 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::DeleteRequest>,
     ) -> Result<Response<pb::DeleteResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         convert::check_path(&r.path)?;
         convert::check_version(r.version)?;
@@ -167,7 +187,9 @@ impl Tree for TreeService {
             path: r.path,
             version: r.version,
         });
-        let (zxid, result) = self.write(r.session_id, r.request_id, r.fence, op).await?;
+        let (zxid, result) = self
+            .write(&caller, r.session_id, r.request_id, r.fence, op)
+            .await?;
         if result != TxnResult::Deleted {
             return Err(unexpected(&result));
         }
@@ -234,6 +256,7 @@ impl Tree for TreeService {
         &self,
         request: Request<pb::MultiRequest>,
     ) -> Result<Response<pb::MultiResponse>, Status> {
+        let caller = caller_of(&request, self.security.policy());
         let r = request.into_inner();
         if r.ops.len() > MULTI_OPS_MAX {
             return Err(bad_arguments(format!(
@@ -247,7 +270,13 @@ impl Tree for TreeService {
             ops.push(op);
         }
         let (zxid, result) = self
-            .write(r.session_id, r.request_id, r.fence, TxnOp::Multi(ops))
+            .write(
+                &caller,
+                r.session_id,
+                r.request_id,
+                r.fence,
+                TxnOp::Multi(ops),
+            )
             .await?;
         let TxnResult::Multi(results) = result else {
             return Err(unexpected(&result));

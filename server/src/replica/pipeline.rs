@@ -430,6 +430,7 @@ impl Pipeline {
         match DataTree::decode_snapshot(&snapshot.data) {
             Ok(mut tree) => {
                 tree.track_usage(self.quota.roots());
+                self.quota.recount_sessions_of(&tree);
                 *self.shared.lock_sessions() = super::deadlines_of(&tree, self.shared.now_ms());
                 *self
                     .shared
@@ -460,8 +461,16 @@ impl Pipeline {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             for txn in &txns {
+                let closing_owner = match &txn.op {
+                    TxnOp::CloseSession { session_id, .. } => {
+                        tree.session(*session_id).map(|s| s.owner.clone())
+                    }
+                    _ => None,
+                };
                 let applied = tree.apply(txn);
                 self.quota.settle(txn.zxid);
+                self.quota
+                    .applied(&txn.op, &applied.result, closing_owner.as_deref());
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
                 if let Some((reply, _bytes)) = self.waiting.remove(&txn.zxid) {
@@ -599,7 +608,10 @@ async fn recv_peer(inbox: &mut Option<InboundRx>) -> Option<Inbound> {
 /// Keeps the deadline tracker in step with the replicated session table.
 fn track_sessions(shared: &Shared, txn: &Txn, result: &Result<TxnResult, TreeError>) {
     match (&txn.op, result) {
-        (TxnOp::OpenSession { .. }, Ok(TxnResult::SessionOpened { session_id, ttl_ms })) => {
+        (
+            TxnOp::OpenSession { .. } | TxnOp::OpenOwnedSession { .. },
+            Ok(TxnResult::SessionOpened { session_id, ttl_ms }),
+        ) => {
             let now = shared.now_ms();
             let ttl = u64::try_from(*ttl_ms).unwrap_or(0);
             shared.lock_sessions().add(*session_id, ttl, now);

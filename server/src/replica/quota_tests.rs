@@ -207,3 +207,60 @@ async fn a_follower_forwards_a_write_and_hears_the_leaders_refusal() {
         r.shutdown();
     }
 }
+
+fn open(owner: &str) -> TxnOp {
+    TxnOp::OpenOwnedSession {
+        ttl_ms: 60_000,
+        owner: owner.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_hit_at_their_limit_and_a_close_frees_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let quota = QuotaConfig {
+        sessions_max: 2,
+        ..QuotaConfig::default()
+    };
+    let config = config(dir.path(), quota);
+    let r = Replica::start(&config).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let c = r.submit(0, 0, open("a")).await.unwrap();
+        let Ok(crate::tree::TxnResult::SessionOpened { session_id, .. }) = c.result else {
+            panic!("{:?}", c.result);
+        };
+        ids.push(session_id);
+    }
+    let c = r.submit(0, 0, open("a")).await.unwrap();
+    let Err(e @ TreeError::QuotaExceeded { .. }) = c.result else {
+        panic!("{:?}", c.result);
+    };
+    assert_eq!(
+        e.to_string(),
+        "team \"a\" would exceed its sessions quota: 2 used of 2, the write adds 1"
+    );
+    assert_eq!(r.read(|t| t.sessions().count()), 2);
+    // Admins (and identities in no team) are not limited.
+    for owner in ["admin", "stranger"] {
+        assert!(r.submit(0, 0, open(owner)).await.unwrap().result.is_ok());
+    }
+    let close = TxnOp::CloseSession {
+        session_id: ids[0],
+        reason: crate::txn::CloseReason::Closed,
+    };
+    ok(&r, close).await;
+    assert!(r.submit(0, 0, open("a")).await.unwrap().result.is_ok());
+    assert!(r.submit(0, 0, open("a")).await.unwrap().result.is_err());
+    r.shutdown();
+    drop(r);
+    // A restart counts the team's sessions again from the tree.
+    let r = restart(&config).await;
+    let c = r.submit(0, 0, open("a")).await.unwrap();
+    assert!(
+        matches!(c.result, Err(TreeError::QuotaExceeded { .. })),
+        "{:?}",
+        c.result
+    );
+    r.shutdown();
+}

@@ -402,12 +402,13 @@ fn launch(
         mut tree,
         restored,
     } = recovered;
-    // Usage under the teams' roots is derived state: counted once here, then kept
-    // up to date by every apply.
+    // Usage under the teams' roots, and sessions per team, are derived state:
+    // counted once here, then kept up to date by every apply.
     let policy = crate::security::Policy::from_config(config)
         .map_err(|e| StartError::Recovery(format!("config: {e}")))?;
-    let quota = crate::security::quota::Ledger::with_policy(&policy);
+    let mut quota = crate::security::quota::Ledger::with_policy(&policy);
     tree.track_usage(quota.roots());
+    quota.recount_sessions_of(&tree);
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let storage: Arc<dyn Storage> = Arc::new(storage);

@@ -17,9 +17,11 @@
 
 mod identity;
 pub mod limits;
+mod ownership;
 pub mod quota;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
+pub use ownership::{may_see, may_use};
 
 use std::collections::HashMap;
 use std::convert::Infallible;

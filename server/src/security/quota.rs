@@ -1,6 +1,7 @@
-//! Hard quotas on what a team's namespace holds (nodes, bytes of data), checked by
-//! the leader before it proposes a write (as ZOOKEEPER-2593 argues: a quota checked
-//! at apply time, or on a follower, is only a warning).
+//! Hard quotas on what a team's namespace holds (nodes, bytes of data) and on its
+//! open sessions, checked by the leader before it proposes a write (as
+//! ZOOKEEPER-2593 argues: a quota checked at apply time, or on a follower, is only a
+//! warning).
 //!
 //! ```text
 //!   pipeline.propose(write) ─▶ Ledger::check(applied tree, write)
@@ -22,6 +23,11 @@
 //! grows nothing (a delete, a shrinking set) is never refused, even over a lowered
 //! limit. A retry of a write the tree remembers (same session and request id) is
 //! answered from the retry cache at apply time and is not checked.
+//!
+//! Sessions count by their owner's team (`Policy`): the ledger keeps each team's
+//! open sessions as applied (recounted from the tree at start and after a snapshot
+//! install, then `applied` per txn) and reserves an open (`OpenOwnedSession`) when
+//! it is proposed, as it does a write's growth.
 //!
 //! The quota holds for every write in a team's subtree, an admin's too: it bounds
 //! the subtree, not a caller.
@@ -153,6 +159,35 @@ impl Ledger {
         }
     }
 
+    /// Keeps the session counts in step with one applied txn: `closing_owner` is the
+    /// owner of the session a CloseSession txn named, read before it applied.
+    pub fn applied(
+        &mut self,
+        op: &TxnOp,
+        result: &Result<crate::tree::TxnResult, TreeError>,
+        closing_owner: Option<&str>,
+    ) {
+        use crate::tree::TxnResult;
+        match (op, result) {
+            (TxnOp::OpenOwnedSession { owner, .. }, Ok(TxnResult::SessionOpened { .. })) => {
+                self.opened(owner);
+            }
+            (TxnOp::CloseSession { .. }, Ok(_)) => {
+                if let Some(owner) = closing_owner {
+                    self.closed(owner);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts sessions afresh from `tree`'s (at start, and after a snapshot from
+    /// the leader replaced the tree).
+    pub fn recount_sessions_of(&mut self, tree: &DataTree) {
+        let owners: Vec<String> = tree.sessions().map(|(_, s)| s.owner.clone()).collect();
+        self.recount_sessions(owners.iter().map(String::as_str));
+    }
+
     /// Open sessions of team `team`, as applied.
     pub fn sessions_of(&self, team: &str) -> u64 {
         self.sessions.get(team).copied().unwrap_or(0)
@@ -201,6 +236,9 @@ impl Ledger {
         request_id: u64,
         op: &TxnOp,
     ) -> Result<Reservation, TreeError> {
+        if let TxnOp::OpenOwnedSession { owner, .. } = op {
+            return Ok(Reservation::open(self.check_open(owner)?));
+        }
         if !self.limits_any() || tree.remembers(session_id, request_id) {
             return Ok(Reservation::default());
         }
@@ -368,6 +406,7 @@ impl<'a> Growth<'a> {
             }
             TxnOp::Queue(QueueOp::Leave { .. })
             | TxnOp::OpenSession { .. }
+            | TxnOp::OpenOwnedSession { .. }
             | TxnOp::CloseSession { .. }
             | TxnOp::Reap { .. } => {}
         }
@@ -452,6 +491,17 @@ pub struct QuotaUse {
     pub used: u64,
     /// 0: unlimited.
     pub limit: u64,
+}
+
+/// Open sessions of `team` in `tree` (their owners in the team, by `policy`): one
+/// pass over the sessions, for WhoAmI (the leader's check keeps its own counts).
+pub fn team_sessions(policy: &Policy, team: &Team, tree: &DataTree) -> u64 {
+    tree.sessions()
+        .filter(|(_, s)| {
+            let caller = policy.caller(Arc::from(s.owner.as_str()));
+            caller.team().is_some_and(|t| t.name == team.name)
+        })
+        .count() as u64
 }
 
 /// Every quota of `team` with its usage, for WhoAmI: nodes and data bytes from the

@@ -4,8 +4,9 @@
 //!   apply(txn) ─▶ zxid > last_zxid? ─no─▶ Err(BadArguments), nothing changes
 //!                  │yes
 //!                  ▼
-//!              retry of a remembered (session, request)? ─yes─▶ stored outcome
-//!                  │no
+//!              retry of a remembered (session, request)? ─yes─▶ same fingerprint?
+//!                  │no                        yes: stored outcome ◀─┘   no: Err(BadArguments)
+//!                  │
 //!                  ▼
 //!              fence holds? (queue.rs) ─no─▶ Err(Fenced)
 //!                  │yes
@@ -22,6 +23,7 @@
 
 use std::sync::Arc;
 
+use super::digest::fingerprint;
 use super::*;
 use crate::txn::{Txn, TxnOp};
 
@@ -127,7 +129,8 @@ impl DataTree {
                 Ok(TxnResult::Deleted)
             }
             TxnOp::Multi(ops) => Ok(TxnResult::Multi(self.multi(ops, ctx, events)?)),
-            TxnOp::OpenSession { ttl_ms } => self.open_session(*ttl_ms, ctx),
+            TxnOp::OpenSession { ttl_ms } => self.open_session(*ttl_ms, "", ctx),
+            TxnOp::OpenOwnedSession { ttl_ms, owner } => self.open_session(*ttl_ms, owner, ctx),
             TxnOp::CloseSession { session_id, .. } => self.close_session(*session_id, ctx, events),
             TxnOp::Reap { path } => {
                 self.reap(path, ctx, events)?;
@@ -137,18 +140,28 @@ impl DataTree {
         }
     }
 
-    /// The stored outcome, if `txn` retries a request its session remembers.
+    /// The stored outcome, if `txn` retries a request its session remembers; an
+    /// error if the session remembers that request id for a different request (the
+    /// fingerprints differ), never that request's outcome.
     fn remembered(&self, txn: &Txn) -> Option<Result<TxnResult, TreeError>> {
         if txn.session_id == 0 || txn.request_id == 0 {
             return None;
         }
         let session = self.sessions.get(&txn.session_id)?;
-        session
+        let recent = session
             .recent
             .iter()
             .rev()
-            .find(|(request_id, _)| *request_id == txn.request_id)
-            .map(|(_, result)| result.clone())
+            .find(|r| r.request_id == txn.request_id)?;
+        let fingerprint = fingerprint(txn);
+        if recent.fingerprint != 0 && recent.fingerprint != fingerprint {
+            return Some(Err(TreeError::BadArguments(format!(
+                "request id {} of session {:#x} was used by a different request; \
+                 a new request needs a new request id",
+                txn.request_id, txn.session_id
+            ))));
+        }
+        Some(recent.result.clone())
     }
 
     /// Remembers the outcome of a txn carrying a request id, if its session (still)
@@ -160,7 +173,11 @@ impl DataTree {
         let Some(session) = self.sessions.get_mut(&txn.session_id) else {
             return;
         };
-        session.recent.push_back((txn.request_id, result.clone()));
+        session.recent.push_back(Recent {
+            request_id: txn.request_id,
+            fingerprint: fingerprint(txn),
+            result: result.clone(),
+        });
         while session.recent.len() > RECENT_REQUESTS_MAX {
             session.recent.pop_front();
         }

@@ -8,7 +8,8 @@
 //! each node is hashed on its own (path, data, stat, mode, ttl) and the node hashes are
 //! added (wrapping): the sum does not depend on order, costs O(n) with no sort and no
 //! allocation. Children sets are implied by the paths. Sessions are in an ordered map
-//! and are hashed in id order, with their ephemerals and remembered outcomes.
+//! and are hashed in id order, with their owners, ephemerals and remembered outcomes
+//! (with the fingerprints of their requests).
 //!
 //! The hash is written here (not std's `DefaultHasher`, whose algorithm may change
 //! between Rust releases; not `Hash` impls, whose byte feeding is unspecified): every
@@ -90,17 +91,68 @@ impl DataTree {
             for path in session.ephemerals.iter() {
                 h.bytes(path.as_bytes());
             }
+            h.bytes(session.owner.as_bytes());
             h.u64(session.recent.len() as u64);
-            for (request_id, result) in session.recent.iter() {
-                h.u64(*request_id);
+            for recent in session.recent.iter() {
+                h.u64(recent.request_id);
+                h.u64(recent.fingerprint);
                 buf.clear();
                 // Encoding plain data into a Vec cannot fail; if it did, the empty
                 // buffer still hashes the same on every server.
-                buf = postcard::to_extend(result, buf).unwrap_or_default();
+                buf = postcard::to_extend(&recent.result, buf).unwrap_or_default();
                 h.bytes(&buf);
             }
         }
         h.finish()
+    }
+}
+
+/// The fingerprint of a request remembered for retries: a hash of the postcard
+/// encoding of its op and fence (not of its zxid, time or ids, which a retry
+/// changes or shares). Never 0 (0 marks an unknown fingerprint).
+pub(crate) fn fingerprint(txn: &crate::txn::Txn) -> u64 {
+    let mut sink = HashSink {
+        hasher: DigestHasher::new(),
+        word: [0; 8],
+        filled: 0,
+        len: 0,
+    };
+    // Encoding into a sink that cannot fail does not fail; if it did, every server
+    // would still hash the same prefix.
+    let _ = postcard::to_extend(&(&txn.op, &txn.fence), &mut sink);
+    sink.finish().max(1)
+}
+
+/// Hashes postcard's output as it is written, 8 bytes to a word, without a buffer.
+struct HashSink {
+    hasher: DigestHasher,
+    word: [u8; 8],
+    filled: usize,
+    len: u64,
+}
+
+impl Extend<u8> for &mut HashSink {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        for byte in iter {
+            self.word[self.filled] = byte;
+            self.filled += 1;
+            self.len += 1;
+            if self.filled == self.word.len() {
+                self.hasher.u64(u64::from_le_bytes(self.word));
+                self.filled = 0;
+            }
+        }
+    }
+}
+
+impl HashSink {
+    fn finish(mut self) -> u64 {
+        if self.filled > 0 {
+            self.word[self.filled..].fill(0);
+            self.hasher.u64(u64::from_le_bytes(self.word));
+        }
+        self.hasher.u64(self.len);
+        self.hasher.finish()
     }
 }
 

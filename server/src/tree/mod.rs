@@ -191,15 +191,35 @@ pub struct Applied {
 pub struct SessionEntry {
     /// The granted TTL.
     pub ttl_ms: i64,
+    /// The identity that opened the session: only it (or an admin) may keep it
+    /// alive, close it, or write with its id. Empty for a session opened by an older
+    /// server (`TxnOp::OpenSession`), which only admins may use.
+    pub owner: String,
     /// Paths of the ephemeral nodes the session owns.
     pub ephemerals: imbl::OrdSet<String>,
     /// Outcomes of the session's most recent writes that carried a request id, newest
     /// last, at most `RECENT_REQUESTS_MAX`: what makes retries safe.
-    pub recent: imbl::Vector<(u64, Result<TxnResult, TreeError>)>,
+    pub recent: imbl::Vector<Recent>,
+}
+
+/// A remembered outcome of a write that carried a request id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recent {
+    pub request_id: u64,
+    /// A hash of the request (its op and fence; see `digest::fingerprint`): a retry
+    /// with the same request id but another fingerprint is a different request, and
+    /// is refused rather than answered with this outcome. 0: unknown (remembered by
+    /// an older server, read from a format 1 snapshot); such an entry is matched by
+    /// request id alone.
+    pub fingerprint: u64,
+    pub result: Result<TxnResult, TreeError>,
 }
 
 /// How many request outcomes each session remembers for retries.
 pub const RECENT_REQUESTS_MAX: usize = 64;
+
+/// Longest session owner (an identity) a txn may record, in bytes.
+pub const SESSION_OWNER_BYTES_MAX: usize = 1024;
 
 /// A stored node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,4 +1,5 @@
-//! The replicated half of sessions: opening one, and closing one with its ephemerals.
+//! The replicated half of sessions: opening one (with its owner, the identity that
+//! asked), and closing one with its ephemerals.
 //!
 //! A session id is the zxid of its OpenSession txn, so it is unique and never 0.
 //! Closing (by the client or by expiry, decided by the leader elsewhere) deletes every
@@ -11,8 +12,19 @@ use super::apply::Ctx;
 use super::*;
 
 impl DataTree {
-    /// Opens a session whose id is the txn's zxid.
-    pub(crate) fn open_session(&mut self, ttl_ms: i64, ctx: &Ctx) -> Result<TxnResult, TreeError> {
+    /// Opens a session whose id is the txn's zxid, owned by `owner` ("" for none).
+    pub(crate) fn open_session(
+        &mut self,
+        ttl_ms: i64,
+        owner: &str,
+        ctx: &Ctx,
+    ) -> Result<TxnResult, TreeError> {
+        if owner.len() > SESSION_OWNER_BYTES_MAX {
+            return Err(TreeError::BadArguments(format!(
+                "a session owner of {} bytes is longer than {SESSION_OWNER_BYTES_MAX}",
+                owner.len()
+            )));
+        }
         if ttl_ms <= 0 {
             return Err(TreeError::BadArguments(format!(
                 "session ttl_ms must be > 0, got {ttl_ms}"
@@ -27,6 +39,7 @@ impl DataTree {
         }
         let entry = SessionEntry {
             ttl_ms,
+            owner: owner.to_string(),
             ephemerals: imbl::OrdSet::new(),
             recent: imbl::Vector::new(),
         };

@@ -5,6 +5,10 @@
 //!            | node record* (postcard, pre-order) | crc32 (LE) of all before it
 //! ```
 //!
+//! Format 2 (written) records each session's owner and, with each remembered
+//! outcome, the fingerprint of its request. Format 1 (still read) has neither: its
+//! sessions decode with no owner (admins only) and fingerprint 0 (unknown).
+//!
 //! Nodes are written in pre-order from the root, siblings sorted, each as (depth,
 //! name, data, stat, mode, ttl_ms): a name instead of a full path keeps deep trees
 //! small, and the order makes the bytes the same on every server. Records run to the
@@ -25,13 +29,15 @@ use serde::{Deserialize, Serialize};
 use super::ops::is_reap_candidate;
 use super::path;
 use super::stored::StoredOutcome;
-use super::{DataTree, Node, SessionEntry, Stat};
+use super::{DataTree, Node, Recent, SessionEntry, Stat, SESSION_OWNER_BYTES_MAX};
 use crate::txn::{CreateMode, Zxid};
 
 /// First bytes of every snapshot.
 const MAGIC: &[u8; 8] = b"CNCDSNAP";
-/// The format written after the magic.
+/// The format of snapshots from before sessions had owners (read, never written).
 const FORMAT_V1: u8 = 1;
+/// The format written after the magic: sessions with owners and fingerprints.
+const FORMAT_V2: u8 = 2;
 /// Magic, format byte.
 const HEADER_BYTES: usize = MAGIC.len() + 1;
 /// The crc32 trailer.
@@ -62,12 +68,37 @@ impl From<postcard::Error> for SnapshotError {
     }
 }
 
-/// A session as written (its ephemerals are rebuilt from the nodes).
+/// A session as format 2 writes it (its ephemerals are rebuilt from the nodes).
 #[derive(Serialize, Deserialize)]
 struct SessionRecord {
     id: u64,
     ttl_ms: i64,
+    owner: String,
+    /// (request id, fingerprint, outcome), oldest first.
+    recent: Vec<(u64, u64, StoredOutcome)>,
+}
+
+/// A session as format 1 wrote it.
+#[derive(Deserialize)]
+struct SessionRecordV1 {
+    id: u64,
+    ttl_ms: i64,
     recent: Vec<(u64, StoredOutcome)>,
+}
+
+impl From<SessionRecordV1> for SessionRecord {
+    fn from(v1: SessionRecordV1) -> Self {
+        SessionRecord {
+            id: v1.id,
+            ttl_ms: v1.ttl_ms,
+            owner: String::new(),
+            recent: v1
+                .recent
+                .into_iter()
+                .map(|(request_id, outcome)| (request_id, 0, outcome))
+                .collect(),
+        }
+    }
 }
 
 /// A node as written: its depth below the root and its name locate it.
@@ -117,7 +148,7 @@ impl DataTree {
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
         let mut out = Vec::with_capacity(64 * self.nodes.len() + 64);
         out.extend_from_slice(MAGIC);
-        out.push(FORMAT_V1);
+        out.push(FORMAT_V2);
         put(&mut out, &self.last_zxid).map_err(encode_failed)?;
         let sessions: Vec<SessionRecord> = self
             .sessions
@@ -125,10 +156,14 @@ impl DataTree {
             .map(|(id, s)| SessionRecord {
                 id: *id,
                 ttl_ms: s.ttl_ms,
+                owner: s.owner.clone(),
                 recent: s
                     .recent
                     .iter()
-                    .map(|(req, result)| (*req, StoredOutcome::from(result)))
+                    .map(|r| {
+                        let outcome = StoredOutcome::from(&r.result);
+                        (r.request_id, r.fingerprint, outcome)
+                    })
                     .collect(),
             })
             .collect();
@@ -174,9 +209,14 @@ impl DataTree {
 
     /// Decodes what `encode_snapshot` wrote, checking it thoroughly.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<DataTree, SnapshotError> {
-        let body = checked_body(bytes)?;
+        let (format, body) = checked_body(bytes)?;
         let (last_zxid, rest): (Zxid, _) = postcard::take_from_bytes(body)?;
-        let (sessions, rest): (Vec<SessionRecord>, _) = postcard::take_from_bytes(rest)?;
+        let (sessions, rest) = if format == FORMAT_V1 {
+            let (v1, rest): (Vec<SessionRecordV1>, _) = postcard::take_from_bytes(rest)?;
+            (v1.into_iter().map(SessionRecord::from).collect(), rest)
+        } else {
+            postcard::take_from_bytes::<Vec<SessionRecord>>(rest)?
+        };
         let mut tree = DataTree {
             nodes: imbl::HashMap::new(),
             sessions: decode_sessions(sessions)?,
@@ -286,8 +326,8 @@ fn record<'a>(depth: u32, name: &'a str, node: &Node) -> NodeRecord<'a> {
     }
 }
 
-/// The bytes between the header and the crc, once both check out.
-fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
+/// The format and the bytes between the header and the crc, once both check out.
+fn checked_body(bytes: &[u8]) -> Result<(u8, &[u8]), SnapshotError> {
     if bytes.len() < HEADER_BYTES + CRC_BYTES {
         return Err(malformed(format!("only {} bytes", bytes.len())));
     }
@@ -295,8 +335,10 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
         return Err(malformed("bad magic"));
     }
     let format = bytes[MAGIC.len()];
-    if format != FORMAT_V1 {
-        return Err(malformed(format!("unknown format {format}")));
+    if format != FORMAT_V1 && format != FORMAT_V2 {
+        return Err(malformed(format!(
+            "unknown format {format} (this server reads formats {FORMAT_V1} and {FORMAT_V2})"
+        )));
     }
     let (covered, trailer) = bytes.split_at(bytes.len() - CRC_BYTES);
     let mut crc = [0u8; CRC_BYTES];
@@ -304,7 +346,7 @@ fn checked_body(bytes: &[u8]) -> Result<&[u8], SnapshotError> {
     if crc32fast::hash(covered) != u32::from_le_bytes(crc) {
         return Err(malformed("crc mismatch"));
     }
-    Ok(&covered[HEADER_BYTES..])
+    Ok((format, &covered[HEADER_BYTES..]))
 }
 
 /// Rebuilds the session table (ephemerals are filled in from the nodes).
@@ -316,12 +358,20 @@ fn decode_sessions(
         if rec.id == 0 {
             return Err(malformed("session id 0"));
         }
+        if rec.owner.len() > SESSION_OWNER_BYTES_MAX {
+            return Err(malformed(format!("session {:#x}: owner too long", rec.id)));
+        }
         let mut recent = imbl::Vector::new();
-        for (request_id, outcome) in rec.recent {
-            recent.push_back((request_id, outcome.into_result()?));
+        for (request_id, fingerprint, outcome) in rec.recent {
+            recent.push_back(Recent {
+                request_id,
+                fingerprint,
+                result: outcome.into_result()?,
+            });
         }
         let entry = SessionEntry {
             ttl_ms: rec.ttl_ms,
+            owner: rec.owner,
             ephemerals: imbl::OrdSet::new(),
             recent,
         };
@@ -330,4 +380,103 @@ fn decode_sessions(
         }
     }
     Ok(sessions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::{CreateOp, Txn, TxnOp};
+
+    /// A snapshot in format 1, as servers wrote it before sessions had owners.
+    fn encode_v1(tree: &DataTree) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct V1 {
+            id: u64,
+            ttl_ms: i64,
+            recent: Vec<(u64, StoredOutcome)>,
+        }
+        let mut out = MAGIC.to_vec();
+        out.push(FORMAT_V1);
+        put(&mut out, &tree.last_zxid).unwrap();
+        let sessions: Vec<V1> = tree
+            .sessions
+            .iter()
+            .map(|(id, s)| V1 {
+                id: *id,
+                ttl_ms: s.ttl_ms,
+                recent: s
+                    .recent
+                    .iter()
+                    .map(|r| (r.request_id, StoredOutcome::from(&r.result)))
+                    .collect(),
+            })
+            .collect();
+        put(&mut out, &sessions).unwrap();
+        tree.encode_nodes(&mut out).unwrap();
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn txn(zxid: Zxid, session_id: u64, request_id: u64, op: TxnOp) -> Txn {
+        Txn {
+            zxid,
+            time_ms: 1,
+            session_id,
+            request_id,
+            fence: None,
+            op,
+        }
+    }
+
+    fn create(path: &str, mode: CreateMode) -> TxnOp {
+        TxnOp::Create(CreateOp {
+            path: path.into(),
+            data: Bytes::new(),
+            mode,
+            ttl_ms: 0,
+        })
+    }
+
+    #[test]
+    fn format_1_snapshots_still_decode_with_no_owners_or_fingerprints() {
+        let mut tree = DataTree::new();
+        let open = TxnOp::OpenOwnedSession {
+            ttl_ms: 5_000,
+            owner: "alice".into(),
+        };
+        assert!(tree.apply(&txn(1, 0, 0, open)).result.is_ok());
+        let first = tree.apply(&txn(2, 1, 9, create("/e", CreateMode::Ephemeral)));
+        assert!(first.result.is_ok());
+        let back = DataTree::decode_snapshot(&encode_v1(&tree)).unwrap();
+        let session = back.session(1).unwrap();
+        assert_eq!(session.owner, "", "format 1 had no owners");
+        assert_eq!(session.recent[0].fingerprint, 0);
+        assert_eq!(session.recent[0].result, first.result);
+        assert!(session.ephemerals.contains("/e"));
+        assert_eq!(back.walk("/", true), tree.walk("/", true));
+        // Written again, it is format 2, and keeps what it read.
+        let v2 = back.encode_snapshot().unwrap();
+        assert_eq!(v2[MAGIC.len()], FORMAT_V2);
+        let again = DataTree::decode_snapshot(&v2).unwrap();
+        assert_eq!(again.digest(), back.digest());
+        // The format 2 round trip keeps owners and fingerprints.
+        let v2 = DataTree::decode_snapshot(&tree.encode_snapshot().unwrap()).unwrap();
+        assert_eq!(v2.session(1).unwrap().owner, "alice");
+        assert_eq!(v2.session(1), tree.session(1));
+        assert_eq!(v2.digest(), tree.digest());
+    }
+
+    #[test]
+    fn an_unknown_format_is_refused_by_name() {
+        let mut bytes = DataTree::new().encode_snapshot().unwrap();
+        bytes[MAGIC.len()] = 3;
+        let n = bytes.len() - CRC_BYTES;
+        let crc = crc32fast::hash(&bytes[..n]);
+        bytes[n..].copy_from_slice(&crc.to_le_bytes());
+        match DataTree::decode_snapshot(&bytes) {
+            Err(SnapshotError::Malformed(m)) => assert!(m.contains("unknown format 3"), "{m}"),
+            other => panic!("decoded format 3: {other:?}"),
+        }
+    }
 }

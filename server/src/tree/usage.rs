@@ -67,14 +67,15 @@ impl DataTree {
     }
 
     /// Whether a write of (`session_id`, `request_id`) would be answered from the
-    /// session's retry cache (so it changes nothing, and no quota applies to it).
+    /// session's retry cache, or refused as a different request under a used id:
+    /// either way it changes nothing, and no quota applies to it.
     pub fn remembers(&self, session_id: u64, request_id: u64) -> bool {
         if session_id == 0 || request_id == 0 {
             return false;
         }
         self.sessions
             .get(&session_id)
-            .is_some_and(|s| s.recent.iter().any(|(id, _)| *id == request_id))
+            .is_some_and(|s| s.recent.iter().any(|r| r.request_id == request_id))
     }
 
     /// A node with `data_bytes` of data appeared (`sign` 1) or went (-1) at `path`.

@@ -50,6 +50,7 @@ pub fn op_bytes(op: &TxnOp) -> usize {
             QueueOp::Leave { path, .. } => path.len(),
             QueueOp::Update { path, value, .. } => path.len() + value.len(),
         },
+        TxnOp::OpenOwnedSession { owner, .. } => owner.len(),
     }
 }
 

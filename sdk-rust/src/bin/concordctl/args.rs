@@ -192,9 +192,9 @@ pub enum SessionCommand {
         #[arg(long, value_name = "MS", default_value_t = 0)]
         ttl: i64,
     },
-    /// List live sessions: `id ttl_ms remaining_ms`.
+    /// List the live sessions the caller may see: `id ttl_ms remaining_ms`.
     Ls,
-    /// Describe a session and its ephemerals.
+    /// Describe a session (its owner too, for an admin or the owner) and its ephemerals.
     Get {
         #[arg(value_parser = parse_u64)]
         id: u64,

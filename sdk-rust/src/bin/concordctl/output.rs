@@ -55,13 +55,17 @@ pub fn session_line(info: &SessionInfo) -> String {
     format!("{} {} {}", info.session_id, info.ttl_ms, info.remaining_ms)
 }
 
-/// `session get`: one `name = value` line per field, then one line per ephemeral.
+/// `session get`: one `name = value` line per field (`owner` when the server shows
+/// it: to admins and to the owner), then one line per ephemeral.
 pub fn session_lines(info: &SessionInfo) -> Vec<String> {
     let mut lines = vec![
         format!("session_id = {}", info.session_id),
         format!("ttl_ms = {}", info.ttl_ms),
         format!("remaining_ms = {}", info.remaining_ms),
     ];
+    if !info.owner.is_empty() {
+        lines.push(format!("owner = {}", info.owner));
+    }
     lines.extend(
         info.ephemerals
             .iter()
@@ -110,6 +114,20 @@ mod tests {
         };
         assert_eq!(event_line(&event, false), "12 DATA_CHANGED /a");
         assert_eq!(event_line(&event, true), "12 DATA_CHANGED /a v2");
+    }
+
+    #[test]
+    fn session_lines_show_the_owner_when_the_server_does() {
+        let mut info = SessionInfo {
+            session_id: 5,
+            ephemerals: vec!["/e".into()],
+            ..SessionInfo::default()
+        };
+        assert!(!session_lines(&info).iter().any(|l| l.starts_with("owner")));
+        info.owner = "pay-alice".into();
+        let lines = session_lines(&info);
+        assert_eq!(lines[3], "owner = pay-alice");
+        assert_eq!(lines[4], "ephemeral = /e");
     }
 
     #[test]

@@ -95,8 +95,12 @@ fn random_op(rng: &mut Rng, sessions: &[u64]) -> TxnOp {
             version: version(rng),
         }),
         12..=14 => TxnOp::Multi((0..rng.below(5)).map(|_| random_multi_op(rng)).collect()),
-        15..=16 => TxnOp::OpenSession {
+        15 => TxnOp::OpenSession {
             ttl_ms: rng.below(3) as i64 * 1000,
+        },
+        16 => TxnOp::OpenOwnedSession {
+            ttl_ms: rng.below(3) as i64 * 1000,
+            owner: rng.pick(&["alice", "bob", ""]).to_string(),
         },
         17 => TxnOp::CloseSession {
             session_id: random_session(rng, sessions),

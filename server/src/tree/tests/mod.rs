@@ -86,9 +86,21 @@ impl Driver {
         }
     }
 
-    /// Opens a session, returns its id.
+    /// Opens a session with no recorded owner (as older servers did), returns its id.
     pub(super) fn open(&mut self) -> u64 {
         match self.ok(TxnOp::OpenSession { ttl_ms: 10_000 }).0 {
+            TxnResult::SessionOpened { session_id, .. } => session_id,
+            other => panic!("not a session: {other:?}"),
+        }
+    }
+
+    /// Opens a session owned by `owner`, returns its id.
+    pub(super) fn open_as(&mut self, owner: &str) -> u64 {
+        let op = TxnOp::OpenOwnedSession {
+            ttl_ms: 10_000,
+            owner: owner.into(),
+        };
+        match self.ok(op).0 {
             TxnResult::SessionOpened { session_id, .. } => session_id,
             other => panic!("not a session: {other:?}"),
         }

@@ -143,7 +143,7 @@ fn retry_returns_first_outcome_without_change() {
         .unwrap()
         .recent
         .iter()
-        .map(|r| r.0)
+        .map(|r| r.request_id)
         .collect();
     assert_eq!(recent, [7, 8, 9]);
 }
@@ -160,7 +160,7 @@ fn recent_keeps_only_the_newest() {
     }
     let recent = &d.tree.session(s).unwrap().recent;
     assert_eq!(recent.len(), RECENT_REQUESTS_MAX);
-    assert_eq!(recent.front().unwrap().0, extra + 1);
+    assert_eq!(recent.front().unwrap().request_id, extra + 1);
     // The forgotten request 1 is applied again (and fails: the node exists).
     let replay = d.run_as(s, 1, create("/n0", "", Persistent));
     assert_eq!(
@@ -182,4 +182,95 @@ fn close_is_not_remembered_and_open_with_ids_works() {
         retry.result,
         Err(TreeError::SessionExpired { session_id: s })
     );
+}
+
+#[test]
+fn a_session_records_its_owner() {
+    let mut d = Driver::new();
+    let owned = d.open_as("spiffe://example.org/payments/app");
+    let legacy = d.open();
+    assert_eq!(
+        d.tree.session(owned).unwrap().owner,
+        "spiffe://example.org/payments/app"
+    );
+    assert_eq!(d.tree.session(legacy).unwrap().owner, "");
+    // The owner is part of the replicated state.
+    let mut other = Driver::new();
+    other.open_as("spiffe://example.org/payments/other");
+    other.open();
+    assert_ne!(d.tree.digest(), other.tree.digest());
+    // An owner longer than the bound is refused, and opens nothing.
+    let before = d.tree.sessions().count();
+    let op = TxnOp::OpenOwnedSession {
+        ttl_ms: 1_000,
+        owner: "x".repeat(SESSION_OWNER_BYTES_MAX + 1),
+    };
+    assert!(matches!(d.err(op), TreeError::BadArguments(_)));
+    assert_eq!(d.tree.sessions().count(), before);
+}
+
+/// A second request under a remembered (session, request id) that is not the same
+/// request gets an error, never the first request's outcome, and changes nothing;
+/// the true retry still gets the first outcome.
+#[test]
+fn a_reused_request_id_with_another_request_is_refused() {
+    let mut d = Driver::new();
+    let s = d.open_as("alice");
+    let first = d.run_as(s, 7, create("/mine", "v1", Persistent));
+    assert!(first.result.is_ok());
+    let nodes = d.tree.node_count();
+    let recent = d.tree.session(s).unwrap().recent.clone();
+    for other in [
+        create("/theirs", "v1", Persistent),
+        create("/mine", "v2", Persistent),
+        delete("/mine", -1),
+        set("/mine", "v1", -1),
+    ] {
+        let applied = d.run_as(s, 7, other);
+        match &applied.result {
+            Err(TreeError::BadArguments(m)) => {
+                assert!(m.contains("used by a different request"), "{m}")
+            }
+            r => panic!("a different request under request id 7 got {r:?}"),
+        }
+        assert!(applied.events.is_empty());
+        assert!(d.tree.get("/theirs").is_none());
+        assert_eq!(d.tree.get("/mine").unwrap().data, "v1");
+        assert_eq!(d.tree.node_count(), nodes);
+        assert_eq!(d.tree.session(s).unwrap().recent, recent);
+    }
+    // The same op with another fence is another request too.
+    let mut fenced = d.txn(s, 7, create("/mine", "v1", Persistent));
+    fenced.fence = Some(crate::txn::Fence {
+        key: "/concord/locks/l/0000000000".into(),
+        token: 3,
+    });
+    assert!(matches!(
+        d.tree.apply(&fenced).result,
+        Err(TreeError::BadArguments(_))
+    ));
+    // The real retry still gets the first outcome, without applying again.
+    let retry = d.run_as(s, 7, create("/mine", "v1", Persistent));
+    assert_eq!(retry.result, first.result);
+    assert!(retry.events.is_empty());
+    assert_eq!(d.tree.session(s).unwrap().recent, recent);
+}
+
+/// An outcome remembered without a fingerprint (from a format 1 snapshot) is matched
+/// by request id alone, as before.
+#[test]
+fn an_unknown_fingerprint_matches_by_request_id() {
+    let mut d = Driver::new();
+    let s = d.open();
+    let first = d.run_as(s, 3, create("/a", "", Persistent));
+    d.tree
+        .sessions
+        .get_mut(&s)
+        .unwrap()
+        .recent
+        .iter_mut()
+        .for_each(|r| r.fingerprint = 0);
+    let retry = d.run_as(s, 3, create("/b", "", Persistent));
+    assert_eq!(retry.result, first.result);
+    assert!(d.tree.get("/b").is_none());
 }

@@ -6,7 +6,7 @@ use CreateMode::*;
 /// A tree with every kind of node, sessions with remembered outcomes, and data.
 pub(super) fn rich_tree() -> Driver {
     let mut d = Driver::new();
-    let s1 = d.open();
+    let s1 = d.open_as("alice");
     let s2 = d.open();
     d.mk("/app", Persistent);
     d.mk("/app/cfg", Persistent);
@@ -164,7 +164,11 @@ fn inconsistent_content_with_good_crc_is_rejected() {
         };
     }
     let session = tree.sessions.get_mut(&owner).unwrap();
-    session.recent.push_back((77, Err(error)));
+    session.recent.push_back(Recent {
+        request_id: 77,
+        fingerprint: 1,
+        result: Err(error),
+    });
     assert!(decode_err(&tree).contains("nested"));
 
     let mut tree = d.tree.clone();
