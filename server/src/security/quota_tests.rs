@@ -550,3 +550,26 @@ fn quotas_are_read_from_a_teams_quota_table_and_validated() {
     let e = parse(burst).unwrap().validate().unwrap_err();
     assert!(e.to_string().contains("requests_burst needs"), "{e}");
 }
+
+#[test]
+fn team_sessions_counts_the_sessions_owned_by_the_teams_identities() {
+    let config = crate::config::Config {
+        teams: vec![team(QuotaConfig::default())],
+        ..crate::config::Config::default()
+    };
+    let policy = Policy::from_config(&config).unwrap();
+    let mut l = Leader::new(QuotaConfig::default());
+    for owner in ["a-1", "a-2", "admin", "b-1"] {
+        let op = TxnOp::OpenOwnedSession {
+            ttl_ms: 10_000,
+            owner: owner.into(),
+        };
+        l.apply(&op).unwrap();
+    }
+    let team = policy.team("a").unwrap();
+    assert_eq!(team_sessions(&policy, team, &l.tree), 2);
+    // The ledger's own count, recounted from the same tree, agrees.
+    let mut ledger = Ledger::with_policy(&policy);
+    ledger.recount_sessions_of(&l.tree);
+    assert_eq!(ledger.sessions_of("a"), 2);
+}
