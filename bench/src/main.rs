@@ -92,6 +92,16 @@ struct Args {
     /// Measured rounds per variant of the election workload (one more is a warm-up).
     #[arg(long, default_value_t = 50)]
     election_rounds: usize,
+    /// Concord over TLS: CA certificates (PEM) the server's must be signed by (the
+    /// endpoints must then be https://).
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// Concord over mTLS: the client certificate (PEM), with --key.
+    #[arg(long, requires_all = ["cacert", "key"])]
+    cert: Option<PathBuf>,
+    /// The private key of --cert (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
     /// Without a subcommand: run the workloads.
     #[command(subcommand)]
     command: Option<Command>,
@@ -141,6 +151,10 @@ enum Command {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = Args::parse();
+    if let Some(ca) = &args.cacert {
+        let identity = args.cert.as_deref().zip(args.key.as_deref());
+        drivers::concord::use_tls(ca, identity)?;
+    }
     match args.system {
         System::Concord => run::<drivers::concord::Concord>(&args).await?,
         #[cfg(feature = "zookeeper")]

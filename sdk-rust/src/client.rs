@@ -19,10 +19,11 @@ use concord_proto::v1::{
     OpenSessionRequest, ResponseHeader, SessionInfo, Stat, StatusRequest, StatusResponse,
     SyncRequest,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::{CallKind, Error};
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
+use crate::tls::{self, ConnectOptions};
 
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
@@ -127,7 +128,16 @@ impl Client {
     /// those that answer, as ZooKeeper's connection strings are. Fails with
     /// UNAVAILABLE when no server answers (a list: when the first does not).
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
-        let endpoints = endpoints_of(&endpoint.into())?;
+        Client::connect_with(endpoint, &ConnectOptions::default()).await
+    }
+
+    /// As [`Client::connect`], with `options` (TLS: `https://`, which a bare
+    /// `host:port` then gets; an `http://` endpoint is refused with BAD_ARGUMENTS).
+    pub async fn connect_with(
+        endpoint: impl Into<String>,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
+        let endpoints = endpoints_of(&endpoint.into(), options)?;
         if let [one] = endpoints.as_slice() {
             let channel = one.connect().await.map_err(connect_err)?;
             return Ok(Client::from_channel(channel));
@@ -140,7 +150,15 @@ impl Client {
 
     /// As [`Client::connect`], but connects on the first call instead of now.
     pub fn connect_lazy(endpoint: impl Into<String>) -> Result<Client, Error> {
-        let endpoints = endpoints_of(&endpoint.into())?;
+        Client::connect_lazy_with(endpoint, &ConnectOptions::default())
+    }
+
+    /// As [`Client::connect_with`], but connects on the first call instead of now.
+    pub fn connect_lazy_with(
+        endpoint: impl Into<String>,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
+        let endpoints = endpoints_of(&endpoint.into(), options)?;
         Ok(Client::from_channel(lazy_channel(endpoints)?))
     }
 
@@ -465,11 +483,12 @@ impl Client {
 }
 
 /// The endpoints of a comma-separated list (one, usually).
-fn endpoints_of(list: &str) -> Result<Vec<Endpoint>, Error> {
+fn endpoints_of(list: &str, options: &ConnectOptions) -> Result<Vec<Endpoint>, Error> {
+    let tls = options.tls.as_ref().map(tls::client_config).transpose()?;
     list.split(',')
         .map(str::trim)
         .filter(|e| !e.is_empty())
-        .map(|e| endpoint_of(e.to_owned()))
+        .map(|e| endpoint_of(e.to_owned(), tls.as_ref()))
         .collect()
 }
 
@@ -492,18 +511,27 @@ fn lazy_channel(endpoints: Vec<Endpoint>) -> Result<Channel, Error> {
 
 /// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
 /// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
-fn endpoint_of(endpoint: String) -> Result<Endpoint, Error> {
+/// With `tls`, `https://` (a bare `host:port` gets it; `http://` is refused).
+fn endpoint_of(endpoint: String, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let uri = if endpoint.contains("://") {
         endpoint
     } else {
-        format!("http://{endpoint}")
+        format!("{scheme}://{endpoint}")
     };
-    let parsed = Endpoint::from_shared(uri.clone()).map_err(|e| {
+    let bad = |e: &dyn std::fmt::Display| {
         Error::client(
             ErrorCode::BadArguments,
             format!("bad endpoint {uri:?}: {e}"),
         )
-    })?;
+    };
+    let mut parsed = Endpoint::from_shared(uri.clone()).map_err(|e| bad(&e))?;
+    if let Some(tls) = tls {
+        if parsed.uri().scheme_str() != Some("https") {
+            return Err(bad(&"TLS options need an https:// endpoint"));
+        }
+        parsed = parsed.tls_config(tls.clone()).map_err(|e| bad(&e))?;
+    }
     Ok(parsed
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
@@ -531,16 +559,49 @@ mod tests {
 
     #[test]
     fn bare_host_port_gets_http() {
-        let endpoint = endpoint_of("127.0.0.1:7181".into()).expect("valid");
+        let endpoint = endpoint_of("127.0.0.1:7181".into(), None).expect("valid");
         assert_eq!(endpoint.uri().to_string(), "http://127.0.0.1:7181/");
-        let endpoint = endpoint_of(DEFAULT_ENDPOINT.into()).expect("valid");
+        let endpoint = endpoint_of(DEFAULT_ENDPOINT.into(), None).expect("valid");
         assert_eq!(endpoint.uri().port_u16(), Some(7181));
     }
 
     #[test]
     fn bad_endpoint_is_bad_arguments() {
-        let err = endpoint_of("http://bad host:1".into()).expect_err("invalid");
+        let err = endpoint_of("http://bad host:1".into(), None).expect_err("invalid");
         assert_eq!(err.code(), ErrorCode::BadArguments);
+    }
+
+    #[test]
+    fn tls_means_https_and_readable_files() {
+        let dir = std::env::temp_dir().join(format!("concord-sdk-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let ca = dir.join("ca.pem");
+        std::fs::write(&ca, "not checked until a handshake").expect("write");
+        let with_ca = ConnectOptions {
+            tls: Some(crate::TlsOptions::with_ca(&ca)),
+        };
+        let ends = endpoints_of("127.0.0.1:7181, https://localhost:7182", &with_ca).expect("ok");
+        assert_eq!(ends[0].uri().scheme_str(), Some("https"));
+        assert_eq!(ends[1].uri().scheme_str(), Some("https"));
+        let plain = endpoints_of("http://127.0.0.1:7181", &with_ca).expect_err("http with TLS");
+        assert_eq!(plain.code(), ErrorCode::BadArguments);
+        let missing = ConnectOptions {
+            tls: Some(crate::TlsOptions::with_ca(dir.join("nope.pem"))),
+        };
+        let err = endpoints_of("127.0.0.1:1", &missing).expect_err("no CA file");
+        assert_eq!(err.code(), ErrorCode::BadArguments);
+        assert!(err.message().contains("nope.pem"), "{err:?}");
+        let half = ConnectOptions {
+            tls: Some(crate::TlsOptions {
+                cert_file: Some(ca.clone()),
+                ..crate::TlsOptions::with_ca(&ca)
+            }),
+        };
+        assert!(
+            endpoints_of("127.0.0.1:1", &half).is_err(),
+            "cert without key"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

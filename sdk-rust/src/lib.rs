@@ -28,6 +28,7 @@ pub mod op;
 pub mod options;
 pub mod recipes;
 pub mod session;
+pub mod tls;
 pub mod watch;
 
 /// The generated `concord.v1` messages and clients.
@@ -45,4 +46,5 @@ pub use options::{
 pub use proto::{CreateMode, ErrorCode, EventKind, Stat};
 pub use recipes::{Leader, LockHold, LockOptions};
 pub use session::{Session, SessionState};
+pub use tls::{ConnectOptions, TlsOptions};
 pub use watch::{Watch, WatchMessage};

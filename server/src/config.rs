@@ -24,6 +24,13 @@
 //! [teams.quota]               # hard limits, 0 or absent: unlimited
 //! nodes_max = 10000
 //! data_bytes_max = 104857600
+//!
+//! cert_file = "certs/server-1.pem"        # TLS on the client port (docs/security.md)
+//! key_file = "certs/server-1-key.pem"
+//! trusted_ca_file = "certs/ca.pem"        # client certificates required
+//! peer_cert_file = "certs/peer-1.pem"     # mTLS between the members
+//! peer_key_file = "certs/peer-1-key.pem"
+//! peer_trusted_ca_file = "certs/ca.pem"
 //! ```
 
 use std::collections::HashSet;
@@ -178,6 +185,47 @@ pub struct Config {
     pub admins: Vec<String>,
     /// The teams: who belongs to each, and the namespace root its clients see as `/`.
     pub teams: Vec<TeamConfig>,
+
+    // TLS (docs/security.md, "TLS and certificates").
+    /// The client port's certificate chain (PEM); with `key_file`, the client port
+    /// serves TLS only.
+    pub cert_file: Option<PathBuf>,
+    /// The private key of `cert_file` (PEM).
+    pub key_file: Option<PathBuf>,
+    /// CA certificates (PEM): when set, a client must present a certificate signed
+    /// by one of them, or its handshake fails.
+    pub trusted_ca_file: Option<PathBuf>,
+    /// This server's peer certificate (PEM): presented on the peer port and as the
+    /// client identity of its own connections to the other members. All three
+    /// peer files, or none (plain text on the peer port).
+    pub peer_cert_file: Option<PathBuf>,
+    /// The private key of `peer_cert_file` (PEM).
+    pub peer_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign the members' peer certificates: both ways of
+    /// every peer link are checked against them.
+    pub peer_trusted_ca_file: Option<PathBuf>,
+    /// A TLS handshake (either port) that has not completed after this long is
+    /// closed; it never holds up other connections.
+    pub tls_handshake_timeout_ms: u64,
+    /// How often the certificate, key and CA files are checked for changes (SIGHUP
+    /// reloads at once); new handshakes use the new files, open connections keep
+    /// theirs.
+    pub tls_reload_interval_ms: u64,
+    /// Where a client certificate's identity comes from: the first of these the
+    /// leaf certificate has (`uri_san`, `dns_san`, `cn`).
+    pub identity_from: Vec<IdentitySource>,
+}
+
+/// A place in a client certificate an identity can be taken from.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum IdentitySource {
+    /// The first URI subject alternative name (a SPIFFE id, say).
+    UriSan,
+    /// The first DNS subject alternative name.
+    DnsSan,
+    /// The subject's (first) common name.
+    Cn,
 }
 
 /// One team, as `[[teams]]` in the config file lists it.
@@ -273,6 +321,20 @@ impl Default for Config {
             local_identity: "admin".to_owned(),
             admins: vec!["admin".to_owned()],
             teams: Vec::new(),
+
+            cert_file: None,
+            key_file: None,
+            trusted_ca_file: None,
+            peer_cert_file: None,
+            peer_key_file: None,
+            peer_trusted_ca_file: None,
+            tls_handshake_timeout_ms: 10_000,
+            tls_reload_interval_ms: 1_000,
+            identity_from: vec![
+                IdentitySource::UriSan,
+                IdentitySource::DnsSan,
+                IdentitySource::Cn,
+            ],
         }
     }
 }
@@ -396,7 +458,10 @@ impl Config {
         if self.leader_wait_ms_max == 0 {
             return bad("leader_wait_ms_max must be at least 1");
         }
-        self.check_plain_text(self.client_addr)?;
+        self.validate_tls()?;
+        if !self.client_tls() {
+            self.check_plain_text(self.client_addr)?;
+        }
         crate::security::Policy::from_config(self)?;
         self.validate_members()
     }
@@ -480,10 +545,16 @@ impl Config {
             if m.id == 0 || !ids.insert(m.id) {
                 return invalid(format!("member id {} is zero or listed twice", m.id));
             }
-            self.check_plain_text(m.client_addr)?;
-            self.check_plain_text(m.peer_addr)?;
+            if !self.client_tls() {
+                self.check_plain_text(m.client_addr)?;
+            }
+            if !self.peer_tls() {
+                self.check_plain_text(m.peer_addr)?;
+            }
         }
-        self.check_plain_text(self.peer_addr)?;
+        if !self.peer_tls() {
+            self.check_plain_text(self.peer_addr)?;
+        }
         if !self.members.iter().any(|m| m.role == Role::Voter) {
             return invalid("the members include no voter".to_owned());
         }
@@ -498,6 +569,47 @@ impl Config {
                 "member {} lists {} / {} but this server binds {} / {}",
                 me.id, me.client_addr, me.peer_addr, self.client_addr, self.peer_addr
             ));
+        }
+        Ok(())
+    }
+
+    /// Whether the client port serves TLS (`cert_file` and `key_file` set).
+    pub fn client_tls(&self) -> bool {
+        self.cert_file.is_some() && self.key_file.is_some()
+    }
+
+    /// Whether the peer port (and this server's peer links) use mTLS.
+    pub fn peer_tls(&self) -> bool {
+        self.peer_cert_file.is_some()
+            && self.peer_key_file.is_some()
+            && self.peer_trusted_ca_file.is_some()
+    }
+
+    /// The TLS files come in complete sets; the timeouts are at least 1 ms; the
+    /// identity rule names at least one source, each once.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return bad("cert_file and key_file go together: set both or neither");
+        }
+        if self.trusted_ca_file.is_some() && !self.client_tls() {
+            return bad("trusted_ca_file needs cert_file and key_file");
+        }
+        let peer = [
+            &self.peer_cert_file,
+            &self.peer_key_file,
+            &self.peer_trusted_ca_file,
+        ];
+        let set = peer.iter().filter(|f| f.is_some()).count();
+        if set != 0 && set != peer.len() {
+            return bad("peer_cert_file, peer_key_file and peer_trusted_ca_file go together: set all three or none");
+        }
+        if self.tls_handshake_timeout_ms == 0 || self.tls_reload_interval_ms == 0 {
+            return bad("tls_handshake_timeout_ms and tls_reload_interval_ms must be at least 1");
+        }
+        let unique: HashSet<_> = self.identity_from.iter().collect();
+        if self.identity_from.is_empty() || unique.len() != self.identity_from.len() {
+            return bad("identity_from must name at least one source, each once");
         }
         Ok(())
     }
@@ -660,6 +772,72 @@ mod tests {
         c.validate().unwrap();
         c.session_ttl_default_ms = 1;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn tls_settings_come_in_sets() {
+        let f = |s: &str| Some(PathBuf::from(s));
+        let tls = Config {
+            client_addr: "0.0.0.0:7181".parse().unwrap(),
+            cert_file: f("c.pem"),
+            key_file: f("k.pem"),
+            ..Config::default()
+        };
+        tls.validate().unwrap();
+        let mtls = Config {
+            trusted_ca_file: f("ca.pem"),
+            ..tls.clone()
+        };
+        mtls.validate().unwrap();
+        let bad = [
+            Config {
+                key_file: None,
+                ..tls.clone()
+            },
+            Config {
+                cert_file: None,
+                key_file: None,
+                trusted_ca_file: f("ca.pem"),
+                ..Config::default()
+            },
+            Config {
+                peer_cert_file: f("p.pem"),
+                peer_key_file: f("pk.pem"),
+                ..Config::default()
+            },
+            Config {
+                tls_handshake_timeout_ms: 0,
+                ..tls.clone()
+            },
+            Config {
+                identity_from: vec![],
+                ..tls.clone()
+            },
+            Config {
+                identity_from: vec![IdentitySource::Cn, IdentitySource::Cn],
+                ..tls.clone()
+            },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+        let c: Config = toml::from_str(
+            "cert_file = \"c.pem\"\nkey_file = \"k.pem\"\nidentity_from = [\"cn\", \"uri_san\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.identity_from,
+            [IdentitySource::Cn, IdentitySource::UriSan]
+        );
+        assert!(toml::from_str::<Config>("identity_from = [\"email\"]").is_err());
+        // The peer port on a non-loopback address needs peer TLS (or insecure).
+        let mut three = three();
+        three.members[0].peer_addr = "10.0.0.1:7182".parse().unwrap();
+        assert!(three.validate().is_err());
+        three.peer_cert_file = f("p.pem");
+        three.peer_key_file = f("pk.pem");
+        three.peer_trusted_ca_file = f("ca.pem");
+        three.validate().unwrap();
     }
 
     #[test]

@@ -14,6 +14,15 @@
 //! HTTP/2 peer always reads as busy: the server's keep-alive pings (sent after
 //! `keepalive_interval` without input, shorter than the idle timeout) are answered.
 //!
+//! With TLS (`incoming_tls`), each accepted connection's handshake runs in a task
+//! of its own, bounded by the handshake timeout and holding the connection's
+//! permit, so a slow or silent client never holds up the accept loop:
+//!
+//! ```text
+//!   accept ─▶ Conn ─spawn─▶ handshake (≤ tls_handshake_timeout_ms) ─ok─▶ TlsConn ─▶ tonic
+//!                                 └─failed/timed out──▶ closed (logged now and then)
+//! ```
+//!
 //! What it must not do: block the runtime, or hold a permit past a connection's close.
 
 use std::future::Future;
@@ -104,18 +113,99 @@ pub fn incoming(
     limits: ListenLimits,
     what: &'static str,
 ) -> impl Stream<Item = Result<Conn, io::Error>> + Send {
-    let acceptor = Acceptor {
-        listener,
-        permits: Arc::new(Semaphore::new(limits.connections_max)),
-        limits,
-        what,
-        refused: Throttled::default(),
-        failed: Throttled::default(),
-    };
+    let acceptor = Acceptor::new(listener, limits, what);
     futures::stream::unfold(acceptor, |mut acceptor| async move {
         let conn = acceptor.next().await;
         Some((Ok(conn), acceptor))
     })
+}
+
+/// Handshakes done and not yet taken by the server (each holds its permit, so the
+/// connection cap bounds them anyway).
+const HANDSHAKES_DONE_MAX: usize = 64;
+
+/// As `incoming`, but each connection is a TLS server connection with `tls`'s
+/// configuration as of its handshake. Each handshake runs in a task of its own
+/// (the accept loop never waits for one), holding the connection's permit, and is
+/// closed when it fails or takes longer than the handshake timeout (logged, at most
+/// every `WARN_EVERY`).
+pub fn incoming_tls(
+    listener: TcpListener,
+    limits: ListenLimits,
+    what: &'static str,
+    tls: crate::security::ServerTls,
+) -> impl Stream<Item = Result<TlsConn, io::Error>> + Send {
+    let (done_tx, done_rx) = tokio::sync::mpsc::channel(HANDSHAKES_DONE_MAX);
+    let state = TlsIncoming {
+        acceptor: Acceptor::new(listener, limits, what),
+        tls,
+        done_tx,
+        done_rx,
+        failed: Arc::new(std::sync::Mutex::new(Throttled::default())),
+    };
+    futures::stream::unfold(state, |mut state| async move {
+        loop {
+            tokio::select! {
+                Some(conn) = state.done_rx.recv() => return Some((Ok(conn), state)),
+                conn = state.acceptor.next() => state.handshake(conn),
+            }
+        }
+    })
+}
+
+/// The TLS accept loop's state.
+struct TlsIncoming {
+    acceptor: Acceptor,
+    tls: crate::security::ServerTls,
+    /// Where handshake tasks hand over their connections.
+    done_tx: tokio::sync::mpsc::Sender<TlsConn>,
+    done_rx: tokio::sync::mpsc::Receiver<TlsConn>,
+    /// Failed handshakes, for the next warning.
+    failed: Arc<std::sync::Mutex<Throttled>>,
+}
+
+impl TlsIncoming {
+    /// Starts `conn`'s handshake in a task of its own.
+    fn handshake(&self, conn: Conn) {
+        let tls = self.tls.clone();
+        let done = self.done_tx.clone();
+        let failed = self.failed.clone();
+        let what = self.acceptor.what;
+        tokio::spawn(async move {
+            let remote_addr = conn.socket.peer_addr().ok();
+            let timeout = tls.handshake_timeout();
+            let why = match tokio::time::timeout(timeout, tls.acceptor().accept(conn)).await {
+                Ok(Ok(stream)) => {
+                    let cert_identity = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .and_then(|leaf| tls.identity(leaf));
+                    let info = ConnInfo {
+                        remote_addr,
+                        tls: true,
+                        cert_identity,
+                    };
+                    // Err: the server stopped; the connection closes with the task.
+                    let _ = done.send(TlsConn { stream, info }).await;
+                    return;
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no handshake within {timeout:?}"),
+            };
+            let due = failed.lock().ok().and_then(|mut t| t.count());
+            if let Some(n) = due {
+                tracing::warn!(
+                    port = what,
+                    peer = ?remote_addr,
+                    error = %why,
+                    failed = n,
+                    "TLS handshake failed; connection closed"
+                );
+            }
+        });
+    }
 }
 
 /// The accept loop's state.
@@ -132,7 +222,19 @@ struct Acceptor {
 }
 
 impl Acceptor {
-    /// The next connection that fits under the cap.
+    fn new(listener: TcpListener, limits: ListenLimits, what: &'static str) -> Acceptor {
+        Acceptor {
+            listener,
+            permits: Arc::new(Semaphore::new(limits.connections_max)),
+            limits,
+            what,
+            refused: Throttled::default(),
+            failed: Throttled::default(),
+        }
+    }
+
+    /// The next connection that fits under the cap. Cancel-safe (a `select!` may
+    /// drop it): once a socket is accepted, the rest does not wait.
     async fn next(&mut self) -> Conn {
         loop {
             let listener = &self.listener;
@@ -331,6 +433,70 @@ impl Connected for Conn {
             tls: false,
             cert_identity: None,
         }
+    }
+}
+
+/// A TLS server connection over a `Conn` (its permit and idle timer), with what
+/// its handshake told about the client.
+pub struct TlsConn {
+    stream: tokio_rustls::server::TlsStream<Conn>,
+    /// Reported to tonic for every request on the connection.
+    info: ConnInfo,
+}
+
+impl TlsConn {
+    /// What the connection reports: TLS, and the client certificate's identity.
+    pub fn info(&self) -> &ConnInfo {
+        &self.info
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = ConnInfo;
+
+    /// TLS, with the identity of the client's certificate (if it sent one).
+    fn connect_info(&self) -> ConnInfo {
+        self.info.clone()
     }
 }
 

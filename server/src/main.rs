@@ -96,6 +96,113 @@ struct Args {
     /// fails with NOT_LEADER.
     #[arg(long)]
     leader_wait_ms_max: Option<u64>,
+
+    // TLS (docs/security.md, "TLS and certificates").
+    #[command(flatten)]
+    tls: TlsArgs,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// The TLS flags, named as etcd's.
+#[derive(clap::Args, Debug)]
+struct TlsArgs {
+    /// Client port certificate (PEM); with --key-file the client port serves TLS only.
+    #[arg(long)]
+    cert_file: Option<PathBuf>,
+    /// Private key of --cert-file (PEM).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// CA certificates (PEM): clients must present a certificate signed by one.
+    #[arg(long)]
+    trusted_ca_file: Option<PathBuf>,
+    /// This server's peer certificate (PEM): mTLS on the peer port and on its links
+    /// to the other members (with --peer-key-file and --peer-trusted-ca-file).
+    #[arg(long)]
+    peer_cert_file: Option<PathBuf>,
+    /// Private key of --peer-cert-file (PEM).
+    #[arg(long)]
+    peer_key_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign the members' peer certificates.
+    #[arg(long)]
+    peer_trusted_ca_file: Option<PathBuf>,
+    /// Close a TLS handshake not done after this long.
+    #[arg(long)]
+    tls_handshake_timeout_ms: Option<u64>,
+    /// Check the TLS files for changes this often (SIGHUP reloads at once).
+    #[arg(long)]
+    tls_reload_interval_ms: Option<u64>,
+}
+
+impl TlsArgs {
+    fn apply(&self, c: &mut Config) {
+        let files = [
+            (&self.cert_file, &mut c.cert_file),
+            (&self.key_file, &mut c.key_file),
+            (&self.trusted_ca_file, &mut c.trusted_ca_file),
+            (&self.peer_cert_file, &mut c.peer_cert_file),
+            (&self.peer_key_file, &mut c.peer_key_file),
+            (&self.peer_trusted_ca_file, &mut c.peer_trusted_ca_file),
+        ];
+        for (flag, setting) in files {
+            if let Some(v) = flag {
+                *setting = Some(v.clone());
+            }
+        }
+        if let Some(v) = self.tls_handshake_timeout_ms {
+            c.tls_handshake_timeout_ms = v;
+        }
+        if let Some(v) = self.tls_reload_interval_ms {
+            c.tls_reload_interval_ms = v;
+        }
+    }
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Write a development CA and certificates for an ensemble and its clients.
+    ///
+    /// Into DIR: ca.pem, ca-key.pem; per member N server-N.pem/-key.pem (client port,
+    /// SANs 127.0.0.1, ::1, localhost) and peer-N.pem/-key.pem (DNS SAN
+    /// concord-peer-N); per client NAME.pem/-key.pem (CN = NAME). Keys are 0600.
+    Certs(CertsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CertsArgs {
+    /// Where to write (created if missing).
+    dir: PathBuf,
+    /// Members of the ensemble (1..=N get certificates).
+    #[arg(long, default_value_t = 3)]
+    members: u64,
+    /// Client certificates to make, comma-separated names.
+    #[arg(long, value_delimiter = ',', default_value = "admin")]
+    clients: Vec<String>,
+    /// Overwrite existing files.
+    #[arg(long)]
+    force: bool,
+}
+
+/// `concord certs`: writes the files and lists them.
+fn certs(args: &CertsArgs) -> ExitCode {
+    let plan = concord_server::security::certs::Plan {
+        members: args.members,
+        clients: args.clients.clone(),
+        force: args.force,
+    };
+    match concord_server::security::certs::write(&args.dir, &plan) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 impl Args {
@@ -105,6 +212,7 @@ impl Args {
             None => Config::default(),
         };
         self.connection_flags(&mut c);
+        self.tls.apply(&mut c);
         if let Some(v) = self.server_id {
             c.server_id = v;
         }
@@ -180,7 +288,12 @@ impl Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     concord_server::telemetry::init();
+    // The one crypto provider (ring), for anything that asks rustls for the default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let args = Args::parse();
+    if let Some(Command::Certs(certs_args)) = &args.command {
+        return certs(certs_args);
+    }
     let discard = args.discard_local_state;
     let config = match args.into_config() {
         Ok(c) => c,

@@ -48,6 +48,8 @@ pub enum RunError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Start(#[from] StartError),
+    #[error(transparent)]
+    Tls(#[from] crate::security::TlsError),
     #[error("gRPC setup failed: {0}")]
     Setup(String),
     #[error("gRPC server failed: {0}")]
@@ -67,6 +69,8 @@ pub async fn run(
 ) -> Result<(), RunError> {
     config.validate()?;
     let security = crate::security::Security::new(&config)?;
+    // Bad TLS files stop the start before recovery does anything.
+    let tls = crate::security::ServerTls::client_port(&config)?;
     let replica = Replica::start(&config).await?;
     // Both reflection versions: grpcurl releases before 1.9 speak only v1alpha.
     let reflection = || {
@@ -93,7 +97,7 @@ pub async fn run(
         .map_err(|e| RunError::Setup(format!("the client listener has no address: {e}")))?;
     let limits = client_limits(&config);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(config.client_streams_per_connection_max))
         .http2_keepalive_interval(Some(Duration::from_millis(
             config.http2_keepalive_interval_ms,
@@ -101,15 +105,26 @@ pub async fn run(
         .http2_keepalive_timeout(Some(Duration::from_millis(
             config.http2_keepalive_timeout_ms,
         )))
-        .add_routes(routes)
-        .serve_with_incoming_shutdown(listen::incoming(listener, limits, "client"), async {
-            let _ = stop_rx.await;
-        });
+        .add_routes(routes);
+    let stop = async {
+        let _ = stop_rx.await;
+    };
+    let tls_on = tls.is_some();
+    let server: std::pin::Pin<Box<dyn Future<Output = _> + Send>> = match tls {
+        Some(tls) => Box::pin(router.serve_with_incoming_shutdown(
+            listen::incoming_tls(listener, limits, "client", tls),
+            stop,
+        )),
+        None => Box::pin(
+            router.serve_with_incoming_shutdown(listen::incoming(listener, limits, "client"), stop),
+        ),
+    };
     tokio::pin!(server);
     tracing::info!(
         %addr,
         server_id = config.server_id,
         connections_max = limits.connections_max,
+        tls = tls_on,
         "serving"
     );
     serving(addr);

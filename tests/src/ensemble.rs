@@ -26,7 +26,8 @@ pub struct Ensemble {
 
 impl Ensemble {
     /// Starts `size` voters with `options` (the tick, TTLs and extra flags apply to
-    /// every member) and returns once every one listens.
+    /// every member; `{id}` in an extra flag becomes the member's id) and returns
+    /// once every one listens.
     pub fn start(size: usize, options: ServerOptions) -> Ensemble {
         Ensemble::start_with_observers(size, 0, options)
     }
@@ -109,6 +110,10 @@ impl Ensemble {
                 );
                 std::fs::write(&path, toml).unwrap();
                 let mut o = options.clone();
+                // `{id}` in a flag stands for the member's id (its own peer
+                // certificate, say).
+                let id = (i + 1).to_string();
+                o.extra = o.extra.iter().map(|a| a.replace("{id}", &id)).collect();
                 o.extra
                     .extend(["--config".to_owned(), path.display().to_string()]);
                 Server::start_on(o, &client.to_string())

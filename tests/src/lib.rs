@@ -280,6 +280,98 @@ fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child
     }
 }
 
+/// Certificates made by `concord certs` in a temporary folder (removed on drop).
+pub struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    /// `concord certs DIR --members MEMBERS --clients CLIENTS` into a fresh folder.
+    pub fn generate(members: u64, clients: &[&str]) -> Certs {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(bin("concord"))
+            .arg("certs")
+            .arg(dir.path())
+            .args(["--members", &members.to_string()])
+            .args(["--clients", &clients.join(",")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "concord certs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Certs { dir }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A file in the folder (`ca.pem`, `admin-key.pem`, ...).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Server flags for member `id`'s client port: TLS with `server-ID.pem`, and
+    /// with `mtls` client certificates signed by the CA required.
+    pub fn server_flags(&self, id: u64, mtls: bool) -> Vec<String> {
+        let mut flags = vec![
+            "--cert-file".to_owned(),
+            self.path(&format!("server-{id}.pem")).display().to_string(),
+            "--key-file".to_owned(),
+            self.path(&format!("server-{id}-key.pem"))
+                .display()
+                .to_string(),
+        ];
+        if mtls {
+            flags.push("--trusted-ca-file".to_owned());
+            flags.push(self.path("ca.pem").display().to_string());
+        }
+        flags
+    }
+
+    /// Server flags for mTLS on the peer port, with `{id}` for the member's id
+    /// (`Ensemble::start` fills it in).
+    pub fn peer_flags(&self) -> Vec<String> {
+        vec![
+            "--peer-cert-file".to_owned(),
+            self.path("peer-{id}.pem").display().to_string(),
+            "--peer-key-file".to_owned(),
+            self.path("peer-{id}-key.pem").display().to_string(),
+            "--peer-trusted-ca-file".to_owned(),
+            self.path("ca.pem").display().to_string(),
+        ]
+    }
+
+    /// SDK TLS options trusting the CA, presenting client certificate `client`.
+    pub fn tls_options(&self, client: Option<&str>) -> concord::TlsOptions {
+        let tls = concord::TlsOptions::with_ca(self.path("ca.pem"));
+        match client {
+            Some(name) => tls.identity(
+                self.path(&format!("{name}.pem")),
+                self.path(&format!("{name}-key.pem")),
+            ),
+            None => tls,
+        }
+    }
+
+    /// concordctl's flags for client certificate `client`.
+    pub fn ctl_flags(&self, client: &str) -> Vec<String> {
+        vec![
+            "--cacert".to_owned(),
+            self.path("ca.pem").display().to_string(),
+            "--cert".to_owned(),
+            self.path(&format!("{client}.pem")).display().to_string(),
+            "--key".to_owned(),
+            self.path(&format!("{client}-key.pem"))
+                .display()
+                .to_string(),
+        ]
+    }
+}
+
 /// Polls `check` until it returns Some, or panics after `timeout` naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

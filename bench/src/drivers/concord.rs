@@ -9,9 +9,30 @@ use std::time::Duration;
 use concord_proto::v1 as pb;
 use futures::StreamExt;
 use tokio::task::JoinHandle;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::{BenchError, Driver, EventStream, Result};
+
+/// TLS for every Concord connection of this process (`--cacert`, `--cert`,
+/// `--key`), set once by main before any connects; unset: plain text.
+static TLS: std::sync::OnceLock<ClientTlsConfig> = std::sync::OnceLock::new();
+
+/// Makes every later connection TLS: trust the CA in `ca` (PEM), and present the
+/// client certificate and key in `identity` if given.
+pub fn use_tls(
+    ca: &std::path::Path,
+    identity: Option<(&std::path::Path, &std::path::Path)>,
+) -> std::io::Result<()> {
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(ca)?));
+    if let Some((cert, key)) = identity {
+        tls = tls.identity(Identity::from_pem(
+            std::fs::read(cert)?,
+            std::fs::read(key)?,
+        ));
+    }
+    let _ = TLS.set(tls);
+    Ok(())
+}
 
 /// Requested session TTL for ephemerals and locks.
 const SESSION_TTL_MS: i64 = 10_000;
@@ -90,11 +111,11 @@ impl Driver for Concord {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let list: Vec<&str> = endpoints.split(',').collect();
         let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len();
-        let channel = Channel::from_shared(list[i].to_owned())
-            .map_err(err)?
-            .connect()
-            .await
-            .map_err(err)?;
+        let mut endpoint = Channel::from_shared(list[i].to_owned()).map_err(err)?;
+        if let Some(tls) = TLS.get() {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(err)?;
+        }
+        let channel = endpoint.connect().await.map_err(err)?;
         Ok(Self {
             tree: pb::tree_client::TreeClient::new(channel.clone()),
             channel,

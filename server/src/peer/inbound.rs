@@ -76,15 +76,24 @@ pub(super) async fn serve(
         connections_max: shared.config.connections_max.max(1),
         idle_timeout: Duration::from_millis(shared.config.connection_idle_timeout_ms.max(1)),
     };
-    let served = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(keepalive_interval(limits.idle_timeout)))
         .http2_keepalive_timeout(Some(PEER_KEEPALIVE_TIMEOUT))
         .add_routes(beside)
-        .add_service(service)
-        .serve_with_incoming_shutdown(listen::incoming(listener, limits, "peer"), async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
+        .add_service(service);
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let served = match shared.config.server_tls.clone() {
+        Some(tls) => {
+            let conns = listen::incoming_tls(listener, limits, "peer", tls);
+            router.serve_with_incoming_shutdown(conns, stopped).await
+        }
+        None => {
+            let conns = listen::incoming(listener, limits, "peer");
+            router.serve_with_incoming_shutdown(conns, stopped).await
+        }
+    };
     if let Err(e) = served {
         tracing::error!(error = %e, "peer transport server failed");
     }

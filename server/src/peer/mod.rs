@@ -95,6 +95,11 @@ pub struct PeerConfig {
     /// listener pings a connection quiet for a quarter of it (at most 5 s), and a
     /// live member answers, so only a silent or stopped one ever reaches it.
     pub connection_idle_timeout_ms: u64,
+    /// mTLS on the peer listener (client certificates required); None: plain text.
+    pub server_tls: Option<crate::security::ServerTls>,
+    /// This server's certificate and the peer CAs for its own streams to the
+    /// others (read again at every reconnect); None: plain text.
+    pub client_tls: Option<crate::security::PeerClientTls>,
 }
 
 impl PeerConfig {
@@ -117,6 +122,8 @@ impl PeerConfig {
             message_bytes_max: 2 << 30,
             connections_max: peer_connections_max(members_len),
             connection_idle_timeout_ms: 30_000,
+            server_tls: None,
+            client_tls: None,
         }
     }
 }

@@ -14,11 +14,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::security::tls::peer_endpoint;
 use bytes::Bytes;
 use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
 use concord_proto::peer::v1::Frame;
 use futures::stream::{self, Stream, StreamExt};
-use tonic::transport::Endpoint;
 
 use super::{codec, Counters, Peer, Shared};
 use crate::zab::rng::Rng;
@@ -32,6 +32,8 @@ enum StreamError {
     Status(#[from] tonic::Status),
     #[error("the peer closed the stream")]
     Closed,
+    #[error("{0}")]
+    Setup(String),
 }
 
 /// Capped exponential back-off with jitter from a seeded generator.
@@ -96,9 +98,10 @@ pub(super) async fn run(shared: Arc<Shared>, peer: Arc<Peer>) {
 async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
     let config = &shared.config;
     let keepalive = Duration::from_millis(config.keepalive_ms.max(1));
-    let endpoint = match Endpoint::from_shared(format!("http://{}", peer.addr)) {
+    // With TLS the peer files are read here: a reconnect uses rotated ones.
+    let endpoint = match peer_endpoint(peer.addr, peer.id, config.client_tls.as_ref()) {
         Ok(e) => e,
-        Err(e) => return e.into(),
+        Err(e) => return StreamError::Setup(e),
     };
     let channel = endpoint
         .connect_timeout(Duration::from_millis(config.connect_timeout_ms.max(1)))

@@ -43,7 +43,7 @@ use pb::forward_client::ForwardClient;
 use pb::forward_server::{Forward, ForwardServer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 use super::{Committed, Replica, ReplicaError, Shared};
@@ -128,6 +128,8 @@ struct Calls {
     stale_after: Duration,
     /// Largest message to or from a leader (`message_bytes_max`).
     message_bytes_max: usize,
+    /// mTLS for the calls (this server's peer certificate); None: plain text.
+    tls: Option<crate::security::PeerClientTls>,
 }
 
 /// A write waiting for the batcher.
@@ -147,6 +149,7 @@ impl Forwarder {
         members: &[Member],
         stale_after: Duration,
         message_bytes_max: usize,
+        tls: Option<crate::security::PeerClientTls>,
     ) -> Forwarder {
         let calls = Arc::new(Calls {
             caller: pb::Caller {
@@ -165,6 +168,7 @@ impl Forwarder {
             heard: watch::Sender::new(0),
             stale_after,
             message_bytes_max,
+            tls,
         });
         let (queue, rx) = mpsc::channel(QUEUE_WRITES_MAX);
         tokio::spawn(batcher(calls.clone(), rx));
@@ -283,6 +287,10 @@ fn split(taken: impl Iterator<Item = Queued>) -> Vec<(ServerId, Vec<Queued>)> {
 impl Calls {
     fn client(&self, leader: ServerId) -> Result<ForwardClient<Channel>, ReplicaError> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.tls.as_ref().is_some_and(|t| t.files_changed()) {
+            // Rotated peer files: new channels, so reconnects present the new ones.
+            clients.clear();
+        }
         if let Some(c) = clients.get(&leader) {
             return Ok(c.clone());
         }
@@ -290,7 +298,7 @@ impl Calls {
             .addrs
             .get(&leader)
             .ok_or_else(|| ReplicaError::Unavailable(format!("leader {leader} is not a member")))?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = crate::security::tls::peer_endpoint(*addr, leader, self.tls.as_ref())
             .map_err(|e| ReplicaError::Unavailable(format!("peer address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
@@ -706,7 +714,7 @@ mod tests {
             role: Role::Voter,
         };
         let me = member(2, SocketAddr::from(([127, 0, 0, 1], 2)));
-        Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE, 1 << 20)
+        Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE, 1 << 20, None)
     }
 
     fn write() -> Write {

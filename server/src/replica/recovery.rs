@@ -148,7 +148,14 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
 async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartError> {
     let listener = crate::listen::bind(config.peer_addr)
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
-    PeerTransport::start(peer_config(config), listener, forward)
+    let tls = crate::security::ServerTls::peer_port(config)
+        .map_err(|e| StartError::Recovery(format!("peer TLS: {e}")))?;
+    let peer_config = PeerConfig {
+        server_tls: tls,
+        client_tls: crate::security::PeerClientTls::from_config(config),
+        ..peer_config(config)
+    };
+    PeerTransport::start(peer_config, listener, forward)
         .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
 }
 
@@ -453,6 +460,7 @@ fn launch(
                 &config.ensemble(),
                 stale,
                 super::forward::message_bytes_max(config.request_bytes_max()),
+                crate::security::PeerClientTls::from_config(config),
             )
         }),
         touched: Mutex::new(HashSet::new()),

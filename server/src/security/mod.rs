@@ -10,18 +10,24 @@
 //! A caller's identity comes from its client certificate when it presents one (the
 //! TLS layer puts it in the connection's `ConnInfo`); a caller on a plain-text
 //! connection (loopback, or any address with `insecure`) is the configured
-//! `local_identity`. `Policy` maps an identity to its access: an admin (the whole
+//! `local_identity`; a TLS caller without a certificate is `ANONYMOUS`, mapped to
+//! nothing. TLS itself (both ports, reloads, `concord certs`) is `tls.rs`,
+//! `x509.rs` (the identity rule) and `certs.rs`. `Policy` maps an identity to its access: an admin (the whole
 //! tree), a team member (rooted in the team's namespace), or nobody in particular.
 //!
 //! The services call this module, never the other way round.
 
+pub mod certs;
 mod identity;
 pub mod limits;
 mod ownership;
 pub mod quota;
+pub mod tls;
+pub mod x509;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
 pub use ownership::{may_see, may_use};
+pub use tls::{peer_identity, PeerClientTls, ServerTls, TlsError};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -36,6 +42,11 @@ use tonic::Request;
 pub use limits::{TeamLimits, WatchPermit};
 
 use crate::config::{Config, ConfigError};
+
+/// The identity of a TLS client that presented no certificate (or one without a
+/// name the identity rule takes): never an admin or a team member, never the local
+/// identity (that is for plain text on loopback).
+pub const ANONYMOUS: &str = "anonymous";
 
 /// The security state a service needs: cheap to clone, shared by every service.
 #[derive(Clone, Debug)]
@@ -71,11 +82,20 @@ impl Security {
     }
 
     /// Who sent a request on the connection `info` describes: the identity of its
-    /// client certificate, or the local identity on a connection without one.
+    /// client certificate; on a TLS connection without one (no client certificate
+    /// asked, or none of the identity rule's names in it), `ANONYMOUS`, which maps
+    /// to nothing whatever the patterns say; the local identity on plain text.
     pub fn caller_on(&self, info: Option<&ConnInfo>) -> Caller {
-        match info.and_then(|info| info.cert_identity.clone()) {
-            Some(identity) => self.policy.caller(identity),
-            None => self.policy.caller(self.policy.local_identity()),
+        match info {
+            Some(ConnInfo {
+                cert_identity: Some(identity),
+                ..
+            }) => self.policy.caller(identity.clone()),
+            Some(ConnInfo { tls: true, .. }) => Caller {
+                identity: Arc::from(ANONYMOUS),
+                access: Access::Unmapped,
+            },
+            _ => self.policy.caller(self.policy.local_identity()),
         }
     }
 }
@@ -142,5 +162,29 @@ where
         }
         request.extensions_mut().insert(caller);
         Either::Left(self.inner.call(request))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tls_caller_without_a_certificate_is_nobody() {
+        let security = Security::new(&Config::default()).unwrap();
+        let on = |tls, id: Option<&str>| {
+            security.caller_on(Some(&ConnInfo {
+                remote_addr: None,
+                tls,
+                cert_identity: id.map(Arc::from),
+            }))
+        };
+        assert!(security.caller_on(None).is_admin(), "the local identity");
+        assert!(on(false, None).is_admin(), "plain text: the local identity");
+        assert!(on(true, Some("admin")).is_admin());
+        let anonymous = on(true, None);
+        assert_eq!(&*anonymous.identity, ANONYMOUS);
+        assert_eq!(anonymous.access, Access::Unmapped);
+        assert_eq!(on(true, Some("stranger")).access, Access::Unmapped);
     }
 }

@@ -1,7 +1,9 @@
 //! Command-line arguments of `concordctl` (clap derive). Parsing only: no IO.
 
+use std::path::PathBuf;
+
 use clap::{Args, Parser, Subcommand};
-use concord::{CreateMode, DEFAULT_ENDPOINT};
+use concord::{ConnectOptions, CreateMode, TlsOptions, DEFAULT_ENDPOINT};
 
 /// Concord's command-line client.
 #[derive(Debug, Parser)]
@@ -11,8 +13,38 @@ pub struct Cli {
     /// list of an ensemble's servers.
     #[arg(long, global = true, env = "CONCORD_ENDPOINT", default_value = DEFAULT_ENDPOINT)]
     pub endpoint: String,
+    /// TLS: CA certificates (PEM) the server's certificate must be signed by; the
+    /// endpoint becomes https://.
+    #[arg(long, global = true, env = "CONCORD_CACERT", value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// TLS: this client's certificate (PEM), for a server that requires one.
+    #[arg(long, global = true, env = "CONCORD_CERT", value_name = "FILE", requires_all = ["cacert", "key"])]
+    pub cert: Option<PathBuf>,
+    /// TLS: the private key of --cert (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "CONCORD_KEY",
+        value_name = "FILE",
+        requires = "cert"
+    )]
+    pub key: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// How to connect: TLS when --cacert is given.
+    pub fn connect_options(&self) -> ConnectOptions {
+        ConnectOptions {
+            tls: self.cacert.as_ref().map(|ca| TlsOptions {
+                ca_file: ca.clone(),
+                cert_file: self.cert.clone(),
+                key_file: self.key.clone(),
+                domain: None,
+            }),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -172,3 +172,32 @@ fn parse_u64_accepts_decimal_and_hex() {
     assert!(parse_u64("-1").is_err());
     assert!(parse_u64("").is_err());
 }
+
+#[test]
+fn tls_flags_as_etcdctl_names_them() {
+    let plain = parse(&["status"]);
+    assert_eq!(plain.connect_options().tls, None);
+    let tls = parse(&[
+        "--cacert",
+        "ca.pem",
+        "--cert",
+        "a.pem",
+        "--key",
+        "a-key.pem",
+        "status",
+    ]);
+    let t = tls.connect_options().tls.unwrap();
+    assert_eq!(t.ca_file, std::path::PathBuf::from("ca.pem"));
+    assert_eq!(t.cert_file.as_deref(), Some(std::path::Path::new("a.pem")));
+    assert_eq!(
+        t.key_file.as_deref(),
+        Some(std::path::Path::new("a-key.pem"))
+    );
+    let ca_only = parse(&["get", "/a", "--cacert", "ca.pem"]);
+    assert!(ca_only.connect_options().tls.unwrap().cert_file.is_none());
+    assert!(
+        fails(&["--cert", "a.pem", "status"]),
+        "a certificate without its key"
+    );
+    assert!(fails(&["--cacert", "ca.pem", "--key", "k.pem", "status"]));
+}

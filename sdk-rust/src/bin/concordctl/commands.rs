@@ -22,7 +22,7 @@ pub const STDOUT_CLOSED: &str = "stdout closed";
 
 /// Runs `cli.command`.
 pub async fn run(cli: Cli) -> Result<(), Error> {
-    let client = Client::connect_lazy(cli.endpoint)?;
+    let client = Client::connect_lazy_with(&cli.endpoint, &cli.connect_options())?;
     match cli.command {
         Command::Create(args) => create(&client, args).await,
         Command::Get(args) => {
