@@ -2,8 +2,18 @@
 # Runs a Concord ensemble on 127.0.0.1, for trying replication out and for benchmarks.
 #
 #   scripts/ensemble.sh start [N]   # N voters (default 3); returns once one leads
+#   scripts/ensemble.sh start --tls [N]   # the same over mTLS, clients and peers
 #   scripts/ensemble.sh status      # each server's role, leader and zxid
 #   scripts/ensemble.sh stop        # SIGTERM to every server it started, then waits
+#
+# With --tls, certificates come from `concord certs ENSEMBLE_DIR/certs --members N`
+# (made once, kept): a development CA, each member's server and peer certificate
+# (the peer one's identity is `concord-peer-<id>`, what `[[members]]` expects by
+# default) and client certificates; concordctl here uses admin.pem. Every member
+# then takes clients with --cert-file/--key-file/--trusted-ca-file (clients must
+# present a certificate from the CA) and peers with the --peer-* files (mTLS: a
+# server whose certificate is not a member's cannot join). The start message says
+# how to reach it with grpcurl and concordctl.
 #
 # Server i (1..N) takes clients on BASE_PORT + 10*(i-1) and peers on the port after
 # it: 7181/7182, 7191/7192, 7201/7202 by default. Everything it writes (configs,
@@ -33,14 +43,84 @@ binaries() {
 
 client_port() { echo $((base + 10 * ($1 - 1))); }
 
+certs=$dir/certs
+# The client certificate concordctl uses here (one `concord certs` makes).
+client=admin
+
+# Whether the ensemble in $dir was started with --tls.
+is_tls() { [[ -e $dir/tls ]]; }
+
+# concordctl on server $1's client port (over TLS when the ensemble runs it).
+ctl() {
+  local port
+  port=$(client_port "$1")
+  shift
+  if is_tls; then
+    "$bin/concordctl" --endpoint "https://127.0.0.1:$port" --cacert "$certs/ca.pem" \
+      --cert "$certs/$client.pem" --key "$certs/$client-key.pem" "$@"
+  else
+    "$bin/concordctl" --endpoint "http://127.0.0.1:$port" "$@"
+  fi
+}
+
+# Makes the certificates of $1 members unless they are all there already.
+make_certs() {
+  local n=$1 i missing=()
+  local want=(ca.pem "$client.pem" "$client-key.pem")
+  for ((i = 1; i <= n; i++)); do
+    want+=("server-$i.pem" "server-$i-key.pem" "peer-$i.pem" "peer-$i-key.pem")
+  done
+  for f in "${want[@]}"; do
+    [[ -e $certs/$f ]] || missing+=("$f")
+  done
+  ((${#missing[@]})) || return 0
+  if [[ -e $certs/ca.pem ]]; then
+    die "$certs lacks ${missing[*]} (made for fewer members?): remove $certs to make new certificates"
+  fi
+  "$bin/concord" certs "$certs" --members "$n" >/dev/null ||
+    die "concord certs $certs --members $n failed"
+  for f in "${want[@]}"; do
+    [[ -e $certs/$f ]] || die "concord certs made no $certs/$f"
+  done
+}
+
+# The TLS flags of server $1, into the array `flags`.
+tls_flags() {
+  flags=(--cert-file "$certs/server-$1.pem" --key-file "$certs/server-$1-key.pem"
+    --trusted-ca-file "$certs/ca.pem"
+    --peer-cert-file "$certs/peer-$1.pem" --peer-key-file "$certs/peer-$1-key.pem"
+    --peer-trusted-ca-file "$certs/ca.pem")
+}
+
+# How to reach a TLS ensemble, with absolute paths to paste.
+tls_help() {
+  local at ca cert key
+  at=$(cd "$certs" && pwd)
+  ca=$at/ca.pem cert=$at/$client.pem key=$at/$client-key.pem
+  echo "certificates in $at (CA ca.pem; client $client.pem, $client-key.pem)"
+  echo "  $bin/concordctl --endpoint https://127.0.0.1:$(client_port 1) --cacert $ca --cert $cert --key $key status"
+  echo "  grpcurl -cacert $ca -cert $cert -key $key 127.0.0.1:$(client_port 1) concord.v1.Cluster/Status"
+}
+
 start() {
-  local n=${1:-3}
+  local n=3 tls=false arg
+  for arg in "$@"; do
+    case $arg in
+      --tls) tls=true ;;
+      *) n=$arg ;;
+    esac
+  done
   [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || die "N must be a positive number, not '$n'"
   if compgen -G "$dir/*.pid" >/dev/null; then
     die "$dir already holds pid files: run '$0 stop' first"
   fi
   binaries
   mkdir -p "$dir"
+  rm -f "$dir/tls"
+  if $tls; then
+    make_certs "$n"
+    touch "$dir/tls"
+  fi
   local members="" i
   for ((i = 1; i <= n; i++)); do
     members+="[[members]]
@@ -59,7 +139,9 @@ data_dir = "$dir/data-$i"
 ${TICK_MS:+tick_ms = $TICK_MS}
 $members
 EOF
-    "$bin/concord" --config "$dir/concord-$i.toml" >"$dir/server-$i.out" 2>"$dir/server-$i.log" &
+    local flags=()
+    if $tls; then tls_flags "$i"; fi
+    "$bin/concord" --config "$dir/concord-$i.toml" "${flags[@]}" >"$dir/server-$i.out" 2>"$dir/server-$i.log" &
     echo $! >"$dir/server-$i.pid"
   done
   # Wait (bounded) until a server reports that it leads an established epoch. (grep
@@ -67,9 +149,9 @@ EOF
   local deadline=$((SECONDS + 30))
   while ((SECONDS < deadline)); do
     for ((i = 1; i <= n; i++)); do
-      if "$bin/concordctl" --endpoint "http://127.0.0.1:$(client_port "$i")" status 2>/dev/null |
-        grep "^leader_serving = true" >/dev/null; then
-        echo "ensemble of $n on 127.0.0.1: server $i leads; clients on ports $(client_port 1) to $(client_port "$n")"
+      if ctl "$i" status 2>/dev/null | grep "^leader_serving = true" >/dev/null; then
+        echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)"): server $i leads; clients on ports $(client_port 1) to $(client_port "$n")"
+        if $tls; then tls_help; fi
         return 0
       fi
     done
@@ -86,7 +168,7 @@ status() {
     i=${pidfile##*/server-}
     i=${i%.pid}
     echo "server $i (pid $(cat "$pidfile")):"
-    "$bin/concordctl" --endpoint "http://127.0.0.1:$(client_port "$i")" status || echo "  not answering"
+    ctl "$i" status || echo "  not answering"
   done
 }
 
@@ -104,11 +186,12 @@ stop() {
     kill -KILL "$pid" 2>/dev/null || true
     rm -f "$pidfile"
   done
+  rm -f "$dir/tls"
 }
 
 case ${1:-} in
-  start) start "${2:-3}" ;;
+  start) shift; start "$@" ;;
   status) status ;;
   stop) stop ;;
-  *) die "usage: $0 start [N] | status | stop" ;;
+  *) die "usage: $0 start [--tls] [N] | status | stop" ;;
 esac

@@ -14,6 +14,7 @@
 //! client_addr = "127.0.0.1:7181"
 //! peer_addr = "127.0.0.1:7182"
 //! role = "voter"   # or "observer"
+//! # peer_identity = "concord-peer-1"   # its peer certificate's identity (default)
 //!
 //! admins = ["admin"]          # identities with the admin role
 //! local_identity = "admin"    # a caller without a client certificate
@@ -361,6 +362,14 @@ pub struct Member {
     pub peer_addr: SocketAddr,
     /// Voter or observer.
     pub role: Role,
+    /// The identity its peer certificate must carry when the peer port runs TLS: the
+    /// only thing that says a peer connection is this member's. A DNS name, carried
+    /// as a DNS SAN (servers dialling the member verify it as the server name; a URI
+    /// SAN would take precedence in the identity rule, so peer certificates carry
+    /// none). Unset: `concord-peer-<id>`, what `concord certs` writes. Unique among
+    /// the members.
+    #[serde(default)]
+    pub peer_identity: Option<String>,
 }
 
 /// A configuration that cannot run.
@@ -530,6 +539,7 @@ impl Config {
             client_addr: self.client_addr,
             peer_addr: self.peer_addr,
             role: Role::Voter,
+            peer_identity: None,
         }]
     }
 
@@ -555,6 +565,7 @@ impl Config {
         if !self.peer_tls() {
             self.check_plain_text(self.peer_addr)?;
         }
+        crate::security::peers::validate(&self.members)?;
         if !self.members.iter().any(|m| m.role == Role::Voter) {
             return invalid("the members include no voter".to_owned());
         }
@@ -939,6 +950,21 @@ role = "observer"
         c.validate().unwrap();
         let bad_role = THREE.replace("\"observer\"", "\"witness\"");
         assert!(toml::from_str::<Config>(&bad_role).is_err());
+        let mut c = three();
+        c.members[0].peer_identity = Some("concord-peer-3".into());
+        assert!(c.validate().is_err(), "two members with one peer identity");
+        c.members[2].peer_identity = Some("spiffe://example.org/concord/3".into());
+        assert!(c.validate().is_err(), "not a DNS name");
+        c.members[2].peer_identity = Some("concord-3.example.org".into());
+        c.validate().unwrap();
+        let named = THREE.replacen(
+            "role = \"voter\"",
+            "role = \"voter\"\npeer_identity = \"p1\"",
+            1,
+        );
+        let c: Config = toml::from_str(&named).unwrap();
+        assert_eq!(c.members[0].peer_identity.as_deref(), Some("p1"));
+        assert_eq!(c.members[1].peer_identity, None);
         let unknown_key = THREE.replace("role = \"voter\"", "role = \"voter\"\nweight = 2");
         assert!(toml::from_str::<Config>(&unknown_key).is_err());
     }

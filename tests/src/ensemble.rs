@@ -102,6 +102,7 @@ impl Ensemble {
             .enumerate()
             .map(|(i, (client, peer))| {
                 let path = configs.path().join(format!("concord-{}.toml", i + 1));
+                // Top-level keys before the first [[members]] table.
                 let toml = format!(
                     "server_id = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\ncluster_id = 7\n{}\n{}",
                     i + 1,

@@ -3,9 +3,15 @@
 //! in this cluster), decodes its message and hands it to the runtime's channel.
 //!
 //! ```text
-//!   peer ──Frame{from,to,cluster_id,payload,more}──▶ check ──▶ pieces put together
+//!   peer ──TLS: certificate──▶ PeerAuthorizer (every route: Deliver, Forward, ...)
+//!        ──Frame{from,to,cluster_id,payload,more}──▶ check ──▶ pieces put together
 //!        (refused: PERMISSION_DENIED, ...)        ──decode──▶ mpsc ──▶ runtime
 //! ```
+//!
+//! On a TLS peer port the sender is the member the certificate names
+//! (`security::peers`): a connection whose certificate is no other member's is
+//! refused before any request is read, and a frame whose `from` is not the
+//! certificate's member ends its stream with PERMISSION_DENIED.
 //!
 //! A frame carries at most `frame_bytes_max` (tonic refuses a longer one); a message
 //! in pieces is held until its last piece, at most `message_bytes_max`.
@@ -23,10 +29,13 @@ use concord_proto::peer::v1::peer_transport_server::{
 use concord_proto::peer::v1::{DeliverReply, Frame};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{codec, Counters, Inbound as Delivery, Shared};
 use crate::listen::{self, ListenLimits};
+use crate::security::peers::{self, PeerAuthorizer};
 use crate::zab::{Message, ServerId};
 
 /// Longest pause between the listener's HTTP/2 keep-alive pings on a quiet peer
@@ -61,16 +70,10 @@ pub(super) async fn serve(
     listener: TcpListener,
     tx: mpsc::Sender<(Delivery, u32)>,
     bytes: Arc<Semaphore>,
-    beside: tonic::service::Routes,
+    beside: Routes,
+    authorizer: PeerAuthorizer,
 ) {
-    let senders = shared.peers.keys().copied().collect();
-    let service = PeerTransportServer::new(Inbound {
-        shared: shared.clone(),
-        senders,
-        tx,
-        bytes,
-    })
-    .max_decoding_message_size(shared.config.frame_bytes_max.saturating_add(64));
+    let service = routes(shared.clone(), tx, bytes, beside, authorizer);
     let mut stop = shared.stop.subscribe();
     let limits = ListenLimits {
         connections_max: shared.config.connections_max.max(1),
@@ -78,20 +81,22 @@ pub(super) async fn serve(
     };
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(keepalive_interval(limits.idle_timeout)))
-        .http2_keepalive_timeout(Some(PEER_KEEPALIVE_TIMEOUT))
-        .add_routes(beside)
-        .add_service(service);
+        .http2_keepalive_timeout(Some(PEER_KEEPALIVE_TIMEOUT));
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
     let served = match shared.config.server_tls.clone() {
         Some(tls) => {
             let conns = listen::incoming_tls(listener, limits, "peer", tls);
-            router.serve_with_incoming_shutdown(conns, stopped).await
+            router
+                .serve_with_incoming_shutdown(service, conns, stopped)
+                .await
         }
         None => {
             let conns = listen::incoming(listener, limits, "peer");
-            router.serve_with_incoming_shutdown(conns, stopped).await
+            router
+                .serve_with_incoming_shutdown(service, conns, stopped)
+                .await
         }
     };
     if let Err(e) = served {
@@ -99,10 +104,39 @@ pub(super) async fn serve(
     }
 }
 
+/// Everything the peer port serves: `Deliver` (handing what it receives to `tx`
+/// within the `bytes` budget) and the services `beside` it, every one behind
+/// `authorizer`, which runs before routing (an unknown path is covered too).
+pub(super) fn routes(
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<(Delivery, u32)>,
+    bytes: Arc<Semaphore>,
+    beside: Routes,
+    authorizer: PeerAuthorizer,
+) -> InterceptedService<Routes, PeerAuthorizer> {
+    let senders = shared.peers.keys().copied().collect();
+    let frame_bytes_max = shared.config.frame_bytes_max;
+    let deliver = PeerTransportServer::new(Inbound {
+        shared,
+        senders,
+        tx,
+        bytes,
+    })
+    .max_decoding_message_size(frame_bytes_max.saturating_add(64));
+    InterceptedService::new(beside.add_service(deliver).prepare(), authorizer)
+}
+
 impl Inbound {
-    /// Checks a frame's header; `from` is the sender seen so far on this stream.
-    fn check(&self, frame: &Frame, from: Option<ServerId>) -> Result<ServerId, Status> {
+    /// Checks a frame's header; `from` is the sender seen so far on this stream,
+    /// `authenticated` the member its certificate names (TLS only).
+    fn check(
+        &self,
+        frame: &Frame,
+        from: Option<ServerId>,
+        authenticated: Option<ServerId>,
+    ) -> Result<ServerId, Status> {
         let config = &self.shared.config;
+        peers::check_claim(authenticated, frame.from)?;
         if !self.senders.contains(&frame.from) {
             return Err(Status::permission_denied(format!(
                 "server {} is not a member of this ensemble",
@@ -128,9 +162,10 @@ impl Inbound {
         &self,
         frame: Frame,
         from: Option<ServerId>,
+        authenticated: Option<ServerId>,
         pieces: &mut Vec<u8>,
     ) -> Result<(ServerId, Option<(Message, usize)>), Status> {
-        let sender = self.check(&frame, from)?;
+        let sender = self.check(&frame, from, authenticated)?;
         let whole = if frame.more || !pieces.is_empty() {
             let total = pieces.len().saturating_add(frame.payload.len());
             let max = self.shared.config.message_bytes_max;
@@ -162,11 +197,12 @@ impl PeerTransportService for Inbound {
         &self,
         request: Request<Streaming<Frame>>,
     ) -> Result<Response<DeliverReply>, Status> {
+        let authenticated = peers::authenticated(&request);
         let mut frames = request.into_inner();
         let mut from = None;
         let mut frames_received = 0;
         let ended = self
-            .pump(&mut frames, &mut from, &mut frames_received)
+            .pump(&mut frames, authenticated, &mut from, &mut frames_received)
             .await;
         // Unless this server is stopping, tell the runtime the sender went quiet
         // (a kill -9 of the peer ends up here at once, through the reset socket).
@@ -198,10 +234,12 @@ impl Inbound {
     }
 
     /// Hands the stream's messages to the runtime until the stream ends, this
-    /// server stops, or the runtime stops listening; `from` is the sender once known.
+    /// server stops, or the runtime stops listening; `from` is the sender once known,
+    /// `authenticated` the member the connection's certificate names (TLS only).
     async fn pump(
         &self,
         frames: &mut Streaming<Frame>,
+        authenticated: Option<ServerId>,
         from: &mut Option<ServerId>,
         frames_received: &mut u64,
     ) -> Result<(), Status> {
@@ -216,7 +254,7 @@ impl Inbound {
             let Some(frame) = frame else { return Ok(()) };
             let frame_from = frame.from;
             let (sender, msg) = self
-                .accept(frame, *from, &mut pieces)
+                .accept(frame, *from, authenticated, &mut pieces)
                 .inspect_err(|status| {
                     tracing::warn!(from = frame_from, %status, "peer stream refused");
                     Counters::add(&self.shared.counters.rejected, 1);

@@ -7,7 +7,8 @@
 //!   runtime ──send(Envelope)──▶ DropOldest queue (per peer) ──▶ outbound task ──gRPC──┐
 //!      ▲                        never blocks; full: drop oldest  reconnect w/ back-off │
 //!      └── inbound: InboundRx ◀────────────────── Deliver handler ◀──────────────────┘
-//!          (messages; a stream's end)           (checks the sender is a member)
+//!          (messages; a stream's end)           (checks the sender is a member: on
+//!                                                TLS, the one its certificate names)
 //! ```
 //!
 //! Delivery is best effort, by design: Zab's logical streams tolerate loss,
@@ -26,7 +27,8 @@
 //! pieces of a message in flight, like any frame.
 //!
 //! What it must not do: block the caller of `send`, interpret messages, or accept
-//! frames from a server that is not a member.
+//! frames from a server that is not a member (on a TLS peer port, from a connection
+//! whose certificate is not that member's: `security::peers`).
 
 mod codec;
 mod inbound;
@@ -142,6 +144,8 @@ pub enum PeerError {
     Duplicate(ServerId),
     #[error("peer listener: {0}")]
     Listener(std::io::Error),
+    #[error("peer identities: {0}")]
+    Identity(crate::config::ConfigError),
 }
 
 /// What the transport hands the runtime.
@@ -192,8 +196,10 @@ pub struct Metrics {
     pub reconnects: u64,
     /// Messages received from peers and handed to the inbound channel.
     pub received: u64,
-    /// Inbound streams refused: unknown sender, wrong destination or cluster, or a
-    /// payload that does not decode.
+    /// Inbound streams refused: unknown sender (or, on TLS, another than the
+    /// certificate's member), wrong destination or cluster, or a payload that does
+    /// not decode. Connections refused for their certificate before any request is
+    /// read are not counted here (see `security::peers::PeerAuthorizer::refused`).
     pub rejected: u64,
     /// Messages waiting in the outbound queues now (a gauge, not a counter).
     pub queued: u64,
@@ -274,6 +280,8 @@ impl PeerTransport {
         beside: tonic::service::Routes,
     ) -> Result<(PeerHandle, InboundRx), PeerError> {
         let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
+        let authorizer = crate::security::peers::PeerAuthorizer::new(&config.members, config.id)
+            .map_err(PeerError::Identity)?;
         let mut peers = HashMap::new();
         for m in &config.members {
             let peer = Arc::new(Peer {
@@ -306,7 +314,14 @@ impl PeerTransport {
             tasks: Mutex::new(Vec::new()),
             local_addr,
         });
-        let server = inbound::serve(shared.clone(), listener, in_tx, in_bytes, beside);
+        let server = inbound::serve(
+            shared.clone(),
+            listener,
+            in_tx,
+            in_bytes,
+            beside,
+            authorizer,
+        );
         let handle = PeerHandle { shared };
         handle.track(handle.shared.runtime.spawn(server));
         Ok((handle, in_rx))

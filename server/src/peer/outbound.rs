@@ -9,6 +9,11 @@
 //!        ▲ waits while disconnected: the queue keeps the newest messages
 //! ```
 //!
+//! A stream the peer refuses (PERMISSION_DENIED: it does not take this server's
+//! certificate as a member's), or whose TLS handshake fails over a certificate
+//! (either side's), is logged as a warning, throttled: a misconfigured certificate
+//! shows in the log, an ordinary reconnect does not.
+//!
 //! What it must not do: decode or reorder messages, or retry without a pause.
 
 use std::sync::Arc;
@@ -21,6 +26,7 @@ use concord_proto::peer::v1::Frame;
 use futures::stream::{self, Stream, StreamExt};
 
 use super::{codec, Counters, Peer, Shared};
+use crate::security::peers::Throttled;
 use crate::zab::rng::Rng;
 
 /// Why one stream ended.
@@ -34,6 +40,43 @@ enum StreamError {
     Closed,
     #[error("{0}")]
     Setup(String),
+}
+
+impl StreamError {
+    /// Why the peer or TLS refused this link, when it did: the peer answered
+    /// PERMISSION_DENIED, or a certificate was refused in the handshake.
+    fn refusal(&self) -> Option<String> {
+        let source: &(dyn std::error::Error + 'static) = match self {
+            StreamError::Status(s) if s.code() == tonic::Code::PermissionDenied => {
+                return Some(s.message().to_owned())
+            }
+            StreamError::Status(s) => s,
+            StreamError::Connect(e) => e,
+            StreamError::Closed => return None,
+            StreamError::Setup(why) => return Some(why.clone()),
+        };
+        tls_error(source).map(|e| format!("TLS: {e}"))
+    }
+}
+
+/// The rustls error somewhere in `error`'s chain (io errors wrap it).
+fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    // Bounded: a chain is a handful of layers.
+    for _ in 0..16 {
+        let e = next?;
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref());
+        if let Some(tls) = inner.and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return Some(tls);
+        }
+        next = e.source();
+    }
+    None
 }
 
 /// Capped exponential back-off with jitter from a seeded generator.
@@ -74,13 +117,21 @@ pub(super) async fn run(shared: Arc<Shared>, peer: Arc<Peer>) {
     let seed = (config.id << 32) ^ peer.id ^ 0x5eed;
     let mut backoff = Backoff::new(config.backoff_ms, config.backoff_ms_max, seed);
     let mut stop = shared.stop.subscribe();
+    let mut refused = Throttled::default();
     loop {
         let opened = Instant::now();
         let ended = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             ended = one_stream(&shared, &peer) => ended,
         };
-        tracing::debug!(peer = peer.id, error = %ended, "peer stream ended; reopening");
+        match ended.refusal() {
+            Some(why) => {
+                if let Some(refusals) = refused.count(Instant::now()) {
+                    tracing::warn!(peer = peer.id, refusals, reason = %why, "peer link refused");
+                }
+            }
+            None => tracing::debug!(peer = peer.id, error = %ended, "peer stream ended; reopening"),
+        }
         Counters::add(&shared.counters.reconnects, 1);
         if opened.elapsed() >= Duration::from_millis(config.backoff_ms_max) {
             backoff.reset();
@@ -191,5 +242,44 @@ mod tests {
         let xs: Vec<Duration> = (0..6).map(|_| a.pause()).collect();
         let ys: Vec<Duration> = (0..6).map(|_| c.pause()).collect();
         assert_eq!(xs, ys, "same seed, same pauses");
+    }
+
+    /// A wrapper, as the connect path's layers wrap the TLS error.
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "connect failed")
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn unknown_issuer() -> std::io::Error {
+        let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        std::io::Error::new(std::io::ErrorKind::InvalidData, cert)
+    }
+
+    /// A refusal (the peer's PERMISSION_DENIED, a certificate refused in the
+    /// handshake, however deep in the error chain) is told apart from a peer that
+    /// is down or a stream that ended.
+    #[test]
+    fn refusals_are_told_apart_from_reconnects() {
+        assert!(tls_error(&Wrapped(unknown_issuer())).is_some());
+        assert!(tls_error(&Wrapped(std::io::Error::other("refused"))).is_none());
+        let denied = StreamError::Status(tonic::Status::permission_denied("not a member"));
+        assert_eq!(denied.refusal().as_deref(), Some("not a member"));
+        let mut broken = tonic::Status::unavailable("handshake");
+        broken.set_source(Arc::new(Wrapped(unknown_issuer())));
+        let told = StreamError::Status(broken).refusal().unwrap_or_default();
+        assert!(told.starts_with("TLS: "), "{told}");
+        let down = StreamError::Status(tonic::Status::unavailable("connection refused"));
+        assert_eq!(down.refusal(), None);
+        assert_eq!(StreamError::Closed.refusal(), None);
     }
 }

@@ -26,6 +26,7 @@ fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
         client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
         peer_addr,
         role: Role::Voter,
+        peer_identity: None,
     }
 }
 
@@ -481,4 +482,206 @@ async fn t10_strangers_are_capped_and_idle_ones_closed_but_members_stay() {
     for (h, _) in &s {
         h.shutdown().await;
     }
+}
+
+/// A request body of gRPC-framed `Frame`s that records whether anything read it.
+struct Probe {
+    frames: std::collections::VecDeque<Bytes>,
+    read: Arc<AtomicBool>,
+}
+
+impl Probe {
+    fn new(frames: &[Frame]) -> (Probe, Arc<AtomicBool>) {
+        let read = Arc::new(AtomicBool::new(false));
+        let frames = frames
+            .iter()
+            .map(|f| {
+                let message = prost::Message::encode_to_vec(f);
+                let mut framed = vec![0u8];
+                framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+                framed.extend_from_slice(&message);
+                Bytes::from(framed)
+            })
+            .collect();
+        let probe = Probe {
+            frames,
+            read: read.clone(),
+        };
+        (probe, read)
+    }
+}
+
+impl http_body::Body for Probe {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        self.read.store(true, Ordering::SeqCst);
+        let next = self
+            .frames
+            .pop_front()
+            .map(|b| Ok(http_body::Frame::data(b)));
+        std::task::Poll::Ready(next)
+    }
+}
+
+/// The gRPC status a response carries, in its headers or its trailers.
+async fn status_of<B>(response: http::Response<B>) -> tonic::Status
+where
+    B: http_body::Body + Unpin,
+    B::Error: std::fmt::Display,
+{
+    if let Some(status) = tonic::Status::from_header_map(response.headers()) {
+        return status;
+    }
+    let mut body = response.into_body();
+    loop {
+        let frame = std::future::poll_fn(|cx| {
+            http_body::Body::poll_frame(std::pin::Pin::new(&mut body), cx)
+        });
+        match timeout(DEADLINE, frame).await.expect("the response ends") {
+            Some(Ok(frame)) => {
+                if let Some(status) = frame
+                    .trailers_ref()
+                    .and_then(tonic::Status::from_header_map)
+                {
+                    return status;
+                }
+            }
+            Some(Err(e)) => panic!("response body: {e}"),
+            None => panic!("a response without a gRPC status"),
+        }
+    }
+}
+
+/// Server 2's peer routes exactly as its listener serves them (the authorizer in
+/// front of `Deliver`), on a connection described by `info`; what they hand the
+/// runtime arrives on the returned channel.
+struct Served {
+    service: tonic::service::interceptor::InterceptedService<
+        Routes,
+        crate::security::peers::PeerAuthorizer,
+    >,
+    delivered: mpsc::Receiver<(Inbound, u32)>,
+    handle: PeerHandle,
+}
+
+async fn serve_two() -> Served {
+    let (members, mut s) = ensemble(3).await;
+    let (handle, _) = s.remove(1);
+    let (tx, delivered) = mpsc::channel(16);
+    let bytes = Arc::new(Semaphore::new(1 << 20));
+    let authorizer = crate::security::peers::PeerAuthorizer::new(&members, 2).unwrap();
+    let beside = Routes::default();
+    Served {
+        service: inbound::routes(handle.shared.clone(), tx, bytes, beside, authorizer),
+        delivered,
+        handle,
+    }
+}
+
+impl Served {
+    /// Sends `frames` on one `Deliver` stream from a connection described by `info`;
+    /// the stream's status and whether its body was read at all.
+    async fn deliver(
+        &mut self,
+        info: crate::security::ConnInfo,
+        frames: &[Frame],
+    ) -> (tonic::Status, bool) {
+        use tower_service::Service;
+        let (body, read) = Probe::new(frames);
+        let mut request = http::Request::builder()
+            .method("POST")
+            .uri("http://peer/concord.peer.v1.PeerTransport/Deliver")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(tonic::body::Body::new(body))
+            .unwrap();
+        request.extensions_mut().insert(info);
+        std::future::poll_fn(|cx| {
+            Service::<http::Request<tonic::body::Body>>::poll_ready(&mut self.service, cx)
+        })
+        .await
+        .unwrap();
+        let response = self.service.call(request).await.unwrap();
+        let status = status_of(response).await;
+        (status, read.load(Ordering::SeqCst))
+    }
+
+    /// The messages handed to the runtime so far (stream ends skipped).
+    fn messages(&mut self) -> Vec<(ServerId, Message)> {
+        let mut got = Vec::new();
+        while let Ok((inbound, _)) = self.delivered.try_recv() {
+            if let Inbound::Message(from, msg) = inbound {
+                got.push((from, msg));
+            }
+        }
+        got
+    }
+}
+
+fn tls_conn(identity: &str) -> crate::security::ConnInfo {
+    crate::security::ConnInfo {
+        remote_addr: None,
+        tls: true,
+        cert_identity: Some(identity.into()),
+    }
+}
+
+fn frame_to_2(from: ServerId, msg: Option<Message>) -> Frame {
+    Frame {
+        from,
+        to: 2,
+        cluster_id: 7,
+        payload: msg.map_or_else(Bytes::new, |m| Bytes::from(codec::encode(&m))),
+        more: false,
+    }
+}
+
+/// On a TLS peer port the sender is the member its certificate names: a stranger's
+/// certificate (the ensemble's CA, no member's identity) is refused before a byte
+/// of its stream is read, and a member's certificate cannot speak for another
+/// member; the member itself gets through.
+#[tokio::test]
+async fn t60_on_tls_the_certificate_names_the_sender() {
+    let mut two = serve_two().await;
+    let from_3 = [frame_to_2(3, None), frame_to_2(3, Some(reset(1)))];
+    let (status, read) = two.deliver(tls_conn("concord-peer-9"), &from_3).await;
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(!read, "the stranger's stream was read");
+    let (status, read) = two.deliver(tls_conn("concord-peer-2"), &from_3).await;
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "own identity");
+    assert!(!read);
+    // Member 1's certificate, frames claiming member 3: refused at the hello.
+    let (status, _) = two.deliver(tls_conn("concord-peer-1"), &from_3).await;
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("server 1's"), "{status:?}");
+    // ... or mid-stream, after an honest hello.
+    let switch = [frame_to_2(1, None), frame_to_2(3, Some(reset(2)))];
+    let (status, _) = two.deliver(tls_conn("concord-peer-1"), &switch).await;
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(two.messages(), [], "a refused frame reached the runtime");
+    // Member 3's own certificate: delivered, as from 3.
+    let (status, _) = two.deliver(tls_conn("concord-peer-3"), &from_3).await;
+    assert_eq!(status.code(), tonic::Code::Ok, "{status:?}");
+    assert_eq!(two.messages(), [(3, reset(1))]);
+    two.handle.shutdown().await;
+}
+
+/// Without TLS on the peer port (a loopback ensemble) nothing changes: the
+/// frames' ids are believed, a non-member's are refused as before.
+#[tokio::test]
+async fn t61_on_plain_text_the_frames_name_the_sender() {
+    let mut two = serve_two().await;
+    let plain = crate::security::ConnInfo::default();
+    let from_3 = [frame_to_2(3, None), frame_to_2(3, Some(reset(4)))];
+    let (status, _) = two.deliver(plain.clone(), &from_3).await;
+    assert_eq!(status.code(), tonic::Code::Ok, "{status:?}");
+    assert_eq!(two.messages(), [(3, reset(4))]);
+    let (status, _) = two.deliver(plain, &[frame_to_2(9, None)]).await;
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    two.handle.shutdown().await;
 }

@@ -592,9 +592,16 @@ impl ForwardService {
         (server, replica)
     }
 
-    /// Checks the caller and that this server leads; gives the replica to act on.
-    fn leader(&self, caller: Option<&pb::Caller>) -> Result<Replica, Status> {
+    /// Checks the caller (on a TLS peer port, against the member its certificate
+    /// names: `authenticated`) and that this server leads; gives the replica to act
+    /// on.
+    fn leader(
+        &self,
+        caller: Option<&pb::Caller>,
+        authenticated: Option<ServerId>,
+    ) -> Result<Replica, Status> {
         let caller = caller.ok_or_else(|| Status::invalid_argument("no caller"))?;
+        crate::security::peers::check_claim(authenticated, caller.from)?;
         if !self.callers.contains(&caller.from) {
             return Err(Status::permission_denied(format!(
                 "server {} is not a member of this ensemble",
@@ -635,8 +642,9 @@ impl Forward for ForwardService {
         &self,
         request: Request<pb::SubmitRequest>,
     ) -> Result<Response<pb::SubmitReply>, Status> {
+        let authenticated = crate::security::peers::authenticated(&request);
         let request = request.into_inner();
-        let replica = self.leader(request.caller.as_ref())?;
+        let replica = self.leader(request.caller.as_ref(), authenticated)?;
         let writes: Vec<Write> = request
             .writes
             .iter()
@@ -671,7 +679,8 @@ impl Forward for ForwardService {
         &self,
         request: Request<pb::ReadIndexRequest>,
     ) -> Result<Response<pb::ReadIndexReply>, Status> {
-        let replica = self.leader(request.get_ref().caller.as_ref())?;
+        let authenticated = crate::security::peers::authenticated(&request);
+        let replica = self.leader(request.get_ref().caller.as_ref(), authenticated)?;
         let zxid = replica.local_read_index().await.map_err(to_status)?;
         Ok(Response::new(pb::ReadIndexReply { zxid }))
     }
@@ -680,8 +689,9 @@ impl Forward for ForwardService {
         &self,
         request: Request<pb::TouchRequest>,
     ) -> Result<Response<pb::TouchReply>, Status> {
+        let authenticated = crate::security::peers::authenticated(&request);
         let request = request.into_inner();
-        let replica = self.leader(request.caller.as_ref())?;
+        let replica = self.leader(request.caller.as_ref(), authenticated)?;
         let now = replica.now_ms();
         let mut sessions = replica.shared.lock_sessions();
         let known = request
@@ -712,6 +722,7 @@ mod tests {
             client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
             peer_addr,
             role: Role::Voter,
+            peer_identity: None,
         };
         let me = member(2, SocketAddr::from(([127, 0, 0, 1], 2)));
         Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE, 1 << 20, None)
@@ -882,5 +893,56 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(committed(1, lost), Err(Failed::Unknown(_))));
+    }
+
+    /// On a TLS peer port a member's certificate cannot speak for another member on
+    /// the forwarding channel: every call claiming another caller is refused before
+    /// the service looks at anything else (here it would answer "starting": no
+    /// replica is set).
+    #[tokio::test]
+    async fn a_forwarded_call_must_come_from_the_certificates_member() {
+        let service = ForwardService {
+            replica: Arc::new(OnceLock::new()),
+            cluster_id: 7,
+            callers: [1, 3].into_iter().collect(),
+        };
+        let caller = |from| {
+            Some(pb::Caller {
+                from,
+                cluster_id: 7,
+            })
+        };
+        fn as_member<T>(mut request: Request<T>, id: ServerId) -> Request<T> {
+            let peer = crate::security::peers::AuthenticatedPeer(id);
+            request.extensions_mut().insert(peer);
+            request
+        }
+        let touch = |from| pb::TouchRequest {
+            caller: caller(from),
+            session_ids: vec![1],
+        };
+        let read_index = |from| pb::ReadIndexRequest {
+            caller: caller(from),
+        };
+        let submit = |from| pb::SubmitRequest {
+            caller: caller(from),
+            writes: vec![],
+        };
+        let codes = [
+            service.touch(as_member(Request::new(touch(3)), 1)).await,
+            service.touch(Request::new(touch(3))).await, // plain text
+            service.touch(as_member(Request::new(touch(1)), 1)).await,
+        ]
+        .map(|r| r.unwrap_err().code());
+        assert_eq!(
+            codes,
+            [Code::PermissionDenied, Code::Unavailable, Code::Unavailable]
+        );
+        let read = service
+            .read_index(as_member(Request::new(read_index(3)), 1))
+            .await;
+        assert_eq!(read.unwrap_err().code(), Code::PermissionDenied);
+        let submitted = service.submit(as_member(Request::new(submit(1)), 3)).await;
+        assert_eq!(submitted.unwrap_err().code(), Code::PermissionDenied);
     }
 }

@@ -309,6 +309,7 @@ pub(super) fn three_voters() -> Vec<crate::config::Member> {
             client_addr: free_addr(),
             peer_addr: free_addr(),
             role: crate::config::Role::Voter,
+            peer_identity: None,
         })
         .collect()
 }

@@ -6,7 +6,7 @@
 //!   DIR/ca.pem, ca-key.pem                      the CA (signs everything below)
 //!   DIR/server-N.pem, server-N-key.pem          member N's client port: SANs 127.0.0.1, ::1, localhost
 //!   DIR/peer-N.pem, peer-N-key.pem              member N's peer links: DNS SAN concord-peer-N
-//!                                               (security::peer_identity), IP SAN 127.0.0.1;
+//!                                               (security::peers::default_identity), IP SAN 127.0.0.1;
 //!                                               serverAuth + clientAuth
 //!   DIR/NAME.pem, NAME-key.pem                  a client: CN = NAME (its identity), clientAuth
 //! ```
@@ -204,9 +204,9 @@ pub fn server_leaf(id: u64) -> Leaf {
     }
 }
 
-/// Member `id`'s peer certificate: `peer_identity(id)`, used both ways.
+/// Member `id`'s peer certificate: its default peer identity, used both ways.
 pub fn peer_leaf(id: u64) -> Leaf {
-    let name = super::tls::peer_identity(id);
+    let name = super::peers::default_identity(id);
     Leaf {
         cn: name.clone(),
         dns: vec![name],

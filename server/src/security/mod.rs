@@ -15,19 +15,23 @@
 //! `x509.rs` (the identity rule) and `certs.rs`. `Policy` maps an identity to its access: an admin (the whole
 //! tree), a team member (rooted in the team's namespace), or nobody in particular.
 //!
+//! On the peer port, `peers` names the member a connection comes from by its
+//! certificate (an interceptor on every peer route).
+//!
 //! The services call this module, never the other way round.
 
 pub mod certs;
 mod identity;
 pub mod limits;
 mod ownership;
+pub mod peers;
 pub mod quota;
 pub mod tls;
 pub mod x509;
 
 pub use identity::{Access, Caller, ConnInfo, Pattern, Policy, Team};
 pub use ownership::{may_see, may_use};
-pub use tls::{peer_identity, PeerClientTls, ServerTls, TlsError};
+pub use tls::{PeerClientTls, ServerTls, TlsError};
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -5,7 +5,7 @@
 //!   cert/key/CA files ──read, parse, check──▶ ServerConfig ──ArcSwap──▶ each NEW handshake
 //!        ▲ every tls_reload_interval_ms (contents changed) or SIGHUP      (listen.rs)
 //!        └ a bad file: logged, naming it; the old configuration stays
-//!   peer files ──read at every connect──▶ ClientTlsConfig (server name = peer_identity(id))
+//!   peer files ──read at every connect──▶ ClientTlsConfig (server name = the member's peer_identity)
 //! ```
 //!
 //! A reload replaces the configuration new handshakes get; connections already open
@@ -33,13 +33,6 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::{Config, IdentitySource};
-
-/// The peer identity a member's peer certificate must carry (a DNS SAN), which this
-/// server checks when it dials that member. The one place that says so: `concord
-/// certs` writes certificates to match.
-pub fn peer_identity(member_id: u64) -> String {
-    format!("concord-peer-{member_id}")
-}
 
 /// The ALPN protocol gRPC speaks (grpc-go refuses a server that does not offer it).
 const ALPN_H2: &[u8] = b"h2";
@@ -374,6 +367,8 @@ impl Hangup {
 #[derive(Clone, Debug)]
 pub struct PeerClientTls {
     files: ServerTlsFiles,
+    /// What each member's peer certificate must name (`security::peers::peer_identity`).
+    identities: Arc<std::collections::HashMap<u64, String>>,
     /// For `files_changed`: how often to look, and what was there last time.
     check_every: Duration,
     last_check: Arc<std::sync::Mutex<Option<(std::time::Instant, Contents)>>>,
@@ -382,8 +377,14 @@ pub struct PeerClientTls {
 impl PeerClientTls {
     /// The peer files, when all three are set.
     pub fn from_config(config: &Config) -> Option<PeerClientTls> {
+        let members = config.ensemble();
+        let identities = members
+            .iter()
+            .filter_map(|m| Some((m.id, super::peers::peer_identity(&members, m.id)?)))
+            .collect();
         ServerTlsFiles::peer_port(config).map(|files| PeerClientTls {
             files,
+            identities: Arc::new(identities),
             check_every: Duration::from_millis(config.tls_reload_interval_ms),
             last_check: Arc::default(),
         })
@@ -411,7 +412,7 @@ impl PeerClientTls {
     }
 
     /// A client configuration for dialling member `member_id`: its certificate
-    /// must name `peer_identity(member_id)` and be signed by the peer CAs.
+    /// must name the member's peer identity and be signed by the peer CAs.
     pub fn client_config(&self, member_id: u64) -> Result<ClientTlsConfig, TlsError> {
         let contents = read(&self.files)?;
         let (cert, key, ca) = match contents.as_slice() {
@@ -424,7 +425,12 @@ impl PeerClientTls {
         Ok(ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
             .identity(Identity::from_pem(cert, key))
-            .domain_name(peer_identity(member_id)))
+            .domain_name(
+                self.identities
+                    .get(&member_id)
+                    .cloned()
+                    .unwrap_or_else(|| super::peers::default_identity(member_id)),
+            ))
     }
 }
 

@@ -248,8 +248,42 @@ async fn rotated_files_are_reloaded_and_bad_ones_ignored() {
 
 #[test]
 fn peer_identity_is_the_dns_san_certs_writes() {
-    assert_eq!(peer_identity(3), "concord-peer-3");
     assert_eq!(certs::peer_leaf(3).dns, ["concord-peer-3"]);
+    assert_eq!(
+        crate::security::peers::default_identity(3),
+        "concord-peer-3"
+    );
+}
+
+/// A member's configured `peer_identity` is what dialling it checks.
+#[test]
+fn peer_links_check_each_members_configured_identity() {
+    let dir = certs_dir();
+    let member = |id: u64, identity: Option<&str>| crate::config::Member {
+        id,
+        client_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
+        peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000 + id as u16)),
+        role: crate::config::Role::Voter,
+        peer_identity: identity.map(str::to_owned),
+    };
+    let config = Config {
+        client_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7001)),
+        peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8001)),
+        members: vec![member(1, None), member(2, Some("db-2.example.org"))],
+        peer_cert_file: Some(dir.path().join("peer-1.pem")),
+        peer_key_file: Some(dir.path().join("peer-1-key.pem")),
+        peer_trusted_ca_file: Some(dir.path().join("ca.pem")),
+        ..Config::default()
+    };
+    let tls = PeerClientTls::from_config(&config).unwrap();
+    assert_eq!(
+        tls.identities.get(&1).map(String::as_str),
+        Some("concord-peer-1")
+    );
+    assert_eq!(
+        tls.identities.get(&2).map(String::as_str),
+        Some("db-2.example.org")
+    );
 }
 
 #[test]
