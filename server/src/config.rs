@@ -22,6 +22,9 @@
 //! name = "payments"
 //! root = "/teams/payments"    # what its clients see as "/"
 //! identities = ["payments-*"]
+//! [teams.quota]               # hard limits, 0 or absent: unlimited
+//! nodes_max = 10000
+//! data_bytes_max = 104857600
 //!
 //! cert_file = "certs/server-1.pem"        # TLS on the client port (docs/security.md)
 //! key_file = "certs/server-1-key.pem"
@@ -250,7 +253,7 @@ pub struct GrantConfig {
 }
 
 /// One team, as `[[teams]]` in the config file lists it.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TeamConfig {
     /// Unique, non-empty.
@@ -260,6 +263,34 @@ pub struct TeamConfig {
     /// Who belongs (exact names or `*` patterns); an identity belongs to the first
     /// team that names it (admins are never team members).
     pub identities: Vec<String>,
+    /// The team's hard limits (`[teams.quota]`; all unlimited when absent).
+    #[serde(default)]
+    pub quota: QuotaConfig,
+}
+
+/// A team's quotas, as `[teams.quota]` lists them (docs/security.md, "Quotas"). Each
+/// is a hard limit; 0 (the default) means unlimited.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// Most nodes below the team's root (the root itself, its `/`, not counted),
+    /// ephemeral, sequential, TTL and lock or election queue nodes included.
+    /// Checked by the leader before it proposes a write.
+    pub nodes_max: u64,
+    /// Most bytes of node data in the team's subtree (the root's own data included).
+    /// Checked by the leader before it proposes a write.
+    pub data_bytes_max: u64,
+    /// Most open sessions opened by the team's identities.
+    pub sessions_max: u64,
+    /// Most watches the team's identities hold open on one server (watches live on
+    /// the server they were opened on; each server counts its own).
+    pub watches_max: u64,
+    /// Requests per second the team's identities may send to one server (a token
+    /// bucket per server: each server counts its own).
+    pub requests_per_second: u64,
+    /// Requests the bucket holds (a burst above the rate); 0: one second's worth,
+    /// `requests_per_second`. Needs `requests_per_second`.
+    pub requests_burst: u64,
 }
 
 impl Default for Config {

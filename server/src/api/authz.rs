@@ -144,6 +144,8 @@ impl View {
             },
             E::Reserved { path } => E::Reserved { path: out(path) },
             E::LockHeld { queue } => E::LockHeld { queue: out(queue) },
+            // Names the team, never a path.
+            e @ E::QuotaExceeded { .. } => e,
             E::MultiOp { index, source } => E::MultiOp {
                 index,
                 source: Box::new(self.tree_error_out(*source)),
@@ -206,6 +208,7 @@ mod tests {
                 name: "pay".into(),
                 root: "/teams/pay".into(),
                 identities: Vec::new(),
+                quota: Default::default(),
             })),
         };
         let view = View {

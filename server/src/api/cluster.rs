@@ -8,6 +8,7 @@ use super::convert::header;
 use super::error::error;
 use crate::recipes::Recipes;
 use crate::replica::Replica;
+use crate::security::{quota, Security};
 use concord_proto::v1::ErrorCode;
 
 pub struct ClusterService {
@@ -16,14 +17,17 @@ pub struct ClusterService {
     ensemble_size: u32,
     /// For the lock and election wake-up counter.
     recipes: Recipes,
+    /// For WhoAmI's quota usage (the policy, this server's per-team counters).
+    security: Security,
 }
 
 impl ClusterService {
-    pub fn new(replica: Replica, recipes: Recipes, ensemble_size: u32) -> Self {
+    pub fn new(replica: Replica, recipes: Recipes, security: Security, ensemble_size: u32) -> Self {
         ClusterService {
             replica,
             ensemble_size,
             recipes,
+            security,
         }
     }
 }
@@ -85,17 +89,30 @@ impl ClusterService {
     pub(super) fn who_am_i_of(&self, caller: &crate::security::Caller) -> pb::WhoAmIResponse {
         use crate::security::{Access, Namespace};
         let r = &self.replica;
-        let (team, namespace_root, grants) = match &caller.access {
-            Access::Admin => (String::new(), "/".to_string(), Vec::new()),
+        let (team, namespace_root, grants, usage) = match &caller.access {
+            Access::Admin => (String::new(), "/".to_string(), Vec::new(), Vec::new()),
             Access::Team(t) => {
                 let view = super::authz::View {
                     caller: caller.clone(),
                     ns: Namespace::of(caller),
                 };
                 let grants = super::access::grants_of(r, &view);
-                (t.name.clone(), t.root.clone(), grants)
+                let limits = self.security.limits(&t.name).map(|l| &**l);
+                let usage = r.read(|tree| {
+                    let sessions = quota::team_sessions(self.security.policy(), t, tree);
+                    quota::usage(t, tree, sessions, limits)
+                });
+                let usage = usage
+                    .into_iter()
+                    .map(|u| pb::QuotaUsage {
+                        resource: u.resource.to_owned(),
+                        used: u.used,
+                        limit: u.limit,
+                    })
+                    .collect();
+                (t.name.clone(), t.root.clone(), grants, usage)
             }
-            Access::Unmapped => (String::new(), String::new(), Vec::new()),
+            Access::Unmapped => (String::new(), String::new(), Vec::new(), Vec::new()),
         };
         pb::WhoAmIResponse {
             header: header(r.server_id(), r.applied_zxid()),
@@ -104,6 +121,7 @@ impl ClusterService {
             team,
             namespace_root,
             grants,
+            usage,
         }
     }
 }

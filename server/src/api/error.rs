@@ -171,6 +171,7 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
         TreeError::Reserved { .. } => ErrorCode::PermissionDenied,
         TreeError::LockHeld { .. } => ErrorCode::LockHeld,
         TreeError::MultiOp { source, .. } => tree_code(source),
+        TreeError::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
     }
 }
 

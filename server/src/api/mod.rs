@@ -16,6 +16,8 @@ mod lock;
 mod owner;
 #[cfg(test)]
 mod owner_tests;
+#[cfg(test)]
+mod quota_tests;
 mod session;
 mod tree;
 mod watch;
@@ -94,6 +96,7 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
     let cluster = ClusterServer::new(cluster::ClusterService::new(
         replica.clone(),
         recipes.clone(),
+        security.clone(),
         ensemble_size,
     ))
     .max_decoding_message_size(max_in)

@@ -47,6 +47,7 @@ impl Env {
             name: name.into(),
             root: format!("/teams/{name}"),
             identities: ids.iter().map(|s| (*s).into()).collect(),
+            quota: Default::default(),
         };
         let config = Config {
             data_dir: dir.path().to_path_buf(),

@@ -56,6 +56,7 @@ fn team(name: &str) -> TeamConfig {
         name: name.into(),
         root: format!("/teams/{name}"),
         identities: vec![format!("{name}-*")],
+        quota: Default::default(),
     }
 }
 
@@ -80,7 +81,7 @@ async fn start() -> Services {
         election: ElectionService::new(recipes.clone(), LIMITS),
         session: SessionService::new(replica.clone(), security.clone(), (1_000, 60_000), 10_000),
         access: AccessService::new(replica.clone()),
-        cluster: ClusterService::new(replica.clone(), recipes, 1),
+        cluster: ClusterService::new(replica.clone(), recipes, security.clone(), 1),
         replica,
         security,
         _dir: dir,

@@ -18,7 +18,8 @@
 //! Memory per stream: the feed's one chunk and queue (both charged to the watch
 //! budget), the batch being sent, and `STREAM_BUFFER_MAX` messages. The task ends as
 //! soon as the client's stream is gone (the channel's `closed()`), whatever the
-//! progress interval: that drops the watch's registration at once.
+//! progress interval: that drops the watch's registration at once (and gives the
+//! watch back to its team's `watches_max` on this server).
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -80,6 +81,12 @@ impl Watch for WatchService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<WatchStream>, Status> {
         let view = View::of(&request)?;
+        // The caller's team may hold `watches_max` watches on this server; the
+        // permit goes with the stream's task and is given back when it ends.
+        let permit = crate::security::team_limits(&request)
+            .map(|limits| limits.open_watch())
+            .transpose()
+            .map_err(|e| error(ErrorCode::QuotaExceeded, e))?;
         let r = request.into_inner();
         check_path(&r.path)?;
         let at = view.path_in(&r.path)?;
@@ -114,6 +121,7 @@ impl Watch for WatchService {
             replica: self.replica.clone(),
         };
         tokio::spawn(async move {
+            let _permit = permit;
             // The client may go at any time, also while the task waits on an idle
             // watch: end (and unregister) at once, not at the next send.
             tokio::select! {

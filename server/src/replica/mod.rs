@@ -22,6 +22,8 @@ mod recovery;
 mod supervise;
 
 #[cfg(test)]
+mod quota_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;

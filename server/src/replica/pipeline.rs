@@ -39,6 +39,7 @@ use super::forward::Write;
 use super::persist::{Done, PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, InboundRx, PeerHandle};
+use crate::security::quota::Ledger;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::log::txn_bytes;
@@ -209,6 +210,9 @@ pub(super) struct Pipeline {
     pub(super) tick_ms: u64,
     /// Where messages to the other servers go (None: an ensemble of one).
     pub(super) peers: Option<PeerHandle>,
+    /// The teams' nodes and data quotas, and what this leader's proposed, unapplied
+    /// writes reserve of them (checked before each proposal; `security::quota`).
+    pub(super) quota: Ledger,
 }
 
 impl Pipeline {
@@ -303,11 +307,16 @@ impl Pipeline {
 
     /// Hands a batch of client writes to the core, remembering each caller. On a
     /// serving leader whose log is full (`SnapshotPolicy::log_bytes_max`), the rest
-    /// of the batch stays in `batch` until a snapshot makes room.
+    /// of the batch stays in `batch` until a snapshot makes room. A write that would
+    /// exceed its team's quota is answered QuotaExceeded and never proposed.
     fn propose(&mut self, batch: &mut Vec<Proposal>) {
         self.last_time_ms = self.last_time_ms.max(super::wall_ms());
         let serving = *self.shared.serving.borrow();
         let mut held = Vec::new();
+        let shared = self.shared.clone();
+        // The pipeline is the tree's only writer: this is the applied tree, and
+        // nothing is applied while the batch is proposed.
+        let tree = shared.tree.read().unwrap_or_else(PoisonError::into_inner);
         for p in batch.drain(..) {
             if !held.is_empty()
                 || (serving && !self.snapshot_policy.has_room(self.node.log_bytes()))
@@ -315,6 +324,18 @@ impl Pipeline {
                 held.push(p);
                 continue;
             }
+            let w = &p.write;
+            let reservation = match self.quota.check(&tree, w.session_id, w.request_id, &w.op) {
+                Ok(reservation) => reservation,
+                Err(refused) => {
+                    let committed = Committed {
+                        zxid: 0,
+                        result: Err(refused),
+                    };
+                    let _ = p.reply.send(Ok(committed));
+                    continue;
+                }
+            };
             let txn = Txn {
                 zxid: 0,
                 time_ms: self.last_time_ms,
@@ -325,6 +346,7 @@ impl Pipeline {
             };
             match self.node.propose(txn) {
                 Ok(zxid) => {
+                    self.quota.reserve(zxid, reservation);
                     self.waiting.insert(zxid, (p.reply, p.bytes));
                 }
                 Err(e) => {
@@ -406,7 +428,9 @@ impl Pipeline {
     /// are told the history jumped, and session deadlines start afresh from it.
     fn install(&mut self, snapshot: &Snapshot) {
         match DataTree::decode_snapshot(&snapshot.data) {
-            Ok(tree) => {
+            Ok(mut tree) => {
+                tree.track_usage(self.quota.roots());
+                self.quota.recount_sessions_of(&tree);
                 *self.shared.lock_sessions() = super::deadlines_of(&tree, self.shared.now_ms());
                 *self
                     .shared
@@ -437,7 +461,16 @@ impl Pipeline {
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
             for txn in &txns {
+                let closing_owner = match &txn.op {
+                    TxnOp::CloseSession { session_id, .. } => {
+                        tree.session(*session_id).map(|s| s.owner.clone())
+                    }
+                    _ => None,
+                };
                 let applied = tree.apply(txn);
+                self.quota.settle(txn.zxid);
+                self.quota
+                    .applied(&txn.op, &applied.result, closing_owner.as_deref());
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
                 if let Some((reply, _bytes)) = self.waiting.remove(&txn.zxid) {
@@ -507,6 +540,11 @@ impl Pipeline {
             self.shared.lock_sessions().refresh_all(now);
         }
         let was = self.shared.serving.send_replace(serving);
+        if was != serving {
+            // Whatever this server proposed before is applied, or gone, by the time
+            // it serves again.
+            self.quota.clear();
+        }
         if was && !serving {
             self.fail_waiting_unknown("leadership lost with the write proposed");
         }

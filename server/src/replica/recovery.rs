@@ -406,9 +406,16 @@ fn launch(
 ) -> Result<Replica, StartError> {
     let Recovered {
         storage,
-        tree,
+        mut tree,
         restored,
     } = recovered;
+    // Usage under the teams' roots, and sessions per team, are derived state:
+    // counted once here, then kept up to date by every apply.
+    let policy = crate::security::Policy::from_config(config)
+        .map_err(|e| StartError::Recovery(format!("config: {e}")))?;
+    let mut quota = crate::security::quota::Ledger::with_policy(&policy);
+    tree.track_usage(quota.roots());
+    quota.recount_sessions_of(&tree);
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let storage: Arc<dyn Storage> = Arc::new(storage);
@@ -492,6 +499,7 @@ fn launch(
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
+        quota,
     };
     let inputs = Inputs {
         proposals: proposals_rx,

@@ -302,7 +302,7 @@ fn free_addr() -> std::net::SocketAddr {
 }
 
 /// Three voters on free loopback ports.
-fn three_voters() -> Vec<crate::config::Member> {
+pub(super) fn three_voters() -> Vec<crate::config::Member> {
     (1..=3u64)
         .map(|id| crate::config::Member {
             id,
@@ -315,7 +315,7 @@ fn three_voters() -> Vec<crate::config::Member> {
 }
 
 /// `base` as member `i` of `members`.
-fn member_config(members: &[crate::config::Member], i: usize, base: Config) -> Config {
+pub(super) fn member_config(members: &[crate::config::Member], i: usize, base: Config) -> Config {
     Config {
         server_id: members[i].id,
         client_addr: members[i].client_addr,
@@ -326,7 +326,7 @@ fn member_config(members: &[crate::config::Member], i: usize, base: Config) -> C
 }
 
 /// The one of `replicas` that leads, once one does (20 s at most).
-async fn leader_of(replicas: &[Replica]) -> Replica {
+pub(super) async fn leader_of(replicas: &[Replica]) -> Replica {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(r) = replicas.iter().find(|r| r.is_leader()) {

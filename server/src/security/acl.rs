@@ -399,6 +399,7 @@ mod tests {
                 name: team.into(),
                 root: format!("/teams/{team}"),
                 identities: Vec::new(),
+                quota: Default::default(),
             })),
         }
     }

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::config::{Config, ConfigError, TeamConfig};
+use crate::config::{Config, ConfigError, QuotaConfig, TeamConfig};
 use crate::tree::path;
 
 /// What the connection layer knows of a client connection; tonic puts it in the
@@ -77,6 +77,8 @@ pub struct Team {
     pub root: String,
     /// Who belongs.
     pub identities: Vec<Pattern>,
+    /// The team's hard limits (0: unlimited); see `security::quota`.
+    pub quota: QuotaConfig,
 }
 
 /// What an identity may reach.
@@ -212,10 +214,17 @@ fn team(t: &TeamConfig) -> Result<Team, ConfigError> {
             t.name, t.root
         ));
     }
+    if t.quota.requests_burst > 0 && t.quota.requests_per_second == 0 {
+        return invalid(format!(
+            "team {:?}: quota.requests_burst needs quota.requests_per_second",
+            t.name
+        ));
+    }
     Ok(Team {
         name: t.name.clone(),
         root: t.root.clone(),
         identities: patterns(&t.identities)?,
+        quota: t.quota,
     })
 }
 
@@ -257,6 +266,7 @@ mod tests {
                     name: (*name).into(),
                     root: (*root).into(),
                     identities: ids.iter().map(|s| (*s).into()).collect(),
+                    quota: QuotaConfig::default(),
                 })
                 .collect(),
             ..Config::default()

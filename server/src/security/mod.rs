@@ -23,9 +23,11 @@
 pub mod acl;
 pub mod certs;
 mod identity;
+pub mod limits;
 pub mod namespace;
 mod ownership;
 pub mod peers;
+pub mod quota;
 pub mod tls;
 pub mod x509;
 
@@ -35,13 +37,17 @@ pub use namespace::Namespace;
 pub use ownership::{may_see, may_use};
 pub use tls::{PeerClientTls, ServerTls, TlsError};
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::Either;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::Request;
+
+pub use limits::{TeamLimits, WatchPermit};
 
 use crate::config::{Config, ConfigError};
 
@@ -59,6 +65,8 @@ pub struct Security {
     seed_grants: Arc<[Grant]>,
     /// The namespace roots of the teams, created by the seed if missing.
     seed_roots: Arc<[String]>,
+    /// Each team's per-server quota counters (watches, request rate), by team name.
+    limits: Arc<HashMap<String, Arc<TeamLimits>>>,
 }
 
 impl Security {
@@ -73,10 +81,16 @@ impl Security {
             .filter(|t| t.root != "/")
             .map(|t| t.root.clone())
             .collect();
+        let limits = policy
+            .teams()
+            .iter()
+            .map(|t| (t.name.clone(), Arc::new(TeamLimits::new(&t.name, t.quota))))
+            .collect();
         Ok(Security {
             policy: Arc::new(policy),
             seed_grants,
             seed_roots,
+            limits: Arc::new(limits),
         })
     }
 
@@ -88,6 +102,11 @@ impl Security {
     /// The team roots bootstrap creates.
     pub fn seed_roots(&self) -> &[String] {
         &self.seed_roots
+    }
+
+    /// Team `team`'s per-server quota counters.
+    pub fn limits(&self, team: &str) -> Option<&Arc<TeamLimits>> {
+        self.limits.get(team)
     }
 
     /// The policy in force.
@@ -120,7 +139,16 @@ pub fn caller<T>(request: &Request<T>) -> Option<&Caller> {
     request.extensions().get::<Caller>()
 }
 
-/// Wraps a service so that each request carries its `Caller` in its extensions.
+/// The per-server quota counters of the team of a request's caller (None: no team,
+/// or a handler called directly). Put in the extensions by `Authenticated`.
+pub fn team_limits<T>(request: &Request<T>) -> Option<&Arc<TeamLimits>> {
+    request.extensions().get::<Arc<TeamLimits>>()
+}
+
+/// Wraps a service so that each request carries its `Caller` in its extensions,
+/// and, for a team's caller, its team's `TeamLimits`; a request over the team's
+/// rate quota is answered RESOURCE_EXHAUSTED (QUOTA_EXCEEDED once `Coded` has
+/// coded it) without reaching the service.
 #[derive(Clone, Debug)]
 pub struct Authenticated<S> {
     inner: S,
@@ -139,11 +167,15 @@ impl<S: NamedService> NamedService for Authenticated<S> {
 
 impl<S> tower_service::Service<http::Request<Body>> for Authenticated<S>
 where
-    S: tower_service::Service<http::Request<Body>, Error = Infallible>,
+    S: tower_service::Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+    >,
 {
-    type Response = S::Response;
+    type Response = http::Response<Body>;
     type Error = Infallible;
-    type Future = S::Future;
+    type Future = Either<S::Future, std::future::Ready<Result<http::Response<Body>, Infallible>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -153,8 +185,16 @@ where
         let caller = self
             .security
             .caller_on(request.extensions().get::<ConnInfo>());
+        let limits = caller.team().and_then(|t| self.security.limits(&t.name));
+        if let Some(limits) = limits.cloned() {
+            if let Err(e) = limits.admit() {
+                let status = tonic::Status::resource_exhausted(e.to_string());
+                return Either::Right(std::future::ready(Ok(status.into_http())));
+            }
+            request.extensions_mut().insert(limits);
+        }
         request.extensions_mut().insert(caller);
-        self.inner.call(request)
+        Either::Left(self.inner.call(request))
     }
 }
 
@@ -231,6 +271,7 @@ mod tests {
                 name: "pay".into(),
                 root: "/teams/pay".into(),
                 identities: vec!["pay-*".into()],
+                quota: Default::default(),
             }],
             grants,
             ..Config::default()

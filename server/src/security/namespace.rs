@@ -198,6 +198,7 @@ mod tests {
                 name: name.into(),
                 root: root.into(),
                 identities: Vec::new(),
+                quota: Default::default(),
             })),
         })
     }

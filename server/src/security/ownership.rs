@@ -42,6 +42,7 @@ mod tests {
             name: name.into(),
             root: format!("/teams/{name}"),
             identities: ids.iter().map(|s| (*s).into()).collect(),
+            quota: Default::default(),
         };
         let config = Config {
             admins: vec!["admin".into(), "ops-*".into()],

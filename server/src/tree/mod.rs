@@ -31,8 +31,10 @@ mod snapshot;
 mod stored;
 #[cfg(test)]
 mod tests;
+mod usage;
 
 pub use snapshot::SnapshotError;
+pub use usage::Usage;
 
 use std::sync::Arc;
 
@@ -167,6 +169,18 @@ pub enum TreeError {
         index: usize,
         source: Box<TreeError>,
     },
+    /// Refused by the leader before it proposed the write (never the outcome of
+    /// applying a txn, so never remembered for retries): it would take team `team`
+    /// over its `resource` quota. `used` counts what is applied and what the leader
+    /// has proposed but not applied yet.
+    #[error("team {team:?} would exceed its {resource} quota: {used} used of {limit}, the write adds {adds}")]
+    QuotaExceeded {
+        team: String,
+        resource: String,
+        used: u64,
+        limit: u64,
+        adds: u64,
+    },
 }
 
 /// Result and events of applying one txn.
@@ -240,4 +254,7 @@ pub struct DataTree {
     pub(crate) reap_candidates: imbl::OrdSet<String>,
     /// Who may do what where (`security::acl`); changed only by `TxnOp::Access`.
     pub(crate) grants: Grants,
+    /// Nodes and data bytes under each quota root (`track_usage`; usage.rs).
+    /// Derived from `nodes`; not in snapshots.
+    pub(crate) usage: imbl::OrdMap<String, Usage>,
 }

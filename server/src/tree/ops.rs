@@ -93,6 +93,7 @@ impl DataTree {
             children: imbl::OrdSet::new(),
         };
         self.nodes.insert(path.to_string(), node);
+        self.count_node(path, op.data.len(), 1);
         if ephemeral {
             if let Some(session) = self.sessions.get_mut(&ctx.session_id) {
                 session.ephemerals.insert(path.to_string());
@@ -137,11 +138,13 @@ impl DataTree {
         node.stat.mzxid = ctx.zxid;
         node.stat.mtime_ms = ctx.time_ms;
         node.stat.data_length = data_length(&op.data);
-        let mut event = ctx.event(EventKind::DataChanged, &op.path, node.stat);
+        let stat = node.stat;
+        self.count_data(&op.path, prev_data.len(), op.data.len());
+        let mut event = ctx.event(EventKind::DataChanged, &op.path, stat);
         event.data = op.data.clone();
         event.prev_data = prev_data;
         events.push(event);
-        Ok(node.stat)
+        Ok(stat)
     }
 
     /// Deletes a childless node (never the root).
@@ -252,6 +255,7 @@ impl DataTree {
         let Some(node) = self.nodes.remove(path) else {
             return false;
         };
+        self.count_node(path, node.data.len(), -1);
         let owner = node.stat.ephemeral_owner;
         if owner != 0 {
             if let Some(session) = self.sessions.get_mut(&owner) {

@@ -235,6 +235,7 @@ impl DataTree {
             last_zxid,
             reap_candidates: imbl::OrdSet::new(),
             grants,
+            usage: imbl::OrdMap::new(),
         };
         tree.decode_nodes(rest)?;
         tree.check_decoded()?;

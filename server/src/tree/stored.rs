@@ -140,6 +140,8 @@ impl LeafError {
             TreeError::LockHeld { queue } => LeafError::LockHeld { queue },
             // Unwrapped by the caller; kept total without recursing.
             TreeError::MultiOp { .. } => LeafError::BadArguments("nested multi error".into()),
+            // Never the outcome of an applied txn, so never stored; kept total.
+            e @ TreeError::QuotaExceeded { .. } => LeafError::BadArguments(e.to_string()),
         }
     }
 
