@@ -8,6 +8,7 @@
 
 mod ensemble;
 mod proxy;
+pub mod script;
 pub use ensemble::{children_at, create_at, tree_at, Ensemble};
 pub use proxy::Proxies;
 

@@ -13,9 +13,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
+use concord_tests::script::{free_base_port, run, script, Stop};
 use concord_tests::{
-    bin, config_flags, create_at, tree_at, workspace_dir, Background, Ensemble, Server,
-    ServerOptions,
+    bin, config_flags, create_at, tree_at, Background, Ensemble, Server, ServerOptions,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -259,55 +259,6 @@ async fn t91_a_tls_ensemble_admits_its_members_and_nobody_else() {
         ensemble.caught_up(i, after, WAIT).await;
     }
     stays_out(&ensemble, leader, &stranger, "/intruded").await;
-}
-
-/// A base port whose three client and peer ports are all free right now.
-fn free_base_port() -> u16 {
-    for _ in 0..100 {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60_000 {
-            continue;
-        }
-        let free = (0..3)
-            .flat_map(|i| [base + 10 * i, base + 10 * i + 1])
-            .all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok());
-        if free {
-            return base;
-        }
-    }
-    panic!("no free port range found");
-}
-
-fn script(dir: &Path, base: u16, args: &[&str]) -> Command {
-    let mut cmd = Command::new(workspace_dir().join("scripts/ensemble.sh"));
-    cmd.args(args)
-        .env("ENSEMBLE_DIR", dir)
-        .env("BASE_PORT", base.to_string())
-        .env("CONCORD_BIN", bin("concord").parent().unwrap());
-    cmd
-}
-
-async fn run(mut cmd: Command) -> String {
-    let mut child = Background::spawn(&mut cmd);
-    let status = child.wait_exit(Duration::from_secs(60)).await;
-    assert!(
-        status.success(),
-        "{cmd:?} failed:\n{}\n{}",
-        child.stdout(),
-        child.stderr()
-    );
-    child.stdout()
-}
-
-/// Stops the ensemble even when the test fails halfway.
-struct Stop(PathBuf, u16);
-
-impl Drop for Stop {
-    fn drop(&mut self) {
-        let _ = script(&self.0, self.1, &["stop"]).status();
-    }
 }
 
 #[tokio::test]
