@@ -473,31 +473,38 @@ async fn the_in_memory_log_stays_within_its_byte_budget() {
     r.shutdown();
 }
 
+/// Three voters with small byte budgets (`byte_budget`), patient with a machine busy
+/// with other builds: no election mid-test.
+fn patient_byte_budgets(dirs: &[tempfile::TempDir]) -> Vec<Config> {
+    let members = three_voters();
+    (0..3)
+        .map(|i| {
+            let base = Config {
+                sync_limit_ticks: 20,
+                init_limit_ticks: 100,
+                ..byte_budget(dirs[i].path())
+            };
+            member_config(&members, i, base)
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = three_voters();
-    let config_of = |i: usize| {
-        let base = Config {
-            // Patient with a machine busy with other builds: no election mid-test.
-            sync_limit_ticks: 20,
-            init_limit_ticks: 100,
-            ..byte_budget(dirs[i].path())
-        };
-        member_config(&members, i, base)
-    };
+    let configs = patient_byte_budgets(&dirs);
     // Two of three are a quorum; the third starts after the writes.
     let mut replicas = Vec::new();
-    for i in 0..2 {
-        replicas.push(Replica::start(&config_of(i)).await.unwrap());
+    for config in &configs[..2] {
+        replicas.push(Replica::start(config).await.unwrap());
     }
     let leader = leader_of(&replicas).await;
     leader.submit(0, 0, create("/big")).await.unwrap();
     let last = write_big(&leader, 8, 16).await;
-    let cap = config_of(0).log_memory_bytes_max;
+    let cap = configs[0].log_memory_bytes_max;
     let (_, peak) = leader.log_bytes();
     assert!(peak <= cap + (129 << 10), "leader peak {peak}");
-    let late = Replica::start(&config_of(2)).await.unwrap();
+    let late = Replica::start(&configs[2]).await.unwrap();
     late.wait_applied(last, Duration::from_secs(20))
         .await
         .unwrap();
@@ -529,26 +536,17 @@ async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
 async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
     use super::housekeeping::stall::SNAPSHOTS;
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = three_voters();
-    let config_of = |i: usize| {
-        let base = Config {
-            // Patient with a machine busy with other builds: no election mid-test.
-            sync_limit_ticks: 20,
-            init_limit_ticks: 100,
-            ..byte_budget(dirs[i].path())
-        };
-        member_config(&members, i, base)
-    };
+    let configs = patient_byte_budgets(&dirs);
     let mut replicas = Vec::new();
-    for i in 0..2 {
-        replicas.push(Replica::start(&config_of(i)).await.unwrap());
+    for config in &configs[..2] {
+        replicas.push(Replica::start(config).await.unwrap());
     }
     let leader = leader_of(&replicas).await;
     let c = leader.submit(0, 0, create("/big")).await.unwrap();
     // Server 3 follows with its snapshots held back until `stall` says false.
     let (stall, gate) = tokio::sync::watch::channel(true);
     let slow = SNAPSHOTS
-        .scope(gate, Replica::start(&config_of(2)))
+        .scope(gate, Replica::start(&configs[2]))
         .await
         .unwrap();
     slow.wait_applied(c.zxid, Duration::from_secs(20))
@@ -557,7 +555,7 @@ async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
     // 8 MiB, four times the bound, by two writers: a proposal carries at most two
     // txns of 128 KiB.
     let last = write_big(&leader, 2, 32).await;
-    let cap = config_of(2).log_memory_bytes_max;
+    let cap = configs[2].log_memory_bytes_max;
     let bound = cap + 2 * (129 << 10);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while slow.log_bytes().0 < cap {
