@@ -202,10 +202,13 @@ async fn t26_a_stranger_cannot_use_another_identitys_session() {
     );
     alice_el.resign(resign).await.unwrap();
 
-    // An admin may force a release and close anyone's session.
+    // An admin may force a release (naming the team's queue by its full name) and
+    // close anyone's session.
     let mut admin_locks = LockClient::new(admin.channel().await);
     let r = pb::ReleaseRequest {
-        key: held.key.clone(),
+        key: held
+            .key
+            .replace("/concord/locks/l/", "/concord/locks/payments:l/"),
         token: 0,
     };
     admin_locks.release(r).await.unwrap();
