@@ -147,6 +147,18 @@ impl Server {
             .into_inner()
     }
 
+    /// Waits until this server logged that the bootstrap seed (each team's root and
+    /// grants) is in place: before, team members are refused everything. Costs no
+    /// request (a team's request rate is not touched).
+    pub async fn wait_seeded(&self) {
+        eventually("the access seed", Duration::from_secs(20), || async {
+            self.log()
+                .contains(concord_server::api::SEEDED)
+                .then_some(())
+        })
+        .await;
+    }
+
     /// kill -9: no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -10,7 +10,7 @@ use concord_proto::v1 as pb;
 use concord_tests::{code_of, config_file, config_flags, Server, ServerOptions};
 
 /// A server whose callers are all team `q` (root `/`) with `quota` (TOML keys).
-fn server(quota: &str) -> (Server, tempfile::TempPath) {
+async fn server(quota: &str) -> (Server, tempfile::TempPath) {
     let cfg = config_file(&format!(
         "local_identity = \"q-1\"\n\
          [[teams]]\nname = \"q\"\nroot = \"/\"\nidentities = [\"q-*\"]\n\
@@ -22,6 +22,7 @@ fn server(quota: &str) -> (Server, tempfile::TempPath) {
         session_ttl_ms: Some((100, 60_000)),
         ..ServerOptions::default()
     });
+    server.wait_seeded().await;
     (server, cfg)
 }
 
@@ -55,7 +56,7 @@ fn set(path: &str, data: &[u8]) -> pb::SetRequest {
 
 #[tokio::test]
 async fn t45_nodes_and_bytes_are_hit_exactly_at_their_limits() {
-    let (server, _cfg) = server("nodes_max = 3\ndata_bytes_max = 10");
+    let (server, _cfg) = server("nodes_max = 3\ndata_bytes_max = 10").await;
     let mut tree = server.tree().await;
     for p in ["/a", "/b", "/c"] {
         tree.create(create(p, b"")).await.unwrap();
@@ -113,7 +114,7 @@ async fn t45_nodes_and_bytes_are_hit_exactly_at_their_limits() {
 
 #[tokio::test]
 async fn t45_watches_are_hit_exactly_at_their_limit() {
-    let (server, _cfg) = server("watches_max = 2");
+    let (server, _cfg) = server("watches_max = 2").await;
     let mut watch = server.watch().await;
     let request = || pb::WatchRequest {
         path: "/".into(),
@@ -151,7 +152,7 @@ async fn t45_watches_are_hit_exactly_at_their_limit() {
 async fn t45_a_team_over_its_request_rate_is_refused() {
     // One request a second, a burst of 3: however slow this machine is, no more
     // than the burst plus one per elapsed second get through.
-    let (server, _cfg) = server("requests_per_second = 1\nrequests_burst = 3");
+    let (server, _cfg) = server("requests_per_second = 1\nrequests_burst = 3").await;
     let mut tree = server.tree().await;
     let started = Instant::now();
     let mut admitted = 0u64;
@@ -183,7 +184,7 @@ async fn t45_a_team_over_its_request_rate_is_refused() {
 
 #[tokio::test]
 async fn t45_sessions_are_hit_exactly_at_their_limit() {
-    let (server, _cfg) = server("sessions_max = 2");
+    let (server, _cfg) = server("sessions_max = 2").await;
     let mut session = server.session().await;
     let open = || pb::OpenSessionRequest { ttl_ms: 60_000 };
     let first = session.open(open()).await.unwrap().into_inner();

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
-use concord_tests::{code_of, config_file, config_flags, eventually, Certs, Server, ServerOptions};
+use concord_tests::{code_of, config_file, config_flags, Certs, Server, ServerOptions};
 use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -93,18 +93,6 @@ impl As {
             .into_inner()
     }
 
-    /// Waits until the bootstrap seed gave this team member its grants.
-    async fn seeded(&mut self) {
-        eventually("the seed's grants", WAIT, || {
-            let mut cluster = self.cluster.clone();
-            async move {
-                let me = cluster.who_am_i(pb::WhoAmIRequest {}).await.ok()?;
-                (!me.into_inner().grants.is_empty()).then_some(())
-            }
-        })
-        .await;
-    }
-
     async fn data(&mut self, path: &str) -> Result<Vec<u8>, String> {
         let r = pb::GetRequest {
             path: path.into(),
@@ -166,8 +154,7 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
     let mut pay = as_(&server, &certs, "pay-1").await;
     let mut search = as_(&server, &certs, "search-1").await;
     let mut admin = as_(&server, &certs, "admin").await;
-    pay.seeded().await;
-    search.seeded().await;
+    server.wait_seeded().await;
 
     // Identities from the certificates; each team rooted in its namespace.
     let me = pay.whoami().await;
@@ -398,6 +385,7 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identity_in_no_team_may_only_ask_who_it_is() {
     let (server, certs, _config) = start();
+    server.wait_seeded().await;
     let mut stranger = as_(&server, &certs, "stranger").await;
     let me = stranger.whoami().await;
     assert_eq!(me.identity, "stranger");

@@ -193,11 +193,16 @@ pub(super) fn spawn_seed(replica: Replica, security: Security) {
     });
 }
 
+/// Logged once this server's seed applied, or it found nothing missing (tests
+/// wait for it).
+pub const SEEDED: &str = "the grant table and team roots are seeded";
+
 /// Submits the seed until one applies (or nothing is missing, or it gave up).
 pub(super) async fn seed(replica: &Replica, security: &Security) {
     let mut wait = Duration::from_millis(50);
     for _ in 0..SEED_TRIES_MAX {
         if !seed_missing(replica, security) {
+            tracing::info!("{SEEDED}");
             return;
         }
         let op = TxnOp::Access(AccessOp::Seed {
@@ -205,7 +210,10 @@ pub(super) async fn seed(replica: &Replica, security: &Security) {
             roots: security.seed_roots().to_vec(),
         });
         match replica.submit(0, 0, op).await {
-            Ok(c) if c.result.is_ok() => return,
+            Ok(c) if c.result.is_ok() => {
+                tracing::info!(zxid = c.zxid, "{SEEDED}");
+                return;
+            }
             Ok(c) => tracing::warn!(result = ?c.result, "the access seed failed"),
             Err(e) => tracing::debug!(error = %e, "the access seed waits for a leader"),
         }

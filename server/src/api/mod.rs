@@ -36,6 +36,7 @@ use crate::recipes::Recipes;
 use crate::replica::Replica;
 use crate::security::{Authenticated, Security};
 
+pub use access::SEEDED;
 pub use convert::Limits;
 
 /// How long a read waits for `min_zxid` or the read index before TIMEOUT.
