@@ -11,10 +11,11 @@ port=${CONCORD_BENCH_PORT:-7191}
 # CONCORD_BENCH_TLS=1: mTLS on the client port, with certificates from `concord certs`.
 server_tls=() client_tls=() scheme=http
 if [ "${CONCORD_BENCH_TLS:-0}" = 1 ]; then
-  ./target/release/concord certs "$scratch/certs" --members 1 --clients bench > /dev/null
+  ./target/release/concord certs "$scratch/certs" --members 1 --clients admin > /dev/null
   c="$scratch/certs"
   server_tls=(--cert-file "$c/server-1.pem" --key-file "$c/server-1-key.pem" --trusted-ca-file "$c/ca.pem")
-  client_tls=(--cacert "$c/ca.pem" --cert "$c/bench.pem" --key "$c/bench-key.pem")
+  # The bench is the admin (the default `admins`), as the local identity is over plain text.
+  client_tls=(--cacert "$c/ca.pem" --cert "$c/admin.pem" --key "$c/admin-key.pem")
   scheme=https
 fi
 ./target/release/concord --listen 127.0.0.1:$port --data-dir "$scratch/data" "${server_tls[@]}" > "$scratch/out" 2> "$scratch/server.log" &
