@@ -11,12 +11,18 @@
 //! TLS layer puts it in the connection's `ConnInfo`); a caller on a plain-text
 //! connection (loopback, or any address with `insecure`) is the configured
 //! `local_identity`; a TLS caller without a certificate is `ANONYMOUS`, mapped to
-//! nothing. TLS itself (both ports, reloads, `concord certs`) is `tls.rs`,
-//! `x509.rs` (the identity rule) and `certs.rs`. `Policy` maps an identity to its access: an admin (the whole
-//! tree), a team member (rooted in the team's namespace), or nobody in particular.
+//! nothing. `Policy` maps an identity to its access: an admin (the whole tree), a
+//! team member (rooted in the team's namespace), or nobody in particular.
 //!
-//! On the peer port, `peers` names the member a connection comes from by its
-//! certificate (an interceptor on every peer route).
+//! | file | job |
+//! |---|---|
+//! | `identity.rs` | identities, patterns, teams, the policy |
+//! | `tls.rs`, `x509.rs`, `certs.rs` | TLS on both ports and its reloads, the identity rule, `concord certs` |
+//! | `peers.rs` | on the peer port, which member a connection is, by its certificate |
+//! | `namespace.rs` | a team's paths and queue names mapped in and out |
+//! | `acl.rs` | grants (rwcda on subtrees, inherited), the replicated table's rules |
+//! | `ownership.rs` | who may use and see a session |
+//! | `quota.rs`, `limits.rs` | hard quotas: the leader's ledger; per-server watches and rate |
 //!
 //! The services call this module, never the other way round.
 
