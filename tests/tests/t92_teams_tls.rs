@@ -70,6 +70,7 @@ struct As {
     lock: pb::lock_client::LockClient<Channel>,
     election: pb::election_client::ElectionClient<Channel>,
     cluster: pb::cluster_client::ClusterClient<Channel>,
+    access: pb::access_client::AccessClient<Channel>,
 }
 
 async fn as_(server: &Server, certs: &Certs, who: &str) -> As {
@@ -80,7 +81,8 @@ async fn as_(server: &Server, certs: &Certs, who: &str) -> As {
         watch: pb::watch_client::WatchClient::new(c.clone()),
         lock: pb::lock_client::LockClient::new(c.clone()),
         election: pb::election_client::ElectionClient::new(c.clone()),
-        cluster: pb::cluster_client::ClusterClient::new(c),
+        cluster: pb::cluster_client::ClusterClient::new(c.clone()),
+        access: pb::access_client::AccessClient::new(c),
     }
 }
 
@@ -317,6 +319,39 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
     assert!(
         ["NO_NODE", "FENCED", "PERMISSION_DENIED"].contains(&resigned.as_str()),
         "{resigned}"
+    );
+
+    // Grants: search's own (its `a` on its root) land in its namespace; it lists
+    // none of pay's, and granting itself pay's root path gives it nothing of pay's.
+    let mine = pb::Grant {
+        path: "/teams/pay".into(),
+        to: Some(pb::grant::To::Team("search".into())),
+        perms: "rwcda".into(),
+    };
+    let granted = search
+        .access
+        .grant(pb::GrantRequest { grant: Some(mine) })
+        .await;
+    assert!(
+        granted.is_ok() || code_of(granted.as_ref().unwrap_err()) == "PERMISSION_DENIED",
+        "{granted:?}"
+    );
+    assert_eq!(
+        search.data("/teams/pay/secret").await,
+        Err("NO_NODE".into())
+    );
+    let list = pb::ListGrantsRequest {
+        path: "/".into(),
+        recursive: true,
+    };
+    let listed = search.access.list_grants(list).await.unwrap().into_inner();
+    assert!(
+        listed
+            .grants
+            .iter()
+            .all(|g| g.to != Some(pb::grant::To::Team("pay".into()))),
+        "{:?}",
+        listed.grants
     );
 
     // A teammate is refused the session it does not own.
