@@ -117,7 +117,10 @@ impl Namespace {
                 }
             }
         }
-        self.path_in(key).unwrap_or_else(|_| key.to_string())
+        // Too long once rooted: still rooted (a path that long names no node), never
+        // the key as the caller wrote it, which would name a node outside the root.
+        self.path_in(key)
+            .unwrap_or_else(|_| format!("{}{key}", self.root))
     }
 
     /// The client's name of a queue key (or any tree path: a key not under the queue
@@ -189,6 +192,19 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    /// A key too long to root is never used as written (outside the root).
+    #[test]
+    fn a_key_too_long_to_root_stays_inside_the_root() {
+        let ns = Namespace {
+            root: "/teams/pay".into(),
+            queue_prefix: "pay:".into(),
+        };
+        let long = format!("/teams/search/{}", "x".repeat(PATH_BYTES_MAX - 14));
+        assert!(long.len() <= PATH_BYTES_MAX);
+        let mapped = ns.key_in(&long);
+        assert!(mapped.starts_with("/teams/pay/"), "{}", &mapped[..40]);
+    }
     use crate::security::Team;
 
     fn team(name: &str, root: &str) -> Namespace {
