@@ -140,16 +140,7 @@ impl Ensemble {
         if !server.is_running() {
             return None;
         }
-        let channel = Channel::from_shared(server.endpoint())
-            .unwrap()
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(1))
-            .connect()
-            .await
-            .ok()?;
-        let mut client = pb::cluster_client::ClusterClient::new(channel);
-        let reply = client.status(pb::StatusRequest {}).await.ok()?;
-        Some(reply.into_inner())
+        server.try_status().await
     }
 
     /// Waits until a running server leads an established epoch, and every other

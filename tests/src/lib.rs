@@ -159,6 +159,21 @@ impl Server {
         .await;
     }
 
+    /// `Cluster/Status` of this server, or None if it does not answer within a
+    /// second (down, or refusing plain text).
+    pub async fn try_status(&self) -> Option<pb::StatusResponse> {
+        let channel = Channel::from_shared(self.endpoint())
+            .unwrap()
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(Duration::from_secs(1))
+            .connect()
+            .await
+            .ok()?;
+        let mut client = pb::cluster_client::ClusterClient::new(channel);
+        let reply = client.status(pb::StatusRequest {}).await.ok()?;
+        Some(reply.into_inner())
+    }
+
     /// kill -9: no chance to flush anything.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

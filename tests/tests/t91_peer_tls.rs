@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use concord_proto::v1 as pb;
 use concord_tests::script::{free_base_port, run, script, Stop};
 use concord_tests::{
     bin, config_flags, create_at, tree_at, Background, Ensemble, Server, ServerOptions,
@@ -118,24 +117,6 @@ fn start_from(toml: &str, listen: &str) -> (Server, tempfile::TempPath) {
     (Server::start_on(options, listen), config)
 }
 
-async fn status(server: &Server) -> Option<pb::StatusResponse> {
-    let channel = tonic::transport::Channel::from_shared(server.endpoint())
-        .unwrap()
-        .connect_timeout(Duration::from_secs(1))
-        .timeout(Duration::from_secs(1))
-        .connect()
-        .await
-        .ok()?;
-    let mut cluster = pb::cluster_client::ClusterClient::new(channel);
-    Some(
-        cluster
-            .status(pb::StatusRequest {})
-            .await
-            .ok()?
-            .into_inner(),
-    )
-}
-
 /// Whether a read of `path` through `server` returns its data.
 async fn sees(server: &Server, path: &str) -> bool {
     let got = tree_at(&server.endpoint(), Duration::from_secs(1))
@@ -157,12 +138,12 @@ async fn logged(server: &Server, what: &str) {
 /// ensemble's and cannot read what it wrote; the ensemble keeps `leader`.
 async fn stays_out(ensemble: &Ensemble, leader: usize, stranger: &Server, written: &str) {
     for _ in 0..40 {
-        let seen = status(stranger).await;
+        let seen = stranger.try_status().await;
         if let Some(seen) = &seen {
             assert_eq!(seen.leader_id, 0, "the stranger follows a leader: {seen:?}");
             assert!(!seen.leader_serving, "the stranger leads: {seen:?}");
         }
-        let led = status(&ensemble.servers[leader]).await.unwrap();
+        let led = ensemble.servers[leader].try_status().await.unwrap();
         assert!(led.leader_serving, "the ensemble lost its leader: {led:?}");
         assert_eq!(led.leader_id, leader as u64 + 1);
         tokio::time::sleep(Duration::from_millis(50)).await;
