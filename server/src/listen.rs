@@ -500,10 +500,28 @@ impl Connected for TlsConn {
     }
 }
 
+/// For tests: the connections `conns` yields, through a channel (the accept loop
+/// runs in a task of its own until the receiver is dropped).
+#[cfg(test)]
+pub(crate) fn accepted<C: Send + 'static>(
+    conns: impl Stream<Item = Result<C, io::Error>> + Send + 'static,
+) -> tokio::sync::mpsc::Receiver<C> {
+    use futures::StreamExt;
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        futures::pin_mut!(conns);
+        while let Some(Ok(conn)) = conns.next().await {
+            if tx.send(conn).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn emfile() -> io::Error {
@@ -604,17 +622,7 @@ mod tests {
     ) -> (std::net::SocketAddr, tokio::sync::mpsc::Receiver<Conn>) {
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(async move {
-            let conns = incoming(listener, limits, "test");
-            futures::pin_mut!(conns);
-            while let Some(Ok(conn)) = conns.next().await {
-                if tx.send(conn).await.is_err() {
-                    return;
-                }
-            }
-        });
-        (addr, rx)
+        (addr, accepted(incoming(listener, limits, "test")))
     }
 
     /// Over the cap, a connection is closed at once; closing one frees its permit.

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -120,21 +119,12 @@ async fn serve(
 ) -> (SocketAddr, tokio::sync::mpsc::Receiver<listen::TlsConn>) {
     let listener = listen::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
     let limits = ListenLimits {
         connections_max,
         idle_timeout: Duration::from_secs(60),
     };
-    tokio::spawn(async move {
-        let conns = listen::incoming_tls(listener, limits, "test", tls);
-        futures::pin_mut!(conns);
-        while let Some(Ok(conn)) = conns.next().await {
-            if tx.send(conn).await.is_err() {
-                return;
-            }
-        }
-    });
-    (addr, rx)
+    let conns = listen::incoming_tls(listener, limits, "test", tls);
+    (addr, listen::accepted(conns))
 }
 
 #[tokio::test]
