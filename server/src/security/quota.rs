@@ -90,37 +90,32 @@ impl Ledger {
     /// The limits of every team in `teams` (all roots are tracked, limited or not).
     /// Without a policy sessions are not counted (see `with_policy`).
     pub fn new(teams: &[TeamConfig]) -> Ledger {
+        Ledger::of_roots(teams.iter().map(|t| (&t.name, &t.root, t.quota)))
+    }
+
+    /// The ledger of `policy`'s teams, counting sessions by their owner's team.
+    pub fn with_policy(policy: &Policy) -> Ledger {
+        let teams = policy.teams().iter();
+        Ledger {
+            policy: Some(policy.clone()),
+            ..Ledger::of_roots(teams.map(|t| (&t.name, &t.root, t.quota)))
+        }
+    }
+
+    /// A ledger tracking each (team, root, quota).
+    fn of_roots<'a>(teams: impl Iterator<Item = (&'a String, &'a String, QuotaConfig)>) -> Ledger {
         let roots = teams
-            .iter()
-            .map(|t| {
+            .map(|(team, root, quota)| {
                 let q = RootQuota {
-                    team: t.name.clone(),
-                    quota: t.quota,
+                    team: team.clone(),
+                    quota,
                 };
-                (t.root.clone(), q)
+                (root.clone(), q)
             })
             .collect();
         Ledger {
             roots,
             ..Ledger::default()
-        }
-    }
-
-    /// The ledger of `policy`'s teams, counting sessions by their owner's team.
-    pub fn with_policy(policy: &Policy) -> Ledger {
-        let teams: Vec<TeamConfig> = policy
-            .teams()
-            .iter()
-            .map(|t| TeamConfig {
-                name: t.name.clone(),
-                root: t.root.clone(),
-                identities: Vec::new(),
-                quota: t.quota,
-            })
-            .collect();
-        Ledger {
-            policy: Some(policy.clone()),
-            ..Ledger::new(&teams)
         }
     }
 
