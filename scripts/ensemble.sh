@@ -144,20 +144,28 @@ EOF
     "$bin/concord" --config "$dir/concord-$i.toml" "${flags[@]}" >"$dir/server-$i.out" 2>"$dir/server-$i.log" &
     echo $! >"$dir/server-$i.pid"
   done
-  # Wait (bounded) until a server reports that it leads an established epoch. (grep
-  # without -q reads all of the output, so concordctl never writes into a closed pipe.)
-  local deadline=$((SECONDS + 30))
+  # Wait (bounded) until every server answers and one reports that it leads an
+  # established epoch, so a server that could not start (its port taken, say) fails
+  # the start rather than leaving a smaller ensemble behind. (grep without -q reads
+  # all of the output, so concordctl never writes into a closed pipe.)
+  local deadline=$((SECONDS + 30)) answering leader out
   while ((SECONDS < deadline)); do
+    answering=0 leader=""
     for ((i = 1; i <= n; i++)); do
-      if ctl "$i" status 2>/dev/null | grep "^leader_serving = true" >/dev/null; then
-        echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)"): server $i leads; clients on ports $(client_port 1) to $(client_port "$n")"
-        if $tls; then tls_help; fi
-        return 0
-      fi
+      kill -0 "$(cat "$dir/server-$i.pid")" 2>/dev/null ||
+        die "server $i exited (see $dir/server-$i.log); '$0 stop' stops the rest"
+      out=$(ctl "$i" status 2>/dev/null) || continue
+      answering=$((answering + 1))
+      if grep "^leader_serving = true" >/dev/null <<<"$out"; then leader=$i; fi
     done
+    if ((answering == n)) && [[ -n $leader ]]; then
+      echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)"): server $leader leads; clients on ports $(client_port 1) to $(client_port "$n")"
+      if $tls; then tls_help; fi
+      return 0
+    fi
     sleep 0.2
   done
-  die "no leader within 30 s; see $dir/server-*.log"
+  die "no leader with all $n servers answering within 30 s; see $dir/server-*.log"
 }
 
 status() {

@@ -15,14 +15,18 @@ use crate::{bin, workspace_dir, Background};
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A base port whose three client and peer ports are all free right now.
+///
+/// The base is drawn at random below the kernel's ephemeral range (32768 and up on
+/// Linux): every `bind(":0")` in this or another test takes its port from that range,
+/// so a base taken from it can be grabbed by one between this check and the script's
+/// servers binding (a TLS client once met a plain-text listener there).
 pub fn free_base_port() -> u16 {
-    for _ in 0..100 {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60_000 {
-            continue;
-        }
+    use std::hash::{BuildHasher, RandomState};
+    let random = RandomState::new();
+    for attempt in 0..100u32 {
+        let draw = random.hash_one((attempt, std::process::id()));
+        // 20000..32000, leaving room above the base for the three servers' ports.
+        let base = 20_000 + (draw % 11_900) as u16;
         let free = (0..3)
             .flat_map(|i| [base + 10 * i, base + 10 * i + 1])
             .all(|port| TcpListener::bind(("127.0.0.1", port)).is_ok());
