@@ -10,13 +10,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-#[path = "concordctl/args.rs"]
 mod args;
-#[path = "concordctl/commands.rs"]
 mod commands;
-#[path = "concordctl/locks.rs"]
 mod locks;
-#[path = "concordctl/output.rs"]
 mod output;
 
 #[tokio::main]
