@@ -6,10 +6,9 @@
 use std::fmt::Display;
 use std::io::{ErrorKind, Read, Write};
 
-use concord::proto::watch_response::Msg;
 use concord::{
     ChildrenOptions, Client, CreateOptions, Error, ErrorCode, Grantee, ReadOptions, RetryPolicy,
-    Session, SessionState, WatchOptions,
+    Session, SessionState, WatchMessage, WatchOptions,
 };
 
 use crate::args::{
@@ -190,7 +189,7 @@ async fn watch(client: &Client, args: WatchArgs) -> Result<(), Error> {
         match msg {
             None => return Ok(()),
             Some(Err(err)) => return Err(err),
-            Some(Ok(Msg::Event(event))) => {
+            Some(Ok(WatchMessage::Event(event))) => {
                 print_line(output::event_line(&event, args.data))?;
                 seen += 1;
                 if args.count.is_some_and(|count| seen >= count) {

@@ -96,8 +96,8 @@ pub async fn elect(client: &Client, args: ElectArgs) -> Result<(), Error> {
             }
             change = changes.next() => {
                 let Some(change) = change else { break };
-                let change = change.map_err(|s| Error::from_status(&s, concord::CallKind::Read))?;
-                let zxid = change.header.map_or(0, |h| h.zxid);
+                let change = change?;
+                let zxid = change.zxid;
                 let line = match change.leader {
                     Some(l) => format!(
                         "{zxid} {} {} {}",

@@ -1,13 +1,10 @@
 //! How `concordctl` prints things: pure formatting functions, no IO.
 
-use concord::proto::{SessionInfo, StatusResponse, WatchEvent};
-use concord::{EventKind, Grant, Grantee, Stat, WhoAmI};
+use concord::{Event, Grant, Grantee, ServerStatus, SessionInfo, Stat, WhoAmI};
 
 /// One watch event: `zxid KIND path`, then the data (lossy UTF-8) when asked for.
-pub fn event_line(event: &WatchEvent, with_data: bool) -> String {
-    let kind = EventKind::try_from(event.kind)
-        .map(|k| k.as_str_name())
-        .unwrap_or("UNKNOWN");
+pub fn event_line(event: &Event, with_data: bool) -> String {
+    let kind = event.kind.as_str_name();
     let mut line = format!("{} {} {}", event.zxid, kind, event.path);
     if with_data {
         line.push(' ');
@@ -75,10 +72,8 @@ pub fn session_lines(info: &SessionInfo) -> Vec<String> {
 }
 
 /// `status`: one `name = value` line per field.
-pub fn status_lines(status: &StatusResponse) -> Vec<String> {
-    let role = concord::proto::Role::try_from(status.role)
-        .map(|r| r.as_str_name())
-        .unwrap_or("UNKNOWN");
+pub fn status_lines(status: &ServerStatus) -> Vec<String> {
+    let role = status.role.name().to_uppercase();
     vec![
         format!("server_id = {}", status.server_id),
         format!("role = {role}"),
@@ -126,12 +121,12 @@ mod tests {
 
     #[test]
     fn event_line_has_zxid_kind_path_and_data() {
-        let event = WatchEvent {
+        let event = Event {
             zxid: 12,
-            kind: EventKind::DataChanged as i32,
+            kind: concord::EventKind::DataChanged,
             path: "/a".into(),
-            data: b"v2".to_vec().into(),
-            ..WatchEvent::default()
+            data: b"v2".to_vec(),
+            ..Event::default()
         };
         assert_eq!(event_line(&event, false), "12 DATA_CHANGED /a");
         assert_eq!(event_line(&event, true), "12 DATA_CHANGED /a v2");

@@ -14,16 +14,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use concord_proto::v1::{
-    cluster_client::ClusterClient, session_client::SessionClient, tree_client::TreeClient, Child,
-    CloseSessionRequest, ErrorCode, GetSessionRequest, ListSessionsRequest, Op, OpResult,
-    OpenSessionRequest, ResponseHeader, SessionInfo, Stat, StatusRequest, StatusResponse,
-    SyncRequest,
+    cluster_client::ClusterClient, session_client::SessionClient, tree_client::TreeClient,
+    CloseSessionRequest, ErrorCode, GetSessionRequest, ListSessionsRequest, OpenSessionRequest,
+    ResponseHeader, StatusRequest, SyncRequest,
 };
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::error::{CallKind, Error};
+use crate::op::Op;
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
 use crate::tls::{self, ConnectOptions};
+use crate::types::{stat_of, Child, OpResult, ServerStatus, SessionInfo, Stat};
 
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
@@ -220,7 +221,7 @@ impl Client {
             .into_inner();
         Ok(Created {
             path: resp.path,
-            stat: resp.stat.unwrap_or_default(),
+            stat: stat_of(resp.stat),
             zxid: self.saw(&resp.header),
         })
     }
@@ -231,7 +232,7 @@ impl Client {
         let resp = self.tree().get(req).await.map_err(read_err)?.into_inner();
         Ok(NodeData {
             data: resp.data.to_vec(),
-            stat: resp.stat.unwrap_or_default(),
+            stat: stat_of(resp.stat),
             zxid: self.saw(&resp.header),
         })
     }
@@ -246,7 +247,7 @@ impl Client {
             .map_err(read_err)?
             .into_inner();
         let stat = if resp.exists {
-            Some(resp.stat.unwrap_or_default())
+            Some(stat_of(resp.stat))
         } else {
             None
         };
@@ -279,7 +280,7 @@ impl Client {
         let req = options::set_request(path, data.into(), version, write);
         let resp = self.tree().set(req).await.map_err(write_err)?.into_inner();
         Ok(Updated {
-            stat: resp.stat.unwrap_or_default(),
+            stat: stat_of(resp.stat),
             zxid: self.saw(&resp.header),
         })
     }
@@ -324,8 +325,8 @@ impl Client {
             .map_err(read_err)?
             .into_inner();
         Ok(Children {
-            children: resp.children,
-            stat: resp.stat.unwrap_or_default(),
+            children: resp.children.into_iter().map(Child::from).collect(),
+            stat: stat_of(resp.stat),
             zxid: self.saw(&resp.header),
             next_page_token: resp.next_page_token,
         })
@@ -369,10 +370,16 @@ impl Client {
             .await
             .map_err(write_err)?
             .into_inner();
-        Ok(MultiResult {
-            results: resp.results,
-            zxid: self.saw(&resp.header),
-        })
+        let zxid = self.saw(&resp.header);
+        let results = resp
+            .results
+            .into_iter()
+            .map(OpResult::of)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                Error::client(ErrorCode::Internal, "the server sent an empty op result")
+            })?;
+        Ok(MultiResult { results, zxid })
     }
 
     /// Waits until this server has applied everything the leader had committed when
@@ -427,7 +434,9 @@ impl Client {
             .await
             .map_err(read_err)?
             .into_inner();
+        self.saw(&resp.header);
         resp.session
+            .map(SessionInfo::from)
             .ok_or_else(|| Error::client(ErrorCode::Internal, "the server sent no session"))
     }
 
@@ -471,14 +480,17 @@ impl Client {
             .map_err(read_err)?
             .into_inner();
         self.saw(&resp.header);
-        Ok((resp.sessions, resp.next_page_token))
+        let sessions = resp.sessions.into_iter().map(SessionInfo::from).collect();
+        Ok((sessions, resp.next_page_token))
     }
 
     /// Describes the server this client talks to.
-    pub async fn status(&self) -> Result<StatusResponse, Error> {
+    pub async fn status(&self) -> Result<ServerStatus, Error> {
         let mut cluster = ClusterClient::new(self.channel.clone());
         let resp = cluster.status(StatusRequest {}).await.map_err(read_err)?;
-        Ok(resp.into_inner())
+        let resp = resp.into_inner();
+        self.saw(&resp.header);
+        Ok(ServerStatus::from(resp))
     }
 }
 

@@ -21,7 +21,8 @@
 //! ```
 //!
 //! The SDK sends each call once; it retries only where it owns a stream (keep-alives,
-//! resumed watches). Generated proto types are re-exported as [`proto`].
+//! resumed watches). Calls take and return the SDK's own types (`types.rs`); the
+//! generated messages stay reachable as [`proto`] for the services not wrapped here.
 
 pub mod access;
 pub mod client;
@@ -31,6 +32,7 @@ pub mod options;
 pub mod recipes;
 pub mod session;
 pub mod tls;
+pub mod types;
 pub mod watch;
 
 /// The generated `concord.v1` messages and clients.
@@ -42,12 +44,17 @@ pub use client::{
     DEFAULT_ENDPOINT,
 };
 pub use error::{CallKind, Error, LeaderHint, Origin};
+pub use op::Op;
 pub use options::{
     ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
     ANY_VERSION,
 };
-pub use proto::{CreateMode, ErrorCode, EventKind, Stat};
-pub use recipes::{Leader, LockHold, LockOptions};
+pub use proto::{CreateMode, ErrorCode, EventKind};
+pub use recipes::{LeaderChange, LockHold, LockOptions};
 pub use session::{Session, SessionState};
 pub use tls::{ConnectOptions, TlsOptions};
-pub use watch::{Watch, WatchMessage};
+pub use types::{
+    Child, Event, Fence, LockEntry, Node, OpResult, Participant, Role, ServerStatus, SessionInfo,
+    Stat, WatchMessage,
+};
+pub use watch::Watch;

@@ -1,9 +1,12 @@
 //! Builders for the operations of a [`Client::multi`](crate::Client::multi) call.
 //!
-//! `proto::Op` is a generated message with a `oneof`; these functions spell each kind
-//! in one call. They only build values.
+//! Each function spells one kind of op in one call; they only build values.
 
-use concord_proto::v1::{op, CheckOp, CreateMode, CreateOp, DeleteOp, Op, SetOp};
+use concord_proto::v1::{self as proto, op, CheckOp, CreateMode, CreateOp, DeleteOp, SetOp};
+
+/// One operation of a multi: build it with [`create`], [`set`], [`delete`] or [`check`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op(pub(crate) proto::Op);
 
 /// Create `path` with `data` in `mode` (ephemerals belong to the multi's session).
 pub fn create(path: impl Into<String>, data: impl Into<Vec<u8>>, mode: CreateMode) -> Op {
@@ -51,7 +54,7 @@ pub fn check(path: impl Into<String>, version: i32) -> Op {
 }
 
 fn wrap(op: op::Op) -> Op {
-    Op { op: Some(op) }
+    Op(proto::Op { op: Some(op) })
 }
 
 /// Node data in the form the generated messages hold.
@@ -67,7 +70,7 @@ mod tests {
     #[test]
     fn builders_fill_the_oneof() {
         let op = create("/a", "x", CreateMode::EphemeralSequential);
-        match op.op {
+        match op.0.op {
             Some(op::Op::Create(c)) => {
                 assert_eq!(c.path, "/a");
                 assert_eq!(&c.data[..], b"x");
@@ -76,20 +79,20 @@ mod tests {
             }
             other => panic!("not a create: {other:?}"),
         }
-        match set("/b", vec![1u8], 3).op {
+        match set("/b", vec![1u8], 3).0.op {
             Some(op::Op::Set(s)) => assert_eq!((s.path.as_str(), s.version), ("/b", 3)),
             other => panic!("not a set: {other:?}"),
         }
-        match delete("/c", -1).op {
+        match delete("/c", -1).0.op {
             Some(op::Op::Delete(d)) => assert_eq!((d.path.as_str(), d.version), ("/c", -1)),
             other => panic!("not a delete: {other:?}"),
         }
-        match check("/d", 7).op {
+        match check("/d", 7).0.op {
             Some(op::Op::Check(c)) => assert_eq!((c.path.as_str(), c.version), ("/d", 7)),
             other => panic!("not a check: {other:?}"),
         }
         let ttl = create_with_ttl("/t", "", CreateMode::PersistentWithTtl, 500);
-        match ttl.op {
+        match ttl.0.op {
             Some(op::Op::Create(c)) => assert_eq!(c.ttl_ms, 500),
             other => panic!("not a create: {other:?}"),
         }

@@ -7,9 +7,12 @@
 use std::time::Duration;
 
 use concord_proto::v1::{
-    ChildrenRequest, CreateMode, CreateRequest, DeleteRequest, EventKind, ExistsRequest, Fence,
-    GetRequest, MultiRequest, Op, SetRequest, WatchRequest,
+    ChildrenRequest, CreateMode, CreateRequest, DeleteRequest, EventKind, ExistsRequest,
+    GetRequest, MultiRequest, SetRequest, WatchRequest,
 };
+
+use crate::op::Op;
+use crate::types::Fence;
 
 /// The version that matches any version in `set`, `delete` and check ops.
 pub const ANY_VERSION: i32 = -1;
@@ -207,7 +210,7 @@ pub(crate) fn create_request(path: &str, data: Vec<u8>, options: &CreateOptions)
         session_id: options.session_id,
         ttl_ms: options.ttl_ms,
         request_id: options.request_id,
-        fence: options.fence.clone(),
+        fence: options.fence.clone().map(Into::into),
     }
 }
 
@@ -239,7 +242,7 @@ pub(crate) fn set_request(
         version,
         session_id: write.session_id,
         request_id: write.request_id,
-        fence: write.fence.clone(),
+        fence: write.fence.clone().map(Into::into),
     }
 }
 
@@ -249,7 +252,7 @@ pub(crate) fn delete_request(path: &str, version: i32, write: &WriteOptions) -> 
         version,
         session_id: write.session_id,
         request_id: write.request_id,
-        fence: write.fence.clone(),
+        fence: write.fence.clone().map(Into::into),
     }
 }
 
@@ -266,10 +269,10 @@ pub(crate) fn children_request(path: &str, options: &ChildrenOptions) -> Childre
 
 pub(crate) fn multi_request(ops: Vec<Op>, write: &WriteOptions) -> MultiRequest {
     MultiRequest {
-        ops,
+        ops: ops.into_iter().map(|op| op.0).collect(),
         session_id: write.session_id,
         request_id: write.request_id,
-        fence: write.fence.clone(),
+        fence: write.fence.clone().map(Into::into),
     }
 }
 

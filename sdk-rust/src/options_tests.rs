@@ -22,7 +22,7 @@ fn create_options_fill_every_field() {
     assert_eq!(req.session_id, 5);
     assert_eq!(req.ttl_ms, 1234);
     assert_eq!(req.request_id, 77);
-    assert_eq!(req.fence, Some(fence));
+    assert_eq!(req.fence, Some(fence.into()));
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn write_options_reach_set_delete_and_multi() {
     };
     let set = set_request("/s", b"v".to_vec(), 4, &write);
     assert_eq!((set.version, set.session_id, set.request_id), (4, 1, 2));
-    assert_eq!(set.fence, write.fence);
+    assert_eq!(set.fence, write.fence.clone().map(Into::into));
     let delete = delete_request("/d", ANY_VERSION, &write);
     assert_eq!(
         (delete.version, delete.session_id, delete.request_id),
@@ -85,7 +85,7 @@ fn write_options_reach_set_delete_and_multi() {
     let multi = multi_request(vec![crate::op::check("/c", 1)], &write);
     assert_eq!(multi.ops.len(), 1);
     assert_eq!((multi.session_id, multi.request_id), (1, 2));
-    assert_eq!(multi.fence, write.fence);
+    assert_eq!(multi.fence, write.fence.map(Into::into));
 }
 
 #[test]

@@ -9,14 +9,15 @@
 
 use concord_proto::v1::{
     election_client::ElectionClient, lock_client::LockClient, AcquireRequest, CampaignRequest,
-    ErrorCode, Fence, HolderRequest, LeaderInfo, LeaderRequest, LeaderResponse, LockEntry,
-    ObserveRequest, ParticipantsRequest, ProclaimRequest, ReleaseRequest, ResignRequest,
-    ValidateRequest, WaitersRequest,
+    ErrorCode, HolderRequest, LeaderRequest, LeaderResponse, ObserveRequest, ParticipantsRequest,
+    ProclaimRequest, ReleaseRequest, ResignRequest, ValidateRequest, WaitersRequest,
 };
+use futures::{Stream, StreamExt};
 use tonic::transport::Channel;
 
 use crate::client::{read_err, write_err, zxid, Client};
 use crate::error::Error;
+use crate::types::{Fence, LockEntry, Participant};
 
 /// How to acquire a lock.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,6 +52,15 @@ impl From<concord_proto::v1::AcquireResponse> for LockHold {
     }
 }
 
+/// A change of an election's leader, as `observe` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderChange {
+    /// The zxid the answering server had applied when it saw the change.
+    pub zxid: u64,
+    /// The new leader; `None` while there is none.
+    pub leader: Option<Participant>,
+}
+
 impl LockHold {
     /// This hold as a fence for writes.
     pub fn fence(&self) -> Fence {
@@ -60,9 +70,6 @@ impl LockHold {
         }
     }
 }
-
-/// A leader (or candidate) of an election.
-pub type Leader = LeaderInfo;
 
 impl Client {
     /// The hold an Acquire or TryAcquire answered with (its zxid is seen).
@@ -129,15 +136,27 @@ impl Client {
     /// The holders of lock `name`.
     pub async fn lock_holders(&self, name: &str) -> Result<Vec<LockEntry>, Error> {
         let req = HolderRequest { name: name.into() };
-        let resp = self.locks().holder(req).await.map_err(read_err)?;
-        Ok(resp.into_inner().holders)
+        let resp = self
+            .locks()
+            .holder(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&resp.header);
+        Ok(resp.holders.into_iter().map(LockEntry::from).collect())
     }
 
     /// The queue of lock `name`, holders first.
     pub async fn lock_waiters(&self, name: &str) -> Result<Vec<LockEntry>, Error> {
         let req = WaitersRequest { name: name.into() };
-        let resp = self.locks().waiters(req).await.map_err(read_err)?;
-        Ok(resp.into_inner().entries)
+        let resp = self
+            .locks()
+            .waiters(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&resp.header);
+        Ok(resp.entries.into_iter().map(LockEntry::from).collect())
     }
 
     /// Whether (key, token) still holds its lock or leadership.
@@ -146,8 +165,14 @@ impl Client {
             key: key.into(),
             token,
         };
-        let resp = self.locks().validate(req).await.map_err(read_err)?;
-        Ok(resp.into_inner().valid)
+        let resp = self
+            .locks()
+            .validate(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&resp.header);
+        Ok(resp.valid)
     }
 
     /// Waits until `participant_id` leads election `name`; returns its key and term.
@@ -158,7 +183,7 @@ impl Client {
         participant_id: &str,
         value: impl Into<Vec<u8>>,
         timeout_ms: i64,
-    ) -> Result<Leader, Error> {
+    ) -> Result<Participant, Error> {
         let req = CampaignRequest {
             election: name.into(),
             session_id,
@@ -166,9 +191,15 @@ impl Client {
             value: value.into().into(),
             timeout_ms,
         };
-        let resp = self.elections().campaign(req).await.map_err(write_err)?;
-        resp.into_inner()
-            .leader
+        let resp = self
+            .elections()
+            .campaign(req)
+            .await
+            .map_err(write_err)?
+            .into_inner();
+        self.saw(&resp.header);
+        resp.leader
+            .map(Participant::from)
             .ok_or_else(|| Error::client(ErrorCode::Internal, "Campaign answered without a leader"))
     }
 
@@ -199,30 +230,57 @@ impl Client {
     }
 
     /// The current leader of election `name`, if any.
-    pub async fn leader(&self, name: &str) -> Result<Option<Leader>, Error> {
+    pub async fn leader(&self, name: &str) -> Result<Option<Participant>, Error> {
         let req = LeaderRequest {
             election: name.into(),
         };
         let resp = self.elections().leader(req).await.map_err(read_err)?;
-        Ok(resp.into_inner().leader)
+        Ok(self.leader_of(resp.into_inner()))
     }
 
     /// Candidates of election `name`, leader first.
-    pub async fn participants(&self, name: &str) -> Result<Vec<Leader>, Error> {
+    pub async fn participants(&self, name: &str) -> Result<Vec<Participant>, Error> {
         let req = ParticipantsRequest {
             election: name.into(),
         };
-        let resp = self.elections().participants(req).await.map_err(read_err)?;
-        Ok(resp.into_inner().participants)
+        let resp = self
+            .elections()
+            .participants(req)
+            .await
+            .map_err(read_err)?
+            .into_inner();
+        self.saw(&resp.header);
+        Ok(resp
+            .participants
+            .into_iter()
+            .map(Participant::from)
+            .collect())
     }
 
-    /// A stream of leader changes of election `name`, the current leader first.
-    pub async fn observe(&self, name: &str) -> Result<tonic::Streaming<LeaderResponse>, Error> {
+    /// A stream of leader changes of election `name`, the current leader first. The
+    /// stream ends with an error when the connection breaks (observe again to go on).
+    pub async fn observe(
+        &self,
+        name: &str,
+    ) -> Result<impl Stream<Item = Result<LeaderChange, Error>> + Send + 'static, Error> {
         let req = ObserveRequest {
             election: name.into(),
         };
         let resp = self.elections().observe(req).await.map_err(read_err)?;
-        Ok(resp.into_inner())
+        let client = self.clone();
+        Ok(resp.into_inner().map(move |change| {
+            let resp = change.map_err(read_err)?;
+            Ok(LeaderChange {
+                zxid: zxid(&resp.header),
+                leader: client.leader_of(resp),
+            })
+        }))
+    }
+
+    /// The leader a Leader or Observe answer names (its zxid is seen).
+    fn leader_of(&self, resp: LeaderResponse) -> Option<Participant> {
+        self.saw(&resp.header);
+        resp.leader.map(Participant::from)
     }
 }
 

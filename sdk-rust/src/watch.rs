@@ -18,8 +18,7 @@
 //! caller asked for except `start_zxid` and `initial_snapshot` on resumed streams.
 
 use concord_proto::v1::{
-    watch_client::WatchClient, watch_response::Msg, ErrorCode, WatchEvent, WatchRequest,
-    WatchResponse,
+    watch_client::WatchClient, watch_response::Msg, ErrorCode, WatchRequest, WatchResponse,
 };
 use futures::Stream;
 use tokio::time::Instant;
@@ -28,10 +27,7 @@ use tonic::codec::Streaming;
 use crate::client::{read_err, Client};
 use crate::error::{Error, Origin};
 use crate::options::{watch_request, RetryPolicy, WatchOptions};
-
-/// One message of a watch stream: Started, Event, Progress, SnapshotNode, SnapshotDone.
-/// A resumed watch yields a new `Started` each time it reconnects.
-pub type WatchMessage = Msg;
+use crate::types::{Event, WatchMessage};
 
 /// An open watch. Read it with [`Watch::next`] (or [`Watch::next_event`]); dropping it
 /// cancels the stream.
@@ -108,7 +104,7 @@ impl Watch {
                 Ok(Some(WatchResponse { msg: Some(msg) })) => {
                     self.failures = None;
                     if self.cursor.accept(&msg) {
-                        return Some(Ok(msg));
+                        return Some(Ok(WatchMessage::from(msg)));
                     }
                 }
                 Ok(Some(WatchResponse { msg: None })) => {}
@@ -128,10 +124,10 @@ impl Watch {
     }
 
     /// The next event, skipping the other messages.
-    pub async fn next_event(&mut self) -> Option<Result<WatchEvent, Error>> {
+    pub async fn next_event(&mut self) -> Option<Result<Event, Error>> {
         loop {
             match self.next().await? {
-                Ok(Msg::Event(event)) => return Some(Ok(event)),
+                Ok(WatchMessage::Event(event)) => return Some(Ok(event)),
                 Ok(_) => {}
                 Err(err) => return Some(Err(err)),
             }

@@ -1,7 +1,7 @@
 //! Tests of the watch cursor: resume points and duplicate suppression.
 
 use super::*;
-use concord_proto::v1::{Progress, SnapshotDone, SnapshotNode, WatchStarted};
+use concord_proto::v1::{Progress, SnapshotDone, SnapshotNode, WatchEvent, WatchStarted};
 
 fn event(zxid: u64) -> Msg {
     Msg::Event(WatchEvent {

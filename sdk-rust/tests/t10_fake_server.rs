@@ -5,10 +5,10 @@ mod fake;
 
 use std::time::Duration;
 
-use concord::proto::{watch_response::Msg, EventKind, WatchEvent};
+use concord::proto::{EventKind, WatchEvent};
 use concord::{
     ChildrenOptions, Client, CreateOptions, ErrorCode, ReadOptions, RetryPolicy, SessionState,
-    WatchOptions,
+    WatchMessage, WatchOptions,
 };
 use fake::{concord_status, Shared};
 
@@ -224,8 +224,14 @@ async fn t32_non_retryable_watch_error_ends_the_watch() {
     }
     let client = Client::connect(endpoint).await.expect("connect");
     let mut watch = client.watch(resuming("/")).await.expect("watch");
-    assert!(matches!(watch.next().await, Some(Ok(Msg::Started(_)))));
-    assert!(matches!(watch.next().await, Some(Ok(Msg::Event(_)))));
+    assert!(matches!(
+        watch.next().await,
+        Some(Ok(WatchMessage::Started { .. }))
+    ));
+    assert!(matches!(
+        watch.next().await,
+        Some(Ok(WatchMessage::Event(_)))
+    ));
     let err = watch.next().await.expect("an item").expect_err("the error");
     assert_eq!(err.code(), ErrorCode::ZxidCompacted);
     assert!(watch.next().await.is_none());

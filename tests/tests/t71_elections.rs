@@ -216,7 +216,7 @@ async fn t71_resign_hands_over_at_once_and_old_term_is_fenced() {
         .await
         .unwrap();
     let write = |key: String, term| concord::WriteOptions {
-        fence: Some(pb::Fence { key, token: term }),
+        fence: Some(concord::Fence { key, token: term }),
         ..Default::default()
     };
     c.set_with("/leader-data", "b", -1, &write(lb.key.clone(), lb.term))

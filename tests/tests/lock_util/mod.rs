@@ -60,7 +60,7 @@ pub async fn release(l: &mut LockClient<Channel>, key: &str, token: u64) {
 /// Write options carrying a lock fence.
 pub fn fenced(key: &str, token: u64) -> WriteOptions {
     WriteOptions {
-        fence: Some(pb::Fence {
+        fence: Some(concord::Fence {
             key: key.into(),
             token,
         }),

@@ -1,6 +1,7 @@
 //! `concordctl` as a user runs it, against the in-process fake server: output, exit
 //! status, error format, stdin data and a resumed watch.
 
+#[path = "../../sdk-rust/tests/fake/mod.rs"]
 mod fake;
 
 use std::process::Stdio;
