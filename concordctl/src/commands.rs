@@ -7,8 +7,8 @@ use std::fmt::Display;
 use std::io::{ErrorKind, Read, Write};
 
 use concord::{
-    ChildrenOptions, Client, CreateOptions, Error, ErrorCode, Grantee, ReadOptions, RetryPolicy,
-    Session, SessionState, WatchMessage, WatchOptions,
+    ChildrenOptions, Client, ConnectionState, CreateOptions, Error, ErrorCode, Grantee,
+    ReadOptions, RetryPolicy, Session, WatchMessage, WatchOptions,
 };
 
 use crate::args::{
@@ -126,7 +126,7 @@ async fn hold_session(session: Session) -> Result<(), Error> {
     };
     match ended {
         None => session.close().await,
-        Some(SessionState::Closed) => Ok(()),
+        Some(ConnectionState::Closed) => Ok(()),
         Some(_) => Err(Error::client(
             ErrorCode::SessionExpired,
             format!("session {} expired", session.id()),

@@ -1,7 +1,7 @@
 //! `concordctl lock` and `concordctl elect`: hold a lock around a command, campaign
 //! and follow an election. Both own a session for as long as they run.
 
-use concord::{Client, Error, ErrorCode, LockOptions, Session, SessionState};
+use concord::{Client, ConnectionState, Error, ErrorCode, LockOptions, Session};
 use tokio_stream::StreamExt;
 
 use crate::args::{ElectArgs, LockArgs};
@@ -117,7 +117,7 @@ pub async fn elect(client: &Client, args: ElectArgs) -> Result<(), Error> {
     if let Some(l) = leading {
         let _ = client.resign(&l.key, l.term).await;
     }
-    if session.state() == SessionState::Alive {
+    if session.state() == ConnectionState::Connected {
         session.close().await?;
     }
     printed

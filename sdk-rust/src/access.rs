@@ -9,7 +9,8 @@ use concord_proto::v1::{
     ListGrantsRequest, RevokeRequest, WhoAmIRequest,
 };
 
-use crate::client::{read_err, write_err, Client};
+use crate::call::Call;
+use crate::client::Client;
 use crate::error::Error;
 
 /// Who a grant is for.
@@ -24,7 +25,9 @@ pub enum Grantee {
 /// One grant: permissions (letters of "rwcda") on the subtree at `path`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Grant {
+    /// The subtree the grant covers (as the caller sees paths).
     pub path: String,
+    /// Who holds it.
     pub to: Grantee,
     /// A subset of "rwcda", in that order.
     pub perms: String,
@@ -35,6 +38,7 @@ pub struct Grant {
 pub struct WhoAmI {
     /// From the client certificate, or the server's local identity.
     pub identity: String,
+    /// Whether the caller is an admin (sees and may change everything).
     pub admin: bool,
     /// Empty for an admin or an identity no team names.
     pub team: String,
@@ -68,18 +72,13 @@ fn grant_out(path: &str, to: &Grantee, perms: &str) -> concord_proto::v1::Grant 
 }
 
 impl Client {
-    fn access(&self) -> AccessClient<tonic::transport::Channel> {
-        AccessClient::new(self.channel().clone())
-    }
-
     /// Who the server takes this client for (works for every caller).
     pub async fn who_am_i(&self) -> Result<WhoAmI, Error> {
-        let mut cluster = ClusterClient::new(self.channel().clone());
-        let r = cluster
-            .who_am_i(WhoAmIRequest {})
-            .await
-            .map_err(read_err)?
-            .into_inner();
+        let r = self
+            .unary(Call::READ, WhoAmIRequest {}, |ch, r| async move {
+                ClusterClient::new(ch).who_am_i(r).await
+            })
+            .await?;
         self.saw(&r.header);
         Ok(WhoAmI {
             identity: r.identity,
@@ -96,8 +95,12 @@ impl Client {
         let req = GrantRequest {
             grant: Some(grant_out(path, to, perms)),
         };
-        let r = self.access().grant(req).await.map_err(write_err)?;
-        Ok(self.saw(&r.into_inner().header))
+        let r = self
+            .unary(Call::write(false), req, |ch, r| async move {
+                AccessClient::new(ch).grant(r).await
+            })
+            .await?;
+        Ok(self.saw(&r.header))
     }
 
     /// Removes `perms` from the grant of (`path`, `to`). Needs `a` on `path`.
@@ -105,8 +108,12 @@ impl Client {
         let req = RevokeRequest {
             grant: Some(grant_out(path, to, perms)),
         };
-        let r = self.access().revoke(req).await.map_err(write_err)?;
-        Ok(self.saw(&r.into_inner().header))
+        let r = self
+            .unary(Call::write(false), req, |ch, r| async move {
+                AccessClient::new(ch).revoke(r).await
+            })
+            .await?;
+        Ok(self.saw(&r.header))
     }
 
     /// The grants on `path` (and below it with `recursive`). Needs `a` on `path`.
@@ -116,11 +123,10 @@ impl Client {
             recursive,
         };
         let r = self
-            .access()
-            .list_grants(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                AccessClient::new(ch).list_grants(r).await
+            })
+            .await?;
         self.saw(&r.header);
         Ok(r.grants.into_iter().filter_map(grant_in).collect())
     }

@@ -6,7 +6,8 @@
 //!     └─ open_session → session.rs (keep-alive task) ; watch → watch.rs (stream, resume)
 //! ```
 //!
-//! Calls are sent once: this module never retries (the caller decides, with
+//! Each unary call goes through `call.rs`, which applies the client's deadline and
+//! retry policy (by default none: a call is sent once, and the caller decides with
 //! [`Error::is_retry_safe`] and [`Error::is_indeterminate`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,8 @@ use concord_proto::v1::{
 };
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use crate::builder::{ClientBuilder, Settings};
+use crate::call::Call;
 use crate::error::{CallKind, Error};
 use crate::op::Op;
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
@@ -47,6 +50,8 @@ pub struct Client {
     channel: Channel,
     /// The newest zxid an answer reflected.
     seen: Arc<AtomicU64>,
+    /// Deadline, retries and session defaults, from the builder.
+    settings: Arc<Settings>,
 }
 
 /// The answer to a create.
@@ -124,10 +129,17 @@ pub struct SessionGrant {
 }
 
 impl Client {
+    /// A builder for a client with an endpoint list, TLS, a deadline per call, a
+    /// retry policy and session defaults.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
     /// Connects to `endpoint` (`http://host:port`; a bare `host:port` gets `http://`).
     /// A comma-separated list names an ensemble's servers: calls are spread over
     /// those that answer, as ZooKeeper's connection strings are. Fails with
-    /// UNAVAILABLE when no server answers (a list: when the first does not).
+    /// UNAVAILABLE when no server answers (a list: when the first does not). Calls
+    /// have no deadline and are sent once: use [`Client::builder`] for more.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
         Client::connect_with(endpoint, &ConnectOptions::default()).await
     }
@@ -138,15 +150,7 @@ impl Client {
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Client, Error> {
-        let endpoints = endpoints_of(&endpoint.into(), options)?;
-        if let [one] = endpoints.as_slice() {
-            let channel = one.connect().await.map_err(connect_err)?;
-            return Ok(Client::from_channel(channel));
-        }
-        // Fail early, as for one server, if the list is unreachable.
-        let first = endpoints.first().ok_or_else(no_endpoint)?;
-        first.connect().await.map_err(connect_err)?;
-        Ok(Client::from_channel(lazy_channel(endpoints)?))
+        Client::connect_channel(&endpoint.into(), options).await
     }
 
     /// As [`Client::connect`], but connects on the first call instead of now.
@@ -159,16 +163,52 @@ impl Client {
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Client, Error> {
-        let endpoints = endpoints_of(&endpoint.into(), options)?;
+        Client::lazy_channel_client(&endpoint.into(), options)
+    }
+
+    /// A client over a channel to `list`, connected now (the first server of a list).
+    pub(crate) async fn connect_channel(
+        list: &str,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
+        let endpoints = endpoints_of(list, options)?;
+        if let [one] = endpoints.as_slice() {
+            let channel = one.connect().await.map_err(connect_err)?;
+            return Ok(Client::from_channel(channel));
+        }
+        // Fail early, as for one server, if the list is unreachable.
+        let first = endpoints.first().ok_or_else(no_endpoint)?;
+        first.connect().await.map_err(connect_err)?;
         Ok(Client::from_channel(lazy_channel(endpoints)?))
     }
 
-    /// A client over an existing channel (custom TLS, interceptors, tests).
+    /// A client over a channel to `list` that connects on first use.
+    pub(crate) fn lazy_channel_client(
+        list: &str,
+        options: &ConnectOptions,
+    ) -> Result<Client, Error> {
+        let endpoints = endpoints_of(list, options)?;
+        Ok(Client::from_channel(lazy_channel(endpoints)?))
+    }
+
+    /// A client over an existing channel (custom TLS, interceptors, tests), with the
+    /// default settings.
     pub fn from_channel(channel: Channel) -> Client {
         Client {
             channel,
             seen: Arc::default(),
+            settings: Arc::default(),
         }
+    }
+
+    /// This client with `settings`.
+    pub(crate) fn with_settings(self, settings: Arc<Settings>) -> Client {
+        Client { settings, ..self }
+    }
+
+    /// Deadline, retries and session defaults.
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     /// The newest zxid an answer to this client reflected; reads ask for at least it.
@@ -196,10 +236,6 @@ impl Client {
         &self.channel
     }
 
-    pub(crate) fn tree(&self) -> TreeClient<Channel> {
-        TreeClient::new(self.channel.clone())
-    }
-
     pub(crate) fn sessions(&self) -> SessionClient<Channel> {
         SessionClient::new(self.channel.clone())
     }
@@ -214,11 +250,12 @@ impl Client {
     ) -> Result<Created, Error> {
         let req = options::create_request(path, data.into(), &options);
         let resp = self
-            .tree()
-            .create(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                deduplicated(options.session_id, options.request_id),
+                req,
+                |ch, r| async move { TreeClient::new(ch).create(r).await },
+            )
+            .await?;
         Ok(Created {
             path: resp.path,
             stat: stat_of(resp.stat),
@@ -229,7 +266,11 @@ impl Client {
     /// Reads a node's data and stat. Errors: NO_NODE, BAD_PATH.
     pub async fn get(&self, path: &str, read: ReadOptions) -> Result<NodeData, Error> {
         let req = options::get_request(path, self.not_older(read));
-        let resp = self.tree().get(req).await.map_err(read_err)?.into_inner();
+        let resp = self
+            .unary(Call::READ, req, |ch, r| async move {
+                TreeClient::new(ch).get(r).await
+            })
+            .await?;
         Ok(NodeData {
             data: resp.data.to_vec(),
             stat: stat_of(resp.stat),
@@ -241,11 +282,10 @@ impl Client {
     pub async fn exists(&self, path: &str, read: ReadOptions) -> Result<Exists, Error> {
         let req = options::exists_request(path, self.not_older(read));
         let resp = self
-            .tree()
-            .exists(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                TreeClient::new(ch).exists(r).await
+            })
+            .await?;
         let stat = if resp.exists {
             Some(stat_of(resp.stat))
         } else {
@@ -278,7 +318,13 @@ impl Client {
         write: &WriteOptions,
     ) -> Result<Updated, Error> {
         let req = options::set_request(path, data.into(), version, write);
-        let resp = self.tree().set(req).await.map_err(write_err)?.into_inner();
+        let resp = self
+            .unary(
+                deduplicated(write.session_id, write.request_id),
+                req,
+                |ch, r| async move { TreeClient::new(ch).set(r).await },
+            )
+            .await?;
         Ok(Updated {
             stat: stat_of(resp.stat),
             zxid: self.saw(&resp.header),
@@ -301,11 +347,12 @@ impl Client {
     ) -> Result<u64, Error> {
         let req = options::delete_request(path, version, write);
         let resp = self
-            .tree()
-            .delete(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                deduplicated(write.session_id, write.request_id),
+                req,
+                |ch, r| async move { TreeClient::new(ch).delete(r).await },
+            )
+            .await?;
         Ok(self.saw(&resp.header))
     }
 
@@ -319,11 +366,10 @@ impl Client {
         };
         let req = options::children_request(path, &options);
         let resp = self
-            .tree()
-            .children(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                TreeClient::new(ch).children(r).await
+            })
+            .await?;
         Ok(Children {
             children: resp.children.into_iter().map(Child::from).collect(),
             stat: stat_of(resp.stat),
@@ -365,11 +411,12 @@ impl Client {
     pub async fn multi(&self, ops: Vec<Op>, write: &WriteOptions) -> Result<MultiResult, Error> {
         let req = options::multi_request(ops, write);
         let resp = self
-            .tree()
-            .multi(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                deduplicated(write.session_id, write.request_id),
+                req,
+                |ch, r| async move { TreeClient::new(ch).multi(r).await },
+            )
+            .await?;
         let zxid = self.saw(&resp.header);
         let results = resp
             .results
@@ -388,7 +435,11 @@ impl Client {
         let req = SyncRequest {
             path: path.to_string(),
         };
-        let resp = self.tree().sync(req).await.map_err(read_err)?.into_inner();
+        let resp = self
+            .unary(Call::READ, req, |ch, r| async move {
+                TreeClient::new(ch).sync(r).await
+            })
+            .await?;
         Ok(self.saw(&resp.header))
     }
 
@@ -397,11 +448,10 @@ impl Client {
     pub async fn open_session_raw(&self, ttl_ms: i64) -> Result<SessionGrant, Error> {
         let req = OpenSessionRequest { ttl_ms };
         let resp = self
-            .sessions()
-            .open(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(Call::write(false), req, |ch, r| async move {
+                SessionClient::new(ch).open(r).await
+            })
+            .await?;
         Ok(SessionGrant {
             session_id: resp.session_id,
             ttl_ms: resp.ttl_ms,
@@ -414,11 +464,10 @@ impl Client {
     pub async fn close_session(&self, session_id: u64) -> Result<u64, Error> {
         let req = CloseSessionRequest { session_id };
         let resp = self
-            .sessions()
-            .close(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(Call::write(false), req, |ch, r| async move {
+                SessionClient::new(ch).close(r).await
+            })
+            .await?;
         Ok(self.saw(&resp.header))
     }
 
@@ -429,11 +478,10 @@ impl Client {
             ..Default::default()
         };
         let resp = self
-            .sessions()
-            .get(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                SessionClient::new(ch).get(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         resp.session
             .map(SessionInfo::from)
@@ -474,11 +522,10 @@ impl Client {
             page_token: page_token.to_owned(),
         };
         let resp = self
-            .sessions()
-            .list(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                SessionClient::new(ch).list(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         let sessions = resp.sessions.into_iter().map(SessionInfo::from).collect();
         Ok((sessions, resp.next_page_token))
@@ -486,9 +533,11 @@ impl Client {
 
     /// Describes the server this client talks to.
     pub async fn status(&self) -> Result<ServerStatus, Error> {
-        let mut cluster = ClusterClient::new(self.channel.clone());
-        let resp = cluster.status(StatusRequest {}).await.map_err(read_err)?;
-        let resp = resp.into_inner();
+        let resp = self
+            .unary(Call::READ, StatusRequest {}, |ch, r| async move {
+                ClusterClient::new(ch).status(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         Ok(ServerStatus::from(resp))
     }
@@ -552,6 +601,12 @@ fn endpoint_of(endpoint: String, tls: Option<&ClientTlsConfig>) -> Result<Endpoi
         .keep_alive_while_idle(true))
 }
 
+/// The call kind of a write: deduplicated by the server when it carries a session
+/// and a request id, so a retry of it is safe whatever happened to the first.
+fn deduplicated(session_id: u64, request_id: u64) -> Call {
+    Call::write(session_id != 0 && request_id != 0)
+}
+
 /// The zxid a response reflects (0 if the server sent no header).
 pub(crate) fn zxid(header: &Option<ResponseHeader>) -> u64 {
     header.as_ref().map_or(0, |h| h.zxid)
@@ -559,10 +614,6 @@ pub(crate) fn zxid(header: &Option<ResponseHeader>) -> u64 {
 
 pub(crate) fn read_err(status: tonic::Status) -> Error {
     Error::from_status(&status, CallKind::Read)
-}
-
-pub(crate) fn write_err(status: tonic::Status) -> Error {
-    Error::from_status(&status, CallKind::Write)
 }
 
 #[cfg(test)]

@@ -19,9 +19,11 @@ use tonic::Code;
 /// The metadata key under which the server names the error code.
 pub const ERROR_CODE_METADATA_KEY: &str = "concord-error-code";
 
-/// Metadata keys under which a NOT_LEADER failure names the leader, when the server
-/// knows it (also in the ErrorInfo detail's metadata as `leader_id`, `leader_addr`).
+/// The metadata key under which a NOT_LEADER failure names the leader's id, when the
+/// server knows it (also in the ErrorInfo detail's metadata as `leader_id`).
 pub const LEADER_ID_METADATA_KEY: &str = "concord-leader-id";
+/// The metadata key under which a NOT_LEADER failure names the leader's client
+/// address (also in the ErrorInfo detail's metadata as `leader_addr`).
 pub const LEADER_ADDR_METADATA_KEY: &str = "concord-leader-addr";
 
 /// The leader a NOT_LEADER failure points to: send the request there.
@@ -119,6 +121,21 @@ impl Error {
             Code::Unknown,
             Origin::Client,
             CallKind::Read,
+        )
+    }
+
+    /// A call that got no answer within its deadline: TIMEOUT, after it may have
+    /// been sent (indeterminate for a write).
+    pub(crate) fn deadline(call: CallKind, limit: std::time::Duration) -> Error {
+        Error::new(
+            ErrorCode::Timeout,
+            format!(
+                "no answer within the call's deadline of {} ms",
+                limit.as_millis()
+            ),
+            Code::DeadlineExceeded,
+            Origin::Transport,
+            call,
         )
     }
 

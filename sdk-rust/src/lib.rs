@@ -24,7 +24,11 @@
 //! resumed watches). Calls take and return the SDK's own types (`types.rs`); the
 //! generated messages stay reachable as [`proto`] for the services not wrapped here.
 
+#![deny(missing_docs)]
+
 pub mod access;
+pub mod builder;
+mod call;
 pub mod client;
 pub mod error;
 pub mod op;
@@ -39,6 +43,7 @@ pub mod watch;
 pub use concord_proto::v1 as proto;
 
 pub use access::{Grant, Grantee, WhoAmI};
+pub use builder::ClientBuilder;
 pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
@@ -51,7 +56,7 @@ pub use options::{
 };
 pub use proto::{CreateMode, ErrorCode, EventKind};
 pub use recipes::{LeaderChange, LockHold, LockOptions};
-pub use session::{Session, SessionState};
+pub use session::{ConnectionState, Session, StateListener};
 pub use tls::{ConnectOptions, TlsOptions};
 pub use types::{
     Child, Event, Fence, LockEntry, Node, OpResult, Participant, Role, ServerStatus, SessionInfo,

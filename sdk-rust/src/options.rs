@@ -193,6 +193,17 @@ impl RetryPolicy {
         Duration::from_millis(delay_ms)
     }
 
+    /// The delay before retry number `attempt` with "equal jitter": a random point in
+    /// the upper half of [`RetryPolicy::delay`], so that clients failing together do
+    /// not retry together.
+    pub fn jittered_delay(&self, attempt: u32) -> Duration {
+        use std::hash::{BuildHasher, RandomState};
+        let full = self.delay(attempt).as_millis() as u64;
+        let half = full / 2;
+        let draw = RandomState::new().hash_one(attempt) % (full - half + 1);
+        Duration::from_millis(half + draw)
+    }
+
     /// True when attempt number `attempt` (1-based) may start `elapsed` after the first
     /// failure.
     pub fn allows(&self, attempt: u32, elapsed: Duration) -> bool {

@@ -132,6 +132,21 @@ fn retry_delays_double_up_to_the_max() {
 }
 
 #[test]
+fn jittered_delays_stay_in_the_upper_half_and_vary() {
+    let policy = RetryPolicy {
+        attempts_max: 0,
+        elapsed_max_ms: 0,
+        delay_initial_ms: 100,
+        delay_max_ms: 1_000,
+    };
+    let draws: std::collections::BTreeSet<u128> = (0..200)
+        .map(|_| policy.jittered_delay(2).as_millis())
+        .collect();
+    assert!(draws.iter().all(|d| (100..=200).contains(d)), "{draws:?}");
+    assert!(draws.len() > 10, "no jitter: {draws:?}");
+}
+
+#[test]
 fn retry_policy_bounds_attempts_and_time() {
     let policy = RetryPolicy {
         attempts_max: 3,

@@ -13,9 +13,9 @@ use concord_proto::v1::{
     ProclaimRequest, ReleaseRequest, ResignRequest, ValidateRequest, WaitersRequest,
 };
 use futures::{Stream, StreamExt};
-use tonic::transport::Channel;
 
-use crate::client::{read_err, write_err, zxid, Client};
+use crate::call::{Call, Wait};
+use crate::client::{read_err, zxid, Client};
 use crate::error::Error;
 use crate::types::{Fence, LockEntry, Participant};
 
@@ -78,14 +78,6 @@ impl Client {
         LockHold::from(resp)
     }
 
-    fn locks(&self) -> LockClient<Channel> {
-        LockClient::new(self.channel().clone())
-    }
-
-    fn elections(&self) -> ElectionClient<Channel> {
-        ElectionClient::new(self.channel().clone())
-    }
-
     /// Waits until lock `name` is held by `session_id`. Errors: TIMEOUT, SESSION_EXPIRED,
     /// BAD_ARGUMENTS.
     pub async fn acquire(
@@ -95,11 +87,13 @@ impl Client {
         options: &LockOptions,
     ) -> Result<LockHold, Error> {
         let resp = self
-            .locks()
-            .acquire(acquire_request(name, session_id, options))
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                Call::write(!options.owner_id.is_empty())
+                    .waiting(Wait::of_timeout_ms(options.timeout_ms)),
+                acquire_request(name, session_id, options),
+                |ch, r| async move { LockClient::new(ch).acquire(r).await },
+            )
+            .await?;
         Ok(self.held(resp))
     }
 
@@ -111,25 +105,27 @@ impl Client {
         options: &LockOptions,
     ) -> Result<LockHold, Error> {
         let resp = self
-            .locks()
-            .try_acquire(acquire_request(name, session_id, options))
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                Call::write(!options.owner_id.is_empty()),
+                acquire_request(name, session_id, options),
+                |ch, r| async move { LockClient::new(ch).try_acquire(r).await },
+            )
+            .await?;
         Ok(self.held(resp))
     }
 
     /// Releases a hold (or leaves the queue); returns the zxid. Errors: NO_NODE.
     pub async fn release(&self, key: &str, token: u64) -> Result<u64, Error> {
         let resp = self
-            .locks()
-            .release(ReleaseRequest {
-                key: key.into(),
-                token,
-            })
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                Call::write(false),
+                ReleaseRequest {
+                    key: key.into(),
+                    token,
+                },
+                |ch, r| async move { LockClient::new(ch).release(r).await },
+            )
+            .await?;
         Ok(self.saw(&resp.header))
     }
 
@@ -137,11 +133,10 @@ impl Client {
     pub async fn lock_holders(&self, name: &str) -> Result<Vec<LockEntry>, Error> {
         let req = HolderRequest { name: name.into() };
         let resp = self
-            .locks()
-            .holder(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                LockClient::new(ch).holder(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         Ok(resp.holders.into_iter().map(LockEntry::from).collect())
     }
@@ -150,11 +145,10 @@ impl Client {
     pub async fn lock_waiters(&self, name: &str) -> Result<Vec<LockEntry>, Error> {
         let req = WaitersRequest { name: name.into() };
         let resp = self
-            .locks()
-            .waiters(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                LockClient::new(ch).waiters(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         Ok(resp.entries.into_iter().map(LockEntry::from).collect())
     }
@@ -166,11 +160,10 @@ impl Client {
             token,
         };
         let resp = self
-            .locks()
-            .validate(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                LockClient::new(ch).validate(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         Ok(resp.valid)
     }
@@ -192,11 +185,12 @@ impl Client {
             timeout_ms,
         };
         let resp = self
-            .elections()
-            .campaign(req)
-            .await
-            .map_err(write_err)?
-            .into_inner();
+            .unary(
+                Call::write(!participant_id.is_empty()).waiting(Wait::of_timeout_ms(timeout_ms)),
+                req,
+                |ch, r| async move { ElectionClient::new(ch).campaign(r).await },
+            )
+            .await?;
         self.saw(&resp.header);
         resp.leader
             .map(Participant::from)
@@ -215,8 +209,12 @@ impl Client {
             term,
             value: value.into().into(),
         };
-        let resp = self.elections().proclaim(req).await.map_err(write_err)?;
-        Ok(self.saw(&resp.into_inner().header))
+        let resp = self
+            .unary(Call::write(false), req, |ch, r| async move {
+                ElectionClient::new(ch).proclaim(r).await
+            })
+            .await?;
+        Ok(self.saw(&resp.header))
     }
 
     /// Gives up leadership or candidacy. Errors: NO_NODE.
@@ -225,8 +223,12 @@ impl Client {
             key: key.into(),
             term,
         };
-        let resp = self.elections().resign(req).await.map_err(write_err)?;
-        Ok(self.saw(&resp.into_inner().header))
+        let resp = self
+            .unary(Call::write(false), req, |ch, r| async move {
+                ElectionClient::new(ch).resign(r).await
+            })
+            .await?;
+        Ok(self.saw(&resp.header))
     }
 
     /// The current leader of election `name`, if any.
@@ -234,8 +236,12 @@ impl Client {
         let req = LeaderRequest {
             election: name.into(),
         };
-        let resp = self.elections().leader(req).await.map_err(read_err)?;
-        Ok(self.leader_of(resp.into_inner()))
+        let resp = self
+            .unary(Call::READ, req, |ch, r| async move {
+                ElectionClient::new(ch).leader(r).await
+            })
+            .await?;
+        Ok(self.leader_of(resp))
     }
 
     /// Candidates of election `name`, leader first.
@@ -244,11 +250,10 @@ impl Client {
             election: name.into(),
         };
         let resp = self
-            .elections()
-            .participants(req)
-            .await
-            .map_err(read_err)?
-            .into_inner();
+            .unary(Call::READ, req, |ch, r| async move {
+                ElectionClient::new(ch).participants(r).await
+            })
+            .await?;
         self.saw(&resp.header);
         Ok(resp
             .participants
@@ -266,7 +271,8 @@ impl Client {
         let req = ObserveRequest {
             election: name.into(),
         };
-        let resp = self.elections().observe(req).await.map_err(read_err)?;
+        let mut elections = ElectionClient::new(self.channel().clone());
+        let resp = elections.observe(req).await.map_err(read_err)?;
         let client = self.clone();
         Ok(resp.into_inner().map(move |change| {
             let resp = change.map_err(read_err)?;

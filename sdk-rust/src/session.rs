@@ -1,24 +1,26 @@
-//! [`Session`]: an open session kept alive by a background task.
+//! [`Session`]: an open session kept alive by a background task, and its
+//! [`ConnectionState`] as Curator names it.
 //!
 //! ```text
-//!  Session (handle) ── watch::Receiver<SessionState> ◄── keep-alive task
-//!                                                         │ KeepAlive stream: ping every TTL/3
-//!                                                         │ reply `expired` → Expired, stop
-//!                                                         └ stream broken / silent → Reconnecting,
-//!                                                           back off, open a new stream
+//!  Session (handle) ◄── watch + broadcast of ConnectionState ◄── keep-alive task
+//!                                                                 │ KeepAlive stream: ping every TTL/3
+//!    Connected ──(no answer for suspend_share × TTL)──▶ Suspended │ answer → Reconnected
+//!    Suspended ──(no answer for the whole TTL, or the server says expired)──▶ Lost
+//!    close() ──▶ Closed                                           └ broken stream → back off, reopen
 //! ```
 //!
 //! The task only pings; it never opens a replacement session (a new session would not
-//! own the old one's ephemerals, so that is the caller's decision). Dropping the
-//! handle stops the task but does not close the session on the server: the server
-//! expires it one TTL later. Call [`Session::close`] to end it at once.
+//! own the old one's ephemerals, so that is the caller's decision: recipes that must
+//! outlive a session, such as a service registration, open a new one after `Lost`).
+//! Dropping the handle stops the task but does not close the session on the server:
+//! the server expires it one TTL later. Call [`Session::close`] to end it at once.
 
 use std::time::Duration;
 
 use concord_proto::v1::{ErrorCode, KeepAliveRequest, KeepAliveResponse};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::{sleep_until, Instant, MissedTickBehavior};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::{read_err, Client};
@@ -28,50 +30,174 @@ use crate::options::RetryPolicy;
 /// Shortest ping interval, whatever the TTL.
 const PING_INTERVAL_MIN_MS: u64 = 10;
 
-/// What the keep-alive task knows of the session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionState {
-    /// The last ping was answered: the session was alive then.
-    Alive,
-    /// The keep-alive stream broke; the task is opening a new one. The session lives
-    /// on if a ping gets through within its TTL. The SDK reports `Expired` only when a
-    /// server says so: a session `Reconnecting` for longer than its TTL has most likely
-    /// expired already, and its ephemerals with it.
-    Reconnecting,
-    /// The server said the session no longer exists. Its ephemerals are gone.
-    Expired,
-    /// [`Session::close`] closed it.
+/// State changes a listener may fall behind by before it skips to the current state.
+const LISTENER_BACKLOG: usize = 16;
+
+/// The share of the TTL without an answer after which a session is `Suspended`,
+/// unless the client was built with another.
+pub const SUSPEND_SHARE_DEFAULT: f64 = 0.5;
+
+/// The smallest suspend share: below it a session would be suspended between pings.
+const SUSPEND_SHARE_MIN: f64 = 0.1;
+
+/// What this client knows of its session's standing with the ensemble (Curator's
+/// connection states, plus `Closed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConnectionState {
+    /// Pings are answered: the session is alive (the state a session starts in).
+    Connected,
+    /// No ping has been answered for the suspend share of the TTL. The session may
+    /// still live and its ephemerals may still exist, but this client cannot tell:
+    /// recipes stop acting as leader or holder until it is `Reconnected`.
+    Suspended,
+    /// A ping was answered again after `Suspended`: the same session lives on, with
+    /// its ephemerals (recipes check whether they still lead or hold).
+    Reconnected,
+    /// The session is gone and its ephemerals with it: the server said it expired, or
+    /// no ping was answered for a whole TTL (after which the server expires it). The
+    /// session never leaves this state; open a new one.
+    Lost,
+    /// [`Session::close`] closed it. The session never leaves this state.
     Closed,
 }
 
-impl SessionState {
-    /// True for the states the session never leaves (Expired, Closed).
+impl ConnectionState {
+    /// True for the states the session never leaves (`Lost`, `Closed`).
     pub fn is_ended(self) -> bool {
-        matches!(self, SessionState::Expired | SessionState::Closed)
+        matches!(self, ConnectionState::Lost | ConnectionState::Closed)
+    }
+
+    /// True while pings are answered (`Connected`, `Reconnected`).
+    pub fn is_connected(self) -> bool {
+        matches!(
+            self,
+            ConnectionState::Connected | ConnectionState::Reconnected
+        )
+    }
+}
+
+/// How the keep-alive task times its pings and states, from the TTL the server
+/// granted and the client's suspend share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Timing {
+    /// Time between pings: a third of the TTL.
+    pub(crate) ping: Duration,
+    /// Time without an answer after which the session is `Suspended`.
+    pub(crate) suspend_after: Duration,
+    /// Time without an answer after which the session is `Lost`: the TTL.
+    pub(crate) lost_after: Duration,
+}
+
+impl Timing {
+    pub(crate) fn new(ttl_ms: i64, suspend_share: f64) -> Timing {
+        let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
+        let share = if suspend_share.is_finite() {
+            suspend_share.clamp(SUSPEND_SHARE_MIN, 1.0)
+        } else {
+            SUSPEND_SHARE_DEFAULT
+        };
+        Timing {
+            ping: ping_interval(ttl_ms),
+            suspend_after: ttl.mul_f64(share),
+            lost_after: ttl,
+        }
+    }
+}
+
+/// The keep-alive task's side of the state: the current value for `state()`, and a
+/// broadcast of every change for listeners.
+#[derive(Debug, Clone)]
+struct StatePublisher {
+    current: watch::Sender<ConnectionState>,
+    changes: broadcast::Sender<ConnectionState>,
+}
+
+impl StatePublisher {
+    fn new() -> StatePublisher {
+        StatePublisher {
+            current: watch::channel(ConnectionState::Connected).0,
+            changes: broadcast::channel(LISTENER_BACKLOG).0,
+        }
+    }
+
+    fn get(&self) -> ConnectionState {
+        *self.current.borrow()
+    }
+
+    /// Publishes `new` if it differs from the current state and the session has not
+    /// ended, so listeners wake on changes, not on pings.
+    fn publish(&self, new: ConnectionState) {
+        let changed = self.current.send_if_modified(|current| {
+            if *current == new || current.is_ended() {
+                false
+            } else {
+                *current = new;
+                true
+            }
+        });
+        if changed {
+            // No listener is not an error.
+            let _ = self.changes.send(new);
+        }
+    }
+}
+
+/// A listener of a session's state changes, in order (Curator's
+/// ConnectionStateListener as a stream). Made by [`Session::listen`].
+#[derive(Debug)]
+pub struct StateListener {
+    changes: broadcast::Receiver<ConnectionState>,
+    current: watch::Receiver<ConnectionState>,
+    /// Set once `Lost` or `Closed` was yielded: nothing follows.
+    done: bool,
+}
+
+impl StateListener {
+    /// The next change of state; `None` once the session's end (`Lost` or `Closed`)
+    /// has been yielded, or the session handle is gone. A listener that falls more
+    /// than 16 changes behind skips to the current state: it never sees a stale one
+    /// last.
+    pub async fn next(&mut self) -> Option<ConnectionState> {
+        if self.done {
+            return None;
+        }
+        let state = match self.changes.recv().await {
+            Ok(state) => state,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                self.changes = self.changes.resubscribe();
+                *self.current.borrow()
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        self.done = state.is_ended();
+        Some(state)
     }
 }
 
 /// An open session whose keep-alives run in a background task.
 #[derive(Debug)]
 pub struct Session {
-    /// The client the session was opened with (for close).
+    /// The client the session was opened with (for close, and for recipes).
     client: Client,
     /// The session id.
     id: u64,
     /// The TTL the server granted.
     ttl_ms: i64,
-    /// The keep-alive task's view of the session.
-    state: watch::Receiver<SessionState>,
-    /// Lets `close` publish `Closed`.
-    state_tx: watch::Sender<SessionState>,
+    /// The state, shared with the keep-alive task.
+    state: StatePublisher,
     /// The keep-alive task; aborted on drop and on close.
     task: JoinHandle<()>,
 }
 
 impl Client {
-    /// Opens a session with the requested TTL (0: the server's default) and starts
-    /// keeping it alive in a background task.
+    /// Opens a session with the requested TTL (0: the client's configured TTL, else
+    /// the server's default) and starts keeping it alive in a background task.
     pub async fn open_session(&self, ttl_ms: i64) -> Result<Session, Error> {
+        let ttl_ms = if ttl_ms == 0 {
+            self.settings().session_ttl_ms
+        } else {
+            ttl_ms
+        };
         let grant = self.open_session_raw(ttl_ms).await?;
         Ok(Session::attach(
             self.clone(),
@@ -83,22 +209,17 @@ impl Client {
 
 impl Session {
     /// Starts keeping alive a session opened elsewhere (for example by another process,
-    /// or by [`Client::open_session_raw`]). The state starts as `Alive` and turns
-    /// `Expired` on the first ping if the server no longer knows the session.
+    /// or by [`Client::open_session_raw`]). The state starts as `Connected` and turns
+    /// `Lost` on the first ping if the server no longer knows the session.
     pub fn attach(client: Client, id: u64, ttl_ms: i64) -> Session {
-        let (state_tx, state) = watch::channel(SessionState::Alive);
-        let task = tokio::spawn(keep_alive_loop(
-            client.clone(),
-            id,
-            ttl_ms,
-            state_tx.clone(),
-        ));
+        let state = StatePublisher::new();
+        let timing = Timing::new(ttl_ms, client.settings().suspend_share);
+        let task = tokio::spawn(keep_alive_loop(client.clone(), id, timing, state.clone()));
         Session {
             client,
             id,
             ttl_ms,
             state,
-            state_tx,
             task,
         }
     }
@@ -113,23 +234,39 @@ impl Session {
         self.ttl_ms
     }
 
+    /// The client the session was opened with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The current state.
-    pub fn state(&self) -> SessionState {
-        *self.state.borrow()
+    pub fn state(&self) -> ConnectionState {
+        self.state.get()
     }
 
-    /// A receiver of state changes (`changed().await`, `wait_for(...)`).
-    pub fn state_watch(&self) -> watch::Receiver<SessionState> {
-        self.state.clone()
+    /// A receiver of the current state (`changed().await`, `wait_for(...)`): for
+    /// waiting on a condition; it may skip states that came and went. Use
+    /// [`Session::listen`] to see every change.
+    pub fn state_watch(&self) -> watch::Receiver<ConnectionState> {
+        self.state.current.subscribe()
     }
 
-    /// Waits until the session has ended (expired or closed) and returns how.
-    pub async fn ended(&self) -> SessionState {
-        let mut state = self.state.clone();
+    /// A listener of every state change from now on, in order.
+    pub fn listen(&self) -> StateListener {
+        StateListener {
+            changes: self.state.changes.subscribe(),
+            current: self.state.current.subscribe(),
+            done: self.state().is_ended(),
+        }
+    }
+
+    /// Waits until the session has ended (lost or closed) and returns how.
+    pub async fn ended(&self) -> ConnectionState {
+        let mut state = self.state_watch();
         let ended = match state.wait_for(|s| s.is_ended()).await {
             Ok(s) => *s,
             // The sender lives in `self`, so this cannot happen while `self` exists.
-            Err(_) => SessionState::Closed,
+            Err(_) => ConnectionState::Closed,
         };
         ended
     }
@@ -141,8 +278,12 @@ impl Session {
     pub async fn close(self) -> Result<(), Error> {
         let result = self.client.close_session(self.id).await;
         self.task.abort();
-        if result.is_ok() {
-            self.state_tx.send_replace(SessionState::Closed);
+        match &result {
+            Ok(_) => self.state.publish(ConnectionState::Closed),
+            Err(e) if e.code() == ErrorCode::SessionExpired => {
+                self.state.publish(ConnectionState::Lost)
+            }
+            Err(_) => {}
         }
         result.map(|_| ())
     }
@@ -181,37 +322,90 @@ fn reconnect_policy(interval: Duration) -> RetryPolicy {
     }
 }
 
-async fn keep_alive_loop(client: Client, id: u64, ttl_ms: i64, state: watch::Sender<SessionState>) {
-    let interval = ping_interval(ttl_ms);
-    let policy = reconnect_policy(interval);
-    let mut failures = 0u32;
-    loop {
-        match run_stream(&client, id, interval, &state).await {
-            StreamEnd::Expired => {
-                state.send_replace(SessionState::Expired);
+/// When a ping was last answered, and the states that follow from the time since:
+/// the clock half of the state machine (answers are the other half).
+struct Contact {
+    /// When the last ping was answered (at first: when the session was attached).
+    last: std::sync::Mutex<Instant>,
+    timing: Timing,
+    state: StatePublisher,
+}
+
+impl Contact {
+    fn last(&self) -> Instant {
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A ping was answered: the session lives.
+    fn answered(&self) {
+        *self
+            .last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        if self.state.get() == ConnectionState::Suspended {
+            self.state.publish(ConnectionState::Reconnected);
+        }
+    }
+
+    /// Returns once no ping has been answered for the whole TTL, having published
+    /// `Suspended` on the way (at the suspend share).
+    async fn until_lost(&self) {
+        loop {
+            let since = self.last();
+            let next = if self.state.get() == ConnectionState::Suspended {
+                since + self.timing.lost_after
+            } else {
+                since + self.timing.suspend_after
+            };
+            sleep_until(next).await;
+            let silent_for = self.last().elapsed();
+            if silent_for >= self.timing.lost_after {
                 return;
             }
-            StreamEnd::Broken { answered } => {
-                failures = if answered {
-                    1
-                } else {
-                    failures.saturating_add(1)
-                };
-                set_state(&state, SessionState::Reconnecting);
-                tokio::time::sleep(policy.delay(failures)).await;
+            if silent_for >= self.timing.suspend_after {
+                self.state.publish(ConnectionState::Suspended);
             }
         }
     }
 }
 
-/// Runs one KeepAlive stream until it ends: pings every `interval`, publishes `Alive`
-/// on every answer, and gives up on a stream silent for two intervals.
-async fn run_stream(
-    client: &Client,
-    id: u64,
-    interval: Duration,
-    state: &watch::Sender<SessionState>,
-) -> StreamEnd {
+async fn keep_alive_loop(client: Client, id: u64, timing: Timing, state: StatePublisher) {
+    let policy = reconnect_policy(timing.ping);
+    let contact = Contact {
+        last: std::sync::Mutex::new(Instant::now()),
+        timing,
+        state,
+    };
+    let mut failures = 0u32;
+    loop {
+        let end = tokio::select! {
+            end = run_stream(&client, id, &contact) => Some(end),
+            () = contact.until_lost() => None,
+        };
+        let answered = match end {
+            Some(StreamEnd::Broken { answered }) => answered,
+            Some(StreamEnd::Expired) | None => break,
+        };
+        failures = if answered {
+            1
+        } else {
+            failures.saturating_add(1)
+        };
+        tokio::select! {
+            () = tokio::time::sleep(policy.delay(failures)) => {}
+            () = contact.until_lost() => break,
+        }
+    }
+    contact.state.publish(ConnectionState::Lost);
+}
+
+/// Runs one KeepAlive stream until it ends: pings every interval, records every
+/// answer, and gives up on a stream silent for two intervals.
+async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
+    let interval = contact.timing.ping;
     let (tx, rx) = mpsc::channel(4);
     // Each ping carries the newest zxid this client has seen (the session's Open at
     // least), so a server still catching up waits instead of calling it expired.
@@ -245,7 +439,7 @@ async fn run_stream(
                     }
                     answered = true;
                     last_answer = Instant::now();
-                    set_state(state, SessionState::Alive);
+                    contact.answered();
                 }
                 Ok(None) => return StreamEnd::Broken { answered },
                 Err(status) => return end_of(read_err(status), answered),
@@ -264,18 +458,6 @@ fn end_of(err: Error, answered: bool) -> StreamEnd {
     } else {
         StreamEnd::Broken { answered }
     }
-}
-
-/// Publishes `new` only when it differs, so watchers wake on changes, not on pings.
-fn set_state(state: &watch::Sender<SessionState>, new: SessionState) {
-    state.send_if_modified(|current| {
-        if *current == new || current.is_ended() {
-            false
-        } else {
-            *current = new;
-            true
-        }
-    });
 }
 
 #[cfg(test)]
@@ -304,12 +486,98 @@ mod tests {
     }
 
     #[test]
-    fn ended_states_are_sticky() {
-        let (tx, rx) = watch::channel(SessionState::Alive);
-        set_state(&tx, SessionState::Reconnecting);
-        assert_eq!(*rx.borrow(), SessionState::Reconnecting);
-        tx.send_replace(SessionState::Expired);
-        set_state(&tx, SessionState::Alive);
-        assert_eq!(*rx.borrow(), SessionState::Expired);
+    fn timing_follows_the_ttl_and_the_share() {
+        let t = Timing::new(3_000, 0.5);
+        assert_eq!(t.ping, Duration::from_millis(1_000));
+        assert_eq!(t.suspend_after, Duration::from_millis(1_500));
+        assert_eq!(t.lost_after, Duration::from_millis(3_000));
+        assert_eq!(Timing::new(3_000, 7.0).suspend_after, t.lost_after);
+        assert_eq!(
+            Timing::new(3_000, f64::NAN).suspend_after,
+            Duration::from_millis(1_500)
+        );
+    }
+
+    #[test]
+    fn ended_states_are_sticky_and_repeats_are_not_changes() {
+        let state = StatePublisher::new();
+        let mut changes = state.changes.subscribe();
+        state.publish(ConnectionState::Connected);
+        state.publish(ConnectionState::Suspended);
+        state.publish(ConnectionState::Suspended);
+        state.publish(ConnectionState::Lost);
+        state.publish(ConnectionState::Reconnected);
+        assert_eq!(state.get(), ConnectionState::Lost);
+        assert_eq!(changes.try_recv(), Ok(ConnectionState::Suspended));
+        assert_eq!(changes.try_recv(), Ok(ConnectionState::Lost));
+        assert!(changes.try_recv().is_err());
+    }
+
+    fn contact(ttl_ms: i64) -> Contact {
+        Contact {
+            last: std::sync::Mutex::new(Instant::now()),
+            timing: Timing::new(ttl_ms, 0.5),
+            state: StatePublisher::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silence_suspends_at_the_share_and_loses_at_the_ttl() {
+        let contact = contact(3_000);
+        let start = Instant::now();
+        let mut listener = StateListener {
+            changes: contact.state.changes.subscribe(),
+            current: contact.state.current.subscribe(),
+            done: false,
+        };
+        contact.until_lost().await;
+        assert_eq!(start.elapsed(), Duration::from_millis(3_000));
+        contact.state.publish(ConnectionState::Lost);
+        assert_eq!(listener.next().await, Some(ConnectionState::Suspended));
+        assert_eq!(listener.next().await, Some(ConnectionState::Lost));
+        assert_eq!(listener.next().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_while_suspended_reconnects_and_restarts_the_clock() {
+        let contact = contact(3_000);
+        let start = Instant::now();
+        let mut states = contact.state.current.subscribe();
+        let answered_at = async {
+            states
+                .wait_for(|s| *s == ConnectionState::Suspended)
+                .await
+                .expect("publisher alive");
+            assert_eq!(start.elapsed(), Duration::from_millis(1_500));
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            contact.answered();
+            assert_eq!(contact.state.get(), ConnectionState::Reconnected);
+            Instant::now()
+        };
+        let (answered_at, ()) = tokio::join!(answered_at, contact.until_lost());
+        // Lost a whole TTL after the answer, not after the first silence.
+        assert_eq!(answered_at.elapsed(), Duration::from_millis(3_000));
+    }
+
+    #[test]
+    fn a_lagging_listener_skips_to_the_current_state() {
+        let state = StatePublisher::new();
+        let mut listener = StateListener {
+            changes: state.changes.subscribe(),
+            current: state.current.subscribe(),
+            done: false,
+        };
+        for _ in 0..LISTENER_BACKLOG {
+            state.publish(ConnectionState::Suspended);
+            state.publish(ConnectionState::Reconnected);
+        }
+        state.publish(ConnectionState::Suspended);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        assert_eq!(
+            runtime.block_on(listener.next()),
+            Some(ConnectionState::Suspended)
+        );
     }
 }

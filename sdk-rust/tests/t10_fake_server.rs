@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use concord::proto::{EventKind, WatchEvent};
 use concord::{
-    ChildrenOptions, Client, CreateOptions, ErrorCode, ReadOptions, RetryPolicy, SessionState,
+    ChildrenOptions, Client, ConnectionState, CreateOptions, ErrorCode, ReadOptions, RetryPolicy,
     WatchMessage, WatchOptions,
 };
 use fake::{concord_status, Shared};
@@ -96,7 +96,7 @@ async fn t20_session_pings_and_reconnects_its_stream() {
         s.keep_alive_streams >= 2 && s.pings >= 4
     })
     .await;
-    assert_eq!(session.state(), SessionState::Alive);
+    assert_eq!(session.state(), ConnectionState::Connected);
     session.close().await.expect("close");
     assert_eq!(state.lock().expect("lock").closed, vec![0x42]);
 }
@@ -111,8 +111,8 @@ async fn t21_session_learns_it_expired() {
     let ended = tokio::time::timeout(Duration::from_secs(5), session.ended())
         .await
         .expect("expiry seen in time");
-    assert_eq!(ended, SessionState::Expired);
-    assert_eq!(session.state(), SessionState::Expired);
+    assert_eq!(ended, ConnectionState::Lost);
+    assert_eq!(session.state(), ConnectionState::Lost);
 }
 
 #[tokio::test]

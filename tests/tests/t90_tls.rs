@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use concord::{Client, ConnectOptions, CreateOptions, ReadOptions, SessionState, WatchOptions};
+use concord::{Client, ConnectOptions, ConnectionState, CreateOptions, ReadOptions, WatchOptions};
 use concord_server::security::certs::{self, Ca, Leaf};
 use concord_tests::{
     bin, eventually, workspace_dir, Background, Certs, Ensemble, Server, ServerOptions,
@@ -350,7 +350,7 @@ async fn a_rotated_certificate_is_picked_up_without_dropping_sessions() {
         .unwrap();
     assert_eq!(event.zxid, created.zxid);
     assert_eq!(watch.resumes(), 0);
-    assert_eq!(session.state(), SessionState::Alive);
+    assert_eq!(session.state(), ConnectionState::Connected);
     assert!(
         !states.has_changed().unwrap(),
         "the session's state changed"
