@@ -112,6 +112,13 @@ pub fn whoami_lines(me: &WhoAmI) -> Vec<String> {
         format!("namespace_root = {}", me.namespace_root),
     ];
     lines.extend(me.grants.iter().map(|g| format!("grant {}", grant_line(g))));
+    lines.extend(me.usage.iter().map(|u| {
+        let limit = match u.limit {
+            0 => "unlimited".to_owned(),
+            n => n.to_string(),
+        };
+        format!("quota {} {} of {limit}", u.resource, u.used)
+    }));
     lines
 }
 

@@ -33,6 +33,18 @@ pub struct Grant {
     pub perms: String,
 }
 
+/// One quota of the caller's team and how much of it is in use.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QuotaUsage {
+    /// "nodes", "data_bytes", "sessions", "watches" or "requests_per_second".
+    pub resource: String,
+    /// In use now (for requests_per_second: taken from the team's bucket on the
+    /// answering server and not yet refilled).
+    pub used: u64,
+    /// The limit; 0: unlimited.
+    pub limit: u64,
+}
+
 /// What the server takes the caller for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WhoAmI {
@@ -46,6 +58,9 @@ pub struct WhoAmI {
     pub namespace_root: String,
     /// The grants that apply to the caller, paths as it sees them.
     pub grants: Vec<Grant>,
+    /// The quotas of the caller's team and their use; empty for an admin or an
+    /// identity in no team.
+    pub usage: Vec<QuotaUsage>,
 }
 
 fn grant_in(g: concord_proto::v1::Grant) -> Option<Grant> {
@@ -86,6 +101,15 @@ impl Client {
             team: r.team,
             namespace_root: r.namespace_root,
             grants: r.grants.into_iter().filter_map(grant_in).collect(),
+            usage: r
+                .usage
+                .into_iter()
+                .map(|u| QuotaUsage {
+                    resource: u.resource,
+                    used: u.used,
+                    limit: u.limit,
+                })
+                .collect(),
         })
     }
 

@@ -218,7 +218,11 @@ impl Client {
 
     /// Records the zxid an answer reflected; returns it.
     pub(crate) fn saw(&self, header: &Option<ResponseHeader>) -> u64 {
-        let z = zxid(header);
+        self.saw_zxid(zxid(header))
+    }
+
+    /// Records a zxid the client has seen (an answer's, or a watch message's).
+    pub(crate) fn saw_zxid(&self, z: u64) -> u64 {
         self.seen.fetch_max(z, Ordering::AcqRel);
         z
     }

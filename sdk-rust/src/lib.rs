@@ -42,7 +42,7 @@ pub mod watch;
 /// The generated `concord.v1` messages and clients.
 pub use concord_proto::v1 as proto;
 
-pub use access::{Grant, Grantee, WhoAmI};
+pub use access::{Grant, Grantee, QuotaUsage, WhoAmI};
 pub use builder::ClientBuilder;
 pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,

@@ -104,6 +104,9 @@ impl Watch {
                 Ok(Some(WatchResponse { msg: Some(msg) })) => {
                     self.failures = None;
                     if self.cursor.accept(&msg) {
+                        if let Some(z) = self.cursor.last_zxid {
+                            self.client.saw_zxid(z);
+                        }
                         return Some(Ok(WatchMessage::from(msg)));
                     }
                 }

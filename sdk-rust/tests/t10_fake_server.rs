@@ -205,6 +205,8 @@ async fn t31_watch_resumes_after_a_complete_txn_from_its_zxid() {
     let seen = next_events(&mut watch, 3).await;
     let zxids: Vec<u64> = seen.iter().map(|(z, _)| *z).collect();
     assert_eq!(zxids, [1, 2, 3]);
+    // The events' zxids are seen: later reads ask for at least them.
+    assert_eq!(client.last_seen_zxid(), 3);
     // Zxid 2 had one event and may have had more: resume from 1 and skip it.
     assert_eq!(
         state.lock().expect("lock").watch_starts,

@@ -137,6 +137,7 @@ async fn a_team_member_sees_its_namespace_root_as_slash() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("namespace_root = /teams/pay"), "{out}");
     assert!(out.contains("grant / team pay rwcda"), "{out}");
+    assert!(out.contains("quota sessions 0 of unlimited"), "{out}");
     let (code, out, err) = ctl(&server, &["acl", "ls", "/", "-R"]).await;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(out, "/ identity pay-1 r\n/ team pay rwcda\n");
