@@ -222,7 +222,8 @@ impl Mutex {
 
     /// Releases one level of the hold (Curator's `release`); the last one releases
     /// the lock on the server. For holds whose guard was given up with
-    /// [`LockGuard::keep`]. Errors: BAD_ARGUMENTS when this handle holds nothing.
+    /// [`LockGuard::keep`]. Errors: BAD_ARGUMENTS when this handle holds nothing (and
+    /// its session lives).
     pub async fn release(&self) -> Result<(), Error> {
         release_level(&self.lock, None).await
     }
@@ -305,8 +306,10 @@ impl SemaphoreMutex {
     }
 }
 
+/// Releases one level through the handle; after the session's end there is nothing
+/// left to release, which is not an error.
 async fn release_level(lock: &Exclusive, token: Option<u64>) -> Result<(), Error> {
-    if lock.release(token).await? {
+    if lock.release(token).await? || lock.core.session_ended() {
         Ok(())
     } else {
         Err(Error::client(
