@@ -13,6 +13,24 @@
 //! The server queues, wakes in order and fences; these objects only ask it, keep what
 //! they hold, and watch the session's state (a hold ends with the session: `Lost`).
 //! They must not poll, create queue nodes of their own, or open sessions.
+//!
+//! ```no_run
+//! # async fn demo(client: concord::Client) -> Result<(), concord::Error> {
+//! use std::time::Duration;
+//! use concord::{Mutex, Semaphore, WriteOptions, ANY_VERSION};
+//! let session = client.open_session(0).await?;
+//! let lock = Mutex::new(&session, "orders");
+//! let guard = lock.acquire().await?;
+//! let fenced = WriteOptions { fence: Some(guard.fence()), ..Default::default() };
+//! client.set_with("/orders/next", "42", ANY_VERSION, &fenced).await?;
+//! guard.release().await?; // or drop it: the release is spawned
+//!
+//! let pool = Semaphore::new(&session, "db-connections", 3);
+//! if let Some(lease) = pool.acquire_timeout(Duration::from_secs(1)).await? {
+//!     pool.return_lease(lease).await?;
+//! }
+//! # Ok(()) }
+//! ```
 
 mod mutex;
 mod semaphore;
