@@ -31,6 +31,7 @@ pub mod builder;
 mod call;
 pub mod client;
 pub mod error;
+pub mod locks;
 pub mod op;
 pub mod options;
 pub mod recipes;
@@ -49,6 +50,7 @@ pub use client::{
     DEFAULT_ENDPOINT,
 };
 pub use error::{CallKind, Error, LeaderHint, Origin};
+pub use locks::{Lease, LockGuard, Mutex, Semaphore, SemaphoreMutex};
 pub use op::Op;
 pub use options::{
     ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
