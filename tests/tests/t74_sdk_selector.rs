@@ -40,6 +40,15 @@ struct Turns {
     overlap: AtomicBool,
 }
 
+/// One running closure of the turn-taking test.
+struct Running(Arc<Turns>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t74_auto_requeue_cycles_through_every_participant_in_queue_order() {
     let server = Server::start(ServerOptions::default());
@@ -60,10 +69,11 @@ async fn t74_auto_requeue_cycles_through_every_participant_in_queue_order() {
                 if turns.running.fetch_add(1, Ordering::SeqCst) > 0 {
                     turns.overlap.store(true, Ordering::SeqCst);
                 }
+                // Counted down when the closure returns or is dropped (by close).
+                let _running = Running(turns.clone());
                 turns.led.lock().unwrap().push(who);
                 let _ = gate_rx.wait_for(|open| *open).await;
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                turns.running.fetch_sub(1, Ordering::SeqCst);
             }
         });
         assert!(!selector.requeue(), "requeued before start");
