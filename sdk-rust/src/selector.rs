@@ -428,3 +428,58 @@ async fn resign(shared: &Shared, conn: &mut Conn, p: &Participant) -> Result<(),
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leadership() -> (watch::Sender<bool>, Leadership) {
+        let (cancel, cancelled) = watch::channel(false);
+        let participant = Participant {
+            key: "/e/m1".into(),
+            term: 42,
+            ..Participant::default()
+        };
+        (
+            cancel,
+            Leadership {
+                participant,
+                cancel: cancelled,
+            },
+        )
+    }
+
+    #[test]
+    fn a_leadership_fences_with_its_key_and_term() {
+        let (_cancel, lead) = leadership();
+        assert_eq!(lead.term(), 42);
+        assert_eq!(
+            lead.fence(),
+            Fence {
+                key: "/e/m1".into(),
+                token: 42
+            }
+        );
+        assert!(!lead.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn cancelled_resolves_when_told_or_when_the_selector_is_gone() {
+        let (cancel, lead) = leadership();
+        let copy = lead.clone();
+        cancel.send_replace(true);
+        lead.cancelled().await;
+        assert!(copy.is_cancelled());
+        let (cancel, lead) = leadership();
+        drop(cancel);
+        lead.cancelled().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelled_waits_while_leadership_lasts() {
+        let (_cancel, lead) = leadership();
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(20), lead.cancelled()).await;
+        assert!(waited.is_err());
+    }
+}
