@@ -279,6 +279,8 @@ pub struct LeaderLatch {
     states: Mutex<Option<(ConnectionState, StateListener)>>,
     /// The campaigning task; aborted on close and on drop.
     task: Mutex<Option<JoinHandle<()>>>,
+    /// This latch's participant id, held from start to close.
+    claim: Mutex<Option<Claim>>,
 }
 
 impl LeaderLatch {
@@ -306,14 +308,25 @@ impl LeaderLatch {
             }),
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
+            claim: Mutex::new(None),
         }
     }
 
-    /// Starts campaigning in a background task. Errors: BAD_STATE if already started.
+    /// Starts campaigning in a background task. Errors: BAD_STATE if already started;
+    /// NODE_EXISTS if another recipe of this process uses the same session, election
+    /// and id.
     pub fn start(&self) -> Result<(), Error> {
-        let Some((state, listener)) = lock(&self.states).take() else {
+        let mut states = lock(&self.states);
+        if states.is_none() {
+            return Err(Error::client(ErrorCode::BadState, "the latch was started"));
+        }
+        let shared = &self.shared;
+        let claim = Claim::take(shared.session_id, &shared.name, &shared.id)?;
+        let Some((state, listener)) = states.take() else {
             return Err(Error::client(ErrorCode::BadState, "the latch was started"));
         };
+        drop(states);
+        *lock(&self.claim) = Some(claim);
         self.shared
             .status
             .send_modify(|s| s.state = LatchState::Started);
@@ -581,6 +594,40 @@ pub(crate) fn unique_id(kind: &str, session_id: u64) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{kind}-{session_id:x}-{}-{n}", std::process::id())
+}
+
+/// A (session, election, participant id) in use by one recipe instance of this
+/// process: a second instance with the same would share its place in line (a
+/// Campaign with the same session and id adopts it), so it is refused. Released on
+/// drop.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    key: (u64, String, String),
+}
+
+/// The claims of this process.
+static CLAIMS: Mutex<Vec<(u64, String, String)>> = Mutex::new(Vec::new());
+
+impl Claim {
+    /// Claims `id` in election `name` for `session_id`. Errors: NODE_EXISTS.
+    pub(crate) fn take(session_id: u64, name: &str, id: &str) -> Result<Claim, Error> {
+        let key = (session_id, name.to_owned(), id.to_owned());
+        let mut claims = lock(&CLAIMS);
+        if claims.contains(&key) {
+            return Err(Error::client(
+                ErrorCode::NodeExists,
+                format!("participant id {id:?} of election {name:?} is in use by another recipe of this session"),
+            ));
+        }
+        claims.push(key.clone());
+        Ok(Claim { key })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        lock(&CLAIMS).retain(|k| *k != self.key);
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -105,3 +105,15 @@ fn retry_delays_start_at_zero_double_and_stop_at_the_max() {
 fn made_up_ids_differ() {
     assert_ne!(unique_id("latch", 1), unique_id("latch", 1));
 }
+
+#[test]
+fn an_id_is_claimed_once_per_session_and_election_until_released() {
+    let claim = Claim::take(7, "claims", "a").unwrap();
+    let err = Claim::take(7, "claims", "a").unwrap_err();
+    assert_eq!(err.code(), ErrorCode::NodeExists);
+    let other_session = Claim::take(8, "claims", "a").unwrap();
+    let other_election = Claim::take(7, "claims-2", "a").unwrap();
+    drop(claim);
+    let again = Claim::take(7, "claims", "a").unwrap();
+    drop((again, other_session, other_election));
+}

@@ -26,7 +26,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::latch::{is_transient, lock, retry_delay, unique_id, LatchState};
+use crate::latch::{is_transient, lock, retry_delay, unique_id, Claim, LatchState};
 use crate::proto::ErrorCode;
 use crate::session::{ConnectionState, Session, StateListener};
 use crate::types::{Fence, Participant};
@@ -121,6 +121,8 @@ pub struct LeaderSelector {
     states: Mutex<Option<(ConnectionState, StateListener)>>,
     /// The selector's task (it runs the closure); aborted on close and on drop.
     task: Mutex<Option<JoinHandle<()>>>,
+    /// This selector's participant id, held from start to close.
+    claim: Mutex<Option<Claim>>,
 }
 
 impl LeaderSelector {
@@ -156,6 +158,7 @@ impl LeaderSelector {
             }),
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
+            claim: Mutex::new(None),
         }
     }
 
@@ -164,14 +167,27 @@ impl LeaderSelector {
         self.shared.auto_requeue.store(on, Ordering::Relaxed);
     }
 
-    /// Starts: queues for leadership. Errors: BAD_STATE if already started.
+    /// Starts: queues for leadership. Errors: BAD_STATE if already started;
+    /// NODE_EXISTS if another recipe of this process uses the same session, election
+    /// and id.
     pub fn start(&self) -> Result<(), Error> {
-        let Some((state, listener)) = lock(&self.states).take() else {
+        let mut states = lock(&self.states);
+        if states.is_none() {
+            return Err(Error::client(
+                ErrorCode::BadState,
+                "the selector was started",
+            ));
+        }
+        let shared = &self.shared;
+        let claim = Claim::take(shared.session_id, &shared.name, &shared.id)?;
+        let Some((state, listener)) = states.take() else {
             return Err(Error::client(
                 ErrorCode::BadState,
                 "the selector was started",
             ));
         };
+        drop(states);
+        *lock(&self.claim) = Some(claim);
         self.shared.state.send_replace(LatchState::Started);
         self.shared.queued.send_replace(true);
         let task = tokio::spawn(run(Arc::clone(&self.shared), state, listener));
@@ -241,7 +257,9 @@ impl LeaderSelector {
         if was == LatchState::Latent {
             return Ok(());
         }
-        self.shared.resign_all().await
+        let resigned = self.shared.resign_all().await;
+        lock(&self.claim).take();
+        resigned
     }
 }
 

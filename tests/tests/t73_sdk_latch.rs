@@ -329,6 +329,9 @@ async fn t73_lost_ends_the_latch_and_the_next_leads() {
     let b = LeaderLatch::new(&second, "lost", "b");
     b.start().unwrap();
     assert!(!b.wait_timeout(Duration::from_millis(200)).await.unwrap());
+    // A second latch of the same session and id would share b's place: refused.
+    let twin = LeaderLatch::new(&second, "lost", "b");
+    assert_eq!(twin.start().unwrap_err().code(), ErrorCode::NodeExists);
 
     // The session ends under the latch: it stops leading, and ends.
     client.close_session(first.id()).await.unwrap();
