@@ -31,10 +31,12 @@ pub mod builder;
 mod call;
 pub mod client;
 pub mod error;
+pub mod latch;
 pub mod locks;
 pub mod op;
 pub mod options;
 pub mod recipes;
+pub mod selector;
 pub mod session;
 pub mod tls;
 pub mod types;
@@ -50,6 +52,7 @@ pub use client::{
     DEFAULT_ENDPOINT,
 };
 pub use error::{CallKind, Error, LeaderHint, Origin};
+pub use latch::{CloseMode, LatchEvent, LatchListener, LatchState, LeaderLatch};
 pub use locks::{Lease, LockGuard, Mutex, Semaphore, SemaphoreMutex};
 pub use op::Op;
 pub use options::{
@@ -58,6 +61,7 @@ pub use options::{
 };
 pub use proto::{CreateMode, ErrorCode, EventKind};
 pub use recipes::{LeaderChange, LockHold, LockOptions};
+pub use selector::{Candidate, LeaderSelector, Leadership};
 pub use session::{ConnectionState, Session, StateListener};
 pub use tls::{ConnectOptions, TlsOptions};
 pub use types::{
