@@ -28,6 +28,7 @@
 
 pub mod access;
 pub mod builder;
+pub mod cache;
 mod call;
 pub mod client;
 pub mod error;
@@ -44,6 +45,7 @@ pub use concord_proto::v1 as proto;
 
 pub use access::{Grant, Grantee, WhoAmI};
 pub use builder::ClientBuilder;
+pub use cache::{CacheEvent, CacheListener, ChildrenCache, NodeCache, TreeCache};
 pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
