@@ -38,9 +38,9 @@ async fn read_tree(client: &Client, root: &str, zxid: u64) -> BTreeMap<String, N
     let mut todo = vec![root.to_owned()];
     let read = ReadOptions::at_least(zxid);
     while let Some(path) = todo.pop() {
-        let got = client.get(&path, read.clone()).await.unwrap();
+        let got = client.get(&path, read).await.unwrap();
         let options = ChildrenOptions {
-            read: read.clone(),
+            read,
             ..ChildrenOptions::default()
         };
         let children = client.children_all(&path, &options).await.unwrap();
