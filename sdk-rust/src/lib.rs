@@ -31,6 +31,8 @@ pub mod builder;
 pub mod cache;
 mod call;
 pub mod client;
+pub mod config_watcher;
+pub mod discovery;
 pub mod error;
 pub mod op;
 pub mod options;
@@ -50,6 +52,8 @@ pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
 };
+pub use config_watcher::{Config, ConfigListener, ConfigWatcher};
+pub use discovery::{ServiceDiscovery, ServiceEvent, ServiceInstance, ServiceListener};
 pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use op::Op;
 pub use options::{

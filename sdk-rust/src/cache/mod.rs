@@ -345,12 +345,28 @@ impl NodeCache {
 
     /// The node as cached; `None` if it does not exist (or before initialization).
     pub fn current(&self) -> Option<Node> {
-        let inner = self.core.shared.read();
-        let node = inner.state.nodes().next().cloned();
-        node
+        self.reader().current()
+    }
+
+    /// A handle that reads the cached node from another task.
+    pub(crate) fn reader(&self) -> NodeReader {
+        NodeReader(Arc::clone(&self.core.shared))
     }
 
     cache_methods!();
+}
+
+/// Reads a [`NodeCache`]'s node without owning the cache.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeReader(Arc<Shared>);
+
+impl NodeReader {
+    /// The node as cached.
+    pub(crate) fn current(&self) -> Option<Node> {
+        let inner = self.0.read();
+        let node = inner.state.nodes().next().cloned();
+        node
+    }
 }
 
 /// The direct children of a node, kept current: Curator's PathChildrenCache. The
