@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use concord::{
-    CacheEvent, CacheListener, ChildrenCache, ChildrenOptions, Client, CreateOptions, Node,
-    NodeCache, ReadOptions, TreeCache, ANY_VERSION,
+    CacheEvent, CacheListener, ChildrenCache, ChildrenOptions, Client, ConfigWatcher,
+    CreateOptions, Node, NodeCache, ReadOptions, TreeCache, ANY_VERSION,
 };
 use concord_tests::{config_file, config_flags, eventually, Server, ServerOptions};
 use tokio::net::{TcpListener, TcpStream};
@@ -448,4 +448,93 @@ async fn t76_children_cache_events_in_order() {
     client.delete("/c/end", ANY_VERSION).await.unwrap();
     assert_eq!(short(&take(&mut late, 1).await[0]), "deleted /c/end ");
     assert_eq!(short(&take(&mut events, 1).await[0]), "deleted /c/end ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t76_config_watcher_follows_a_config_node() {
+    let server = Server::start(ServerOptions::default());
+    let client = Client::connect(server.endpoint()).await.unwrap();
+    // The node is absent at start: its value is None.
+    let parse = |data: &[u8]| String::from_utf8_lossy(data).parse::<u32>();
+    let mut watcher = ConfigWatcher::start_with(&client, "/cfg", parse)
+        .await
+        .unwrap();
+    assert!(tokio::time::timeout(WAIT, watcher.wait_initialized())
+        .await
+        .unwrap());
+    assert!(watcher.current().is_none());
+    let mut changes = watcher.listen();
+
+    let created = client
+        .create("/cfg", "1", CreateOptions::default())
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.value, Some(Ok(1)));
+    assert_eq!((first.version, first.zxid), (0, created.zxid));
+    for n in 2..=5u32 {
+        client
+            .set("/cfg", n.to_string(), ANY_VERSION)
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(WAIT, changes.next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.value, Some(Ok(n)));
+        assert_eq!(got.version, n as i32 - 1);
+    }
+    // A value the closure cannot parse is a value too.
+    client.set("/cfg", "oops", ANY_VERSION).await.unwrap();
+    let bad = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(bad.value, Some(Err(_))));
+    // A slow listener skips to the newest value.
+    for n in 10..20u32 {
+        client
+            .set("/cfg", n.to_string(), ANY_VERSION)
+            .await
+            .unwrap();
+    }
+    let newest = eventually("the watcher reaches the last value", WAIT, || async {
+        (watcher.current() == Some(Ok(19))).then_some(())
+    });
+    newest.await;
+    let skipped = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(skipped.value, Some(Ok(19)));
+    client.delete("/cfg", ANY_VERSION).await.unwrap();
+    let gone = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((gone.value, gone.version), (None, -1));
+
+    // A watcher started on an existing node has its value once initialized.
+    client
+        .create("/cfg", "7", CreateOptions::default())
+        .await
+        .unwrap();
+    let raw = ConfigWatcher::start(&client, "/cfg").await.unwrap();
+    assert!(tokio::time::timeout(WAIT, raw.wait_initialized())
+        .await
+        .unwrap());
+    assert_eq!(raw.current(), Some(b"7".to_vec()));
+    let again = tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.value, Some(Ok(7)));
+    watcher.close();
+    assert!(tokio::time::timeout(WAIT, changes.next())
+        .await
+        .unwrap()
+        .is_none());
 }
