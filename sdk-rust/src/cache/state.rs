@@ -110,6 +110,9 @@ pub(crate) struct CacheState {
     zxid: u64,
     /// The nodes of a snapshot being received; applied whole at SnapshotDone.
     pending: BTreeMap<String, Node>,
+    /// A snapshot is being received: the nodes are older than the stream, so a
+    /// Progress must not move `zxid` until it is done.
+    snapshot_pending: bool,
     /// The first snapshot is done (Initialized was emitted).
     initialized: bool,
 }
@@ -121,6 +124,7 @@ impl CacheState {
             nodes: BTreeMap::new(),
             zxid: 0,
             pending: BTreeMap::new(),
+            snapshot_pending: false,
             initialized: false,
         }
     }
@@ -158,6 +162,7 @@ impl CacheState {
     /// A new watch with an initial snapshot is starting: forget any half-received one.
     pub(crate) fn begin_snapshot(&mut self) {
         self.pending.clear();
+        self.snapshot_pending = true;
     }
 
     /// Feeds one watch message; returns the events it caused, in order.
@@ -173,7 +178,9 @@ impl CacheState {
             WatchMessage::SnapshotDone { zxid } => self.snapshot_done(zxid),
             WatchMessage::Event(event) => self.apply(event).into_iter().collect(),
             WatchMessage::Progress { zxid } => {
-                self.zxid = self.zxid.max(zxid);
+                if !self.snapshot_pending {
+                    self.zxid = self.zxid.max(zxid);
+                }
                 Vec::new()
             }
         }
@@ -181,6 +188,7 @@ impl CacheState {
 
     /// Replaces the nodes with the received snapshot; the differences as events.
     fn snapshot_done(&mut self, zxid: u64) -> Vec<CacheEvent> {
+        self.snapshot_pending = false;
         let fresh = std::mem::take(&mut self.pending);
         let mut events = diff(&self.nodes, &fresh);
         self.nodes = fresh;

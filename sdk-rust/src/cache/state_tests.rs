@@ -198,6 +198,18 @@ fn a_rebuild_emits_only_the_differences() {
 }
 
 #[test]
+fn progress_during_a_rebuild_does_not_advance_the_zxid() {
+    let mut state = CacheState::new(Scope::Tree("/a".into()));
+    snapshot(&mut state, &[node("/a", "", 1)], 3);
+    state.begin_snapshot();
+    state.on_message(WatchMessage::Progress { zxid: 50 });
+    assert_eq!(state.zxid(), 3, "the old contents do not reflect zxid 50");
+    state.on_message(WatchMessage::SnapshotDone { zxid: 60 });
+    state.on_message(WatchMessage::Progress { zxid: 70 });
+    assert_eq!(state.zxid(), 70);
+}
+
+#[test]
 fn a_broken_snapshot_is_forgotten_by_the_next() {
     let mut state = CacheState::new(Scope::Tree("/a".into()));
     state.begin_snapshot();
