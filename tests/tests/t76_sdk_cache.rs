@@ -13,7 +13,7 @@ use concord::{
     CacheEvent, CacheListener, ChildrenCache, ChildrenOptions, Client, ConfigWatcher,
     CreateOptions, Node, NodeCache, ReadOptions, TreeCache, ANY_VERSION,
 };
-use concord_tests::{config_file, config_flags, eventually, Server, ServerOptions};
+use concord_tests::{config_file, config_flags, eventually, Ensemble, Server, ServerOptions};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -213,6 +213,10 @@ async fn t76_tree_cache_equals_the_server_after_random_changes_and_a_restart() {
     converged(&cache, &seen, &client, "/t", zxid).await;
 
     // The watch resumed across the restart: no rebuild was needed.
+    assert!(
+        cache.reconnects() >= 1,
+        "the restart did not break the watch"
+    );
     assert_eq!(cache.rebuilds(), 0, "{:?}", cache.last_error());
     {
         let seen = seen.lock().unwrap();
@@ -222,6 +226,47 @@ async fn t76_tree_cache_equals_the_server_after_random_changes_and_a_restart() {
     assert_eq!(cache.get("/t").map(|n| n.data), Some(b"root".to_vec()));
     cache.close();
     tokio::time::timeout(WAIT, follower).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t76_tree_cache_moves_between_the_servers_of_an_ensemble() {
+    let mut ensemble = Ensemble::start(3, ServerOptions::default());
+    let leader = ensemble.leader(WAIT).await;
+    let followers: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    // The writer talks to the leader; the cache to both followers, so each follower's
+    // kill below leaves it one server to move to, and one of the two kills moves it.
+    let writer = Client::connect(ensemble.servers[leader].endpoint())
+        .await
+        .unwrap();
+    let cache_endpoints: Vec<String> = followers
+        .iter()
+        .map(|&i| ensemble.servers[i].endpoint())
+        .collect();
+    let reader = Client::connect(cache_endpoints.join(",")).await.unwrap();
+    writer
+        .create("/t", "", CreateOptions::default())
+        .await
+        .unwrap();
+    let mut model = BTreeSet::new();
+    let mut rng = Rng(0xe45e_0b1e);
+    let mut cache = TreeCache::new(&reader, "/t");
+    let (seen, _follower) = follow(cache.listen());
+    cache.start().await.unwrap();
+    assert!(tokio::time::timeout(WAIT, cache.wait_initialized())
+        .await
+        .unwrap());
+    let mut zxid = random_changes(&writer, &mut rng, "/t", &mut model, 100).await;
+    converged(&cache, &seen, &writer, "/t", zxid).await;
+    for &down in &followers {
+        ensemble.servers[down].kill9();
+        zxid = random_changes(&writer, &mut rng, "/t", &mut model, 100).await;
+        converged(&cache, &seen, &writer, "/t", zxid).await;
+        ensemble.servers[down].restart();
+        ensemble.caught_up(down, zxid, WAIT).await;
+    }
+    assert!(cache.reconnects() >= 1, "the cache never moved");
+    assert_eq!(cache.rebuilds(), 0, "{:?}", cache.last_error());
+    assert_eq!(seen.lock().unwrap().initialized, 1);
 }
 
 /// A TCP forwarder that can be cut: while cut, its connections are dropped and new

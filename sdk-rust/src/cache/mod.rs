@@ -91,6 +91,8 @@ struct Inner {
     last_error: Option<Error>,
     /// How many times the cache rebuilt from a fresh snapshot.
     rebuilds: u64,
+    /// How many streams the cache's watches have started (one `Started` each).
+    streams: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -115,6 +117,9 @@ impl Shared {
     /// Applies one message and publishes its events, under the lock.
     fn feed(&self, msg: crate::types::WatchMessage) {
         let mut inner = self.write();
+        if matches!(msg, crate::types::WatchMessage::Started { .. }) {
+            inner.streams += 1;
+        }
         let events = inner.state.on_message(msg);
         let initialized = inner.state.is_initialized();
         if let Some(sender) = &inner.events {
@@ -153,6 +158,7 @@ impl Core {
                     events: Some(events),
                     last_error: None,
                     rebuilds: 0,
+                    streams: 0,
                 }),
                 status: watch::Sender::new(Status::default()),
             }),
@@ -308,6 +314,12 @@ macro_rules! cache_methods {
         /// could not be resumed.
         pub fn rebuilds(&self) -> u64 {
             self.core.shared.read().rebuilds
+        }
+
+        /// How many times the cache's watch stream was reopened after a break (resumed
+        /// from its last zxid, or rebuilt).
+        pub fn reconnects(&self) -> u64 {
+            self.core.shared.read().streams.saturating_sub(1)
         }
 
         /// Stops the cache: the task ends and every listener's `next` returns `None`.
