@@ -2,7 +2,7 @@
 //! [`NodeCache`], optionally parsed into a type by a closure.
 //!
 //! ```text
-//!  NodeCache(path) ─▶ CacheListener ─▶ task: parse(data) ─▶ tokio watch<Config<T>>
+//!  NodeCache(path) ─▶ CacheListener ─▶ task: parse(data) ─▶ tokio watch<ConfigValue<T>>
 //!                                                      ├─▶ current(), config()
 //!                                                      └─▶ ConfigListener::next()
 //! ```
@@ -25,7 +25,7 @@ use crate::error::Error;
 
 /// One value of a config node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Config<T> {
+pub struct ConfigValue<T> {
     /// The parsed value; `None` while the node does not exist.
     pub value: Option<T>,
     /// The node's data version (`-1` while it does not exist).
@@ -34,9 +34,9 @@ pub struct Config<T> {
     pub zxid: u64,
 }
 
-impl<T> Config<T> {
-    fn absent() -> Config<T> {
-        Config {
+impl<T> ConfigValue<T> {
+    fn absent() -> ConfigValue<T> {
+        ConfigValue {
             value: None,
             version: -1,
             zxid: 0,
@@ -52,7 +52,7 @@ type Parse<T> = Arc<dyn Fn(&[u8]) -> T + Send + Sync>;
 /// parsing can fail).
 pub struct ConfigWatcher<T> {
     cache: NodeCache,
-    values: watch::Receiver<Config<T>>,
+    values: watch::Receiver<ConfigValue<T>>,
     /// Turns true once the first value is in `values`.
     initialized: watch::Receiver<bool>,
     task: JoinHandle<()>,
@@ -87,7 +87,7 @@ impl<T: Clone + Send + Sync + 'static> ConfigWatcher<T> {
         let mut cache = NodeCache::new(client, path);
         let events = cache.listen();
         cache.start().await?;
-        let (sender, values) = watch::channel(Config::absent());
+        let (sender, values) = watch::channel(ConfigValue::absent());
         let parse: Parse<T> = Arc::new(parse);
         let (ready, initialized) = watch::channel(false);
         let task = tokio::spawn(follow(events, cache.reader(), sender, ready, parse));
@@ -106,7 +106,7 @@ impl<T: Clone + Send + Sync + 'static> ConfigWatcher<T> {
     }
 
     /// The current value with its version and zxid.
-    pub fn config(&self) -> Config<T> {
+    pub fn config(&self) -> ConfigValue<T> {
         self.values.borrow().clone()
     }
 
@@ -148,7 +148,7 @@ impl<T> Drop for ConfigWatcher<T> {
 async fn follow<T>(
     mut events: CacheListener,
     reader: NodeReader,
-    sender: watch::Sender<Config<T>>,
+    sender: watch::Sender<ConfigValue<T>>,
     initialized: watch::Sender<bool>,
     parse: Parse<T>,
 ) {
@@ -166,12 +166,12 @@ async fn follow<T>(
         }
         last = seen;
         let config = match node {
-            Some(node) => Config {
+            Some(node) => ConfigValue {
                 value: Some(parse(&node.data)),
                 version: node.stat.version,
                 zxid: node.stat.mzxid,
             },
-            None => Config::absent(),
+            None => ConfigValue::absent(),
         };
         sender.send_replace(config);
     }
@@ -181,13 +181,13 @@ async fn follow<T>(
 /// [`ConfigWatcher::listen`].
 #[derive(Debug)]
 pub struct ConfigListener<T> {
-    values: watch::Receiver<Config<T>>,
+    values: watch::Receiver<ConfigValue<T>>,
 }
 
 impl<T: Clone> ConfigListener<T> {
     /// The next value (the newest, if several came since the last call); `None` once
     /// the watcher is closed or dropped.
-    pub async fn next(&mut self) -> Option<Config<T>> {
+    pub async fn next(&mut self) -> Option<ConfigValue<T>> {
         self.values.changed().await.ok()?;
         let value = self.values.borrow_and_update().clone();
         Some(value)

@@ -52,7 +52,7 @@ pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
 };
-pub use config_watcher::{Config, ConfigListener, ConfigWatcher};
+pub use config_watcher::{ConfigListener, ConfigValue, ConfigWatcher};
 pub use discovery::{ServiceDiscovery, ServiceEvent, ServiceInstance, ServiceListener};
 pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use op::Op;
