@@ -28,8 +28,11 @@
 
 pub mod access;
 pub mod builder;
+pub mod cache;
 mod call;
 pub mod client;
+pub mod config_watcher;
+pub mod discovery;
 pub mod error;
 pub mod latch;
 pub mod locks;
@@ -47,10 +50,13 @@ pub use concord_proto::v1 as proto;
 
 pub use access::{Grant, Grantee, QuotaUsage, WhoAmI};
 pub use builder::ClientBuilder;
+pub use cache::{CacheEvent, CacheListener, ChildrenCache, NodeCache, TreeCache};
 pub use client::{
     Children, Client, Created, Exists, MultiResult, NodeData, SessionGrant, Updated,
     DEFAULT_ENDPOINT,
 };
+pub use config_watcher::{ConfigListener, ConfigValue, ConfigWatcher};
+pub use discovery::{ServiceDiscovery, ServiceEvent, ServiceInstance, ServiceListener};
 pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use latch::{CloseMode, LatchEvent, LatchListener, LatchState, LeaderLatch};
 pub use locks::{Lease, LockGuard, Mutex, Semaphore, SemaphoreMutex};
