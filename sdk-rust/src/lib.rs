@@ -31,9 +31,11 @@ pub mod builder;
 mod call;
 pub mod client;
 pub mod error;
+pub mod naming;
 pub mod op;
 pub mod options;
 pub mod recipes;
+pub mod registration;
 pub mod session;
 pub mod tls;
 pub mod types;
@@ -49,6 +51,7 @@ pub use client::{
     DEFAULT_ENDPOINT,
 };
 pub use error::{CallKind, Error, LeaderHint, Origin};
+pub use naming::{IdGenerator, IdOptions};
 pub use op::Op;
 pub use options::{
     ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
@@ -56,6 +59,7 @@ pub use options::{
 };
 pub use proto::{CreateMode, ErrorCode, EventKind};
 pub use recipes::{LeaderChange, LockHold, LockOptions};
+pub use registration::{RegistrationOptions, RegistrationStatus, ServiceRegistration};
 pub use session::{ConnectionState, Session, StateListener};
 pub use tls::{ConnectOptions, TlsOptions};
 pub use types::{
