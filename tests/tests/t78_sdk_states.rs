@@ -141,11 +141,15 @@ async fn t78_the_server_saying_expired_loses_the_session_before_the_ttl() {
     assert_eq!(err.code(), ErrorCode::SessionExpired);
 }
 
+/// Leader kills in the ensemble test (the killed server is restarted before the
+/// next): the keep-alive stream may sit on the leader or on a follower.
+const LEADER_KILLS: usize = 2;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t78_a_session_outlives_the_leaders_death_in_an_ensemble() {
     // Tick 50 ms: a follower notices a dead leader after sync_limit (5 ticks) and an
-    // election takes a few hundred milliseconds; a 4 s TTL leaves room for several.
-    let ttl_ms = 4_000;
+    // election takes a few hundred milliseconds; a 3 s TTL leaves room for several.
+    let ttl_ms = 3_000;
     let ttl = Duration::from_millis(ttl_ms as u64);
     let mut ensemble = Ensemble::start(
         3,
@@ -154,7 +158,7 @@ async fn t78_a_session_outlives_the_leaders_death_in_an_ensemble() {
             ..ServerOptions::default()
         },
     );
-    let leader = ensemble.leader(LEADER_WAIT).await;
+    ensemble.leader(LEADER_WAIT).await;
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
     let client = Client::connect(endpoints.join(",")).await.unwrap();
     let session = client.open_session(ttl_ms).await.unwrap();
@@ -162,38 +166,45 @@ async fn t78_a_session_outlives_the_leaders_death_in_an_ensemble() {
     let options = CreateOptions::ephemeral(session.id(), false);
     retried(|| client.create("/eph", "mine", options.clone())).await;
 
-    ensemble.servers[leader].kill9();
-    let survivors: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
-    ensemble.leader_among(&survivors, LEADER_WAIT).await;
-    let elected = Instant::now();
-    // The new leader gave the session a fresh TTL when it took over: had no ping
-    // reached it since, the session would expire within that TTL. Watch the states
-    // until well past it.
-    let mut states = Vec::new();
-    let until = elected + ttl * 3 / 2;
-    while let Ok(next) = tokio::time::timeout_at(until, listener.next()).await {
-        let state = next.unwrap_or_else(|| panic!("the listener ended after {states:?}"));
-        assert_ne!(state, Lost, "the session was lost: {states:?}");
-        states.push(state);
-    }
-    eprintln!("states across the failover: {states:?}");
-    // Suspended possibly, then Reconnected: never Lost.
-    let expected: Vec<ConnectionState> = [Suspended, Reconnected]
-        .into_iter()
-        .cycle()
-        .take(states.len())
-        .collect();
-    assert_eq!(states, expected, "states out of order");
-    assert!(session.state().is_connected(), "{:?}", session.state());
+    for round in 0..LEADER_KILLS {
+        let leader = ensemble.leader(LEADER_WAIT).await;
+        ensemble.servers[leader].kill9();
+        let survivors: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+        ensemble.leader_among(&survivors, LEADER_WAIT).await;
+        let elected = Instant::now();
+        // The new leader gave the session a fresh TTL when it took over: had no ping
+        // reached it since, the session would expire within that TTL. Watch the
+        // states until well past it.
+        let mut states = Vec::new();
+        let until = elected + ttl * 3 / 2;
+        while let Ok(next) = tokio::time::timeout_at(until, listener.next()).await {
+            let state = next.unwrap_or_else(|| panic!("the listener ended after {states:?}"));
+            assert_ne!(
+                state, Lost,
+                "round {round}: the session was lost: {states:?}"
+            );
+            states.push(state);
+        }
+        eprintln!("round {round}: states across the failover: {states:?}");
+        // Suspended possibly, then Reconnected: never Lost.
+        let expected: Vec<ConnectionState> = [Suspended, Reconnected]
+            .into_iter()
+            .cycle()
+            .take(states.len())
+            .collect();
+        assert_eq!(states, expected, "round {round}: states out of order");
+        assert!(session.state().is_connected(), "{:?}", session.state());
 
-    // The session lives on the new leader, with its ephemeral.
-    let info = retried(|| client.session_info(session.id())).await;
-    assert_eq!(info.ephemerals, vec!["/eph".to_owned()]);
-    for &i in &survivors {
-        let one = Client::connect(endpoints[i].clone()).await.unwrap();
-        let read = ReadOptions::at_least(client.last_seen_zxid());
-        let seen = one.exists("/eph", read).await.unwrap();
-        assert!(seen.stat.is_some(), "server {} lost the ephemeral", i + 1);
+        // The session lives on the new leader, with its ephemeral.
+        let info = retried(|| client.session_info(session.id())).await;
+        assert_eq!(info.ephemerals, vec!["/eph".to_owned()]);
+        for &i in &survivors {
+            let one = Client::connect(endpoints[i].clone()).await.unwrap();
+            let read = ReadOptions::at_least(client.last_seen_zxid());
+            let seen = one.exists("/eph", read).await.unwrap();
+            assert!(seen.stat.is_some(), "server {} lost the ephemeral", i + 1);
+        }
+        ensemble.servers[leader].restart();
     }
     retried(|| client.close_session(session.id())).await;
 }
@@ -213,4 +224,48 @@ where
         }
     }
     panic!("still failing after 50 tries");
+}
+
+/// Sessions in the stalled-server test: each keep-alive stream sits on a server drawn
+/// at random, so about a third of them sit on the stalled one.
+const STALL_SESSIONS: usize = 12;
+
+/// Regression: a keep-alive stream reopened onto a stalled server (SIGSTOP: its
+/// connection stays open, nothing is answered) used to wait there until the session
+/// was lost, while the other servers of the list were fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t78_sessions_move_off_a_stalled_server() {
+    let ttl_ms = 2_000;
+    let ensemble = Ensemble::start(
+        3,
+        ServerOptions {
+            session_ttl_ms: Some((100, 10_000)),
+            ..ServerOptions::default()
+        },
+    );
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    // A follower: the other two remain a quorum with their leader.
+    let stalled = (leader + 1) % 3;
+    let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
+    let client = Client::connect(endpoints.join(",")).await.unwrap();
+    let mut sessions = Vec::new();
+    for _ in 0..STALL_SESSIONS {
+        sessions.push(retried(|| client.open_session(ttl_ms)).await);
+    }
+    ensemble.servers[stalled].signal("STOP");
+    // Every session either never noticed, or is suspended and reconnects; none is
+    // lost, for twice the TTL.
+    let until = Instant::now() + Duration::from_millis(2 * ttl_ms as u64);
+    let mut watches: Vec<_> = sessions.iter().map(|s| s.state_watch()).collect();
+    let lost = async {
+        let any_lost = watches
+            .iter_mut()
+            .map(|w| Box::pin(async move { w.wait_for(|s| s.is_ended()).await.map(|s| *s) }));
+        futures::future::select_all(any_lost).await.0
+    };
+    let outcome = tokio::time::timeout_at(until, lost).await;
+    ensemble.servers[stalled].signal("CONT");
+    let states: Vec<ConnectionState> = sessions.iter().map(|s| s.state()).collect();
+    assert!(outcome.is_err(), "a session ended: {states:?}");
+    assert!(states.iter().all(|s| s.is_connected()), "{states:?}");
 }
