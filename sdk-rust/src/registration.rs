@@ -21,6 +21,7 @@
 //! block it).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
@@ -44,6 +45,11 @@ const REREGISTER_BACKOFF: RetryPolicy = RetryPolicy {
     delay_initial_ms: 50,
     delay_max_ms: 1_000,
 };
+
+/// The longest one attempt at opening a session or at re-creating the node may take
+/// before it is tried again (a stalled server answers nothing, and the client may have
+/// no call deadline).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to register.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,12 +276,14 @@ async fn follow(shared: Arc<Shared>, mut session: Session, mut listener: StateLi
     }
 }
 
-/// Opens a new session, trying again (with back-off) until one is granted.
+/// Opens a new session, trying again (with back-off) until one is granted. (An open
+/// that timed out but was applied leaves a session without pings: it expires.)
 async fn reopen(shared: &Shared) -> (Session, StateListener) {
     let mut attempt = 0u32;
     loop {
-        match shared.client.open_session(shared.ttl_ms).await {
-            Ok(session) => {
+        let open = shared.client.open_session(shared.ttl_ms);
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, open).await {
+            Ok(Ok(session)) => {
                 let listener = session.listen();
                 shared.publish(|s| {
                     s.session_id = session.id();
@@ -285,7 +293,7 @@ async fn reopen(shared: &Shared) -> (Session, StateListener) {
                 });
                 return (session, listener);
             }
-            Err(_) => {
+            Ok(Err(_)) | Err(_) => {
                 attempt = attempt.saturating_add(1);
                 tokio::time::sleep(REREGISTER_BACKOFF.jittered_delay(attempt)).await;
             }
@@ -298,10 +306,11 @@ async fn reopen(shared: &Shared) -> (Session, StateListener) {
 async fn reregister(shared: &Shared, session: &Session) {
     let mut attempt = 0u32;
     while !session.state().is_ended() {
-        match check_node(shared, session.id()).await {
-            Ok(()) => return,
-            Err(e) if e.code() == ErrorCode::SessionExpired => return,
-            Err(_) => {
+        let check = check_node(shared, session.id());
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, check).await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) if e.code() == ErrorCode::SessionExpired => return,
+            Ok(Err(_)) | Err(_) => {
                 attempt = attempt.saturating_add(1);
                 tokio::time::sleep(REREGISTER_BACKOFF.jittered_delay(attempt)).await;
             }
@@ -392,8 +401,6 @@ pub(crate) async fn create_parents(client: &Client, path: &str) -> Result<(), Er
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

@@ -1,7 +1,8 @@
 //! The SDK's connection states against real servers: a short stall of the server
 //! (SIGSTOP for less than the TTL) suspends the session and reconnects it with its
 //! ephemerals; a long one, or the server's word, loses it; and a session whose
-//! client knows every server of a 3-server ensemble outlives the leader's death.
+//! client knows every server of a 3-server ensemble outlives the leader's death and
+//! moves off a stalled server.
 
 #![allow(clippy::unwrap_used)]
 

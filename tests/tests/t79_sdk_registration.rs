@@ -1,7 +1,8 @@
 //! The SDK's service registration and id generator against a real server: the
 //! registration's ephemeral node lives while registered, comes back under a new
-//! session after its session is lost (and after a reconnect that found it gone), and
-//! goes on close; ids from concurrent clients are unique and grow.
+//! session after its session is lost (closed behind its back, or a server stall
+//! longer than the TTL) and after a reconnect that found it gone, and goes on close;
+//! ids from concurrent clients are unique and grow.
 
 #![allow(clippy::unwrap_used)]
 
@@ -141,6 +142,31 @@ async fn t79_a_reconnect_recreates_a_node_that_is_gone() {
     );
     reg.close().await.unwrap();
     assert_eq!(node(&admin, &path).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t79_a_stall_longer_than_the_ttl_registers_again_under_a_new_session() {
+    let server = server();
+    let client = Client::connect(server.endpoint()).await.unwrap();
+    let admin = Client::connect(server.endpoint()).await.unwrap();
+    let reg = register(&client, "i-3", "10.0.0.3:80").await;
+    let first = reg.status();
+    // No answer for a whole TTL: the client calls its session lost on its own (the
+    // server, stalled too, may not have expired it yet when it resumes).
+    server.signal("STOP");
+    status_until(&reg, "Lost", |s| s.state == ConnectionState::Lost).await;
+    server.signal("CONT");
+    let second = status_until(&reg, "a second session, registered", |s| {
+        s.sessions == 2 && s.registered
+    })
+    .await;
+    assert_ne!(second.session_id, first.session_id);
+    assert_eq!(
+        node(&admin, reg.path()).await,
+        Some((b"10.0.0.3:80".to_vec(), second.session_id))
+    );
+    reg.close().await.unwrap();
+    assert_eq!(node(&admin, "/services/api/i-3").await, None);
 }
 
 /// Takes `count` ids with `ids`; returns them in the order taken.
