@@ -37,7 +37,7 @@ use crate::options::RetryPolicy;
 const PING_INTERVAL_MIN_MS: u64 = 10;
 
 /// Shortest wait for a new keep-alive stream's first answer.
-const FIRST_ANSWER_MIN_MS: u64 = 5;
+const FIRST_ANSWER_MIN_MS: u64 = 20;
 
 /// State changes a listener may fall behind by before it skips to the current state.
 const LISTENER_BACKLOG: usize = 16;
@@ -524,7 +524,7 @@ mod tests {
         assert_eq!(t.first_answer_max, Duration::from_millis(250));
         assert_eq!(
             Timing::new(0, 0.5).first_answer_max,
-            Duration::from_millis(5)
+            Duration::from_millis(FIRST_ANSWER_MIN_MS)
         );
         assert_eq!(Timing::new(3_000, 7.0).suspend_after, t.lost_after);
         assert_eq!(
