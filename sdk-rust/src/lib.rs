@@ -36,9 +36,11 @@ pub mod discovery;
 pub mod error;
 pub mod latch;
 pub mod locks;
+pub mod naming;
 pub mod op;
 pub mod options;
 pub mod recipes;
+pub mod registration;
 pub mod selector;
 pub mod session;
 pub mod tls;
@@ -60,6 +62,7 @@ pub use discovery::{ServiceDiscovery, ServiceEvent, ServiceInstance, ServiceList
 pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use latch::{CloseMode, LatchEvent, LatchListener, LatchState, LeaderLatch};
 pub use locks::{Lease, LockGuard, Mutex, Semaphore, SemaphoreMutex};
+pub use naming::{IdGenerator, IdOptions};
 pub use op::Op;
 pub use options::{
     ChildrenOptions, CreateOptions, ReadOptions, RetryPolicy, WatchOptions, WriteOptions,
@@ -67,6 +70,7 @@ pub use options::{
 };
 pub use proto::{CreateMode, ErrorCode, EventKind};
 pub use recipes::{LeaderChange, LockHold, LockOptions};
+pub use registration::{RegistrationOptions, RegistrationStatus, ServiceRegistration};
 pub use selector::{Candidate, LeaderSelector, Leadership};
 pub use session::{ConnectionState, Session, StateListener};
 pub use tls::{ConnectOptions, TlsOptions};

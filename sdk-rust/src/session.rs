@@ -6,8 +6,14 @@
 //!                                                                 │ KeepAlive stream: ping every TTL/3
 //!    Connected ──(no answer for suspend_share × TTL)──▶ Suspended │ answer → Reconnected
 //!    Suspended ──(no answer for the whole TTL, or the server says expired)──▶ Lost
-//!    close() ──▶ Closed                                           └ broken stream → back off, reopen
+//!    close() ──▶ Closed                                           ├ broken stream → back off, reopen
+//!                                                                 └ silent stream → reopen at once
 //! ```
+//!
+//! A stream is silent when its first ping is not answered within a quarter of the
+//! ping interval, or no answer comes for half the TTL: a stalled server keeps its
+//! connection open and never answers, so the next stream (which the channel may send
+//! to another server of the list) is opened at once, several times within the TTL.
 //!
 //! The task only pings; it never opens a replacement session (a new session would not
 //! own the old one's ephemerals, so that is the caller's decision: recipes that must
@@ -29,6 +35,9 @@ use crate::options::RetryPolicy;
 
 /// Shortest ping interval, whatever the TTL.
 const PING_INTERVAL_MIN_MS: u64 = 10;
+
+/// Shortest wait for a new keep-alive stream's first answer.
+const FIRST_ANSWER_MIN_MS: u64 = 20;
 
 /// State changes a listener may fall behind by before it skips to the current state.
 const LISTENER_BACKLOG: usize = 16;
@@ -86,6 +95,13 @@ pub(crate) struct Timing {
     pub(crate) suspend_after: Duration,
     /// Time without an answer after which the session is `Lost`: the TTL.
     pub(crate) lost_after: Duration,
+    /// Time an answered stream may go without an answer before it is given up for
+    /// another (perhaps to another server): half the TTL, one and a half pings.
+    pub(crate) stream_silence_max: Duration,
+    /// Time a new stream has to answer its first ping: a quarter of a ping interval,
+    /// so that several servers can be tried before the session is lost (a stalled
+    /// server keeps its connection open but never answers).
+    pub(crate) first_answer_max: Duration,
 }
 
 impl Timing {
@@ -96,10 +112,13 @@ impl Timing {
         } else {
             SUSPEND_SHARE_DEFAULT
         };
+        let ping = ping_interval(ttl_ms);
         Timing {
-            ping: ping_interval(ttl_ms),
+            ping,
             suspend_after: ttl.mul_f64(share),
             lost_after: ttl,
+            stream_silence_max: ping.mul_f64(1.5),
+            first_answer_max: (ping / 4).max(Duration::from_millis(FIRST_ANSWER_MIN_MS)),
         }
     }
 }
@@ -302,6 +321,9 @@ enum StreamEnd {
     Expired,
     /// The stream broke; `answered` tells whether any ping was answered on it.
     Broken { answered: bool },
+    /// The stream went unanswered for too long (a stalled server): try another at
+    /// once, without back-off (the wait was the back-off).
+    Silent,
 }
 
 /// The ping interval for a TTL: a third of it, at least `PING_INTERVAL_MIN_MS`.
@@ -387,6 +409,7 @@ async fn keep_alive_loop(client: Client, id: u64, timing: Timing, state: StatePu
         };
         let answered = match end {
             Some(StreamEnd::Broken { answered }) => answered,
+            Some(StreamEnd::Silent) => continue,
             Some(StreamEnd::Expired) | None => break,
         };
         failures = if answered {
@@ -403,9 +426,10 @@ async fn keep_alive_loop(client: Client, id: u64, timing: Timing, state: StatePu
 }
 
 /// Runs one KeepAlive stream until it ends: pings every interval, records every
-/// answer, and gives up on a stream silent for two intervals.
+/// answer, and gives up on a stream that does not answer its first ping within
+/// `first_answer_max` or then goes `stream_silence_max` without an answer.
 async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
-    let interval = contact.timing.ping;
+    let timing = contact.timing;
     let (tx, rx) = mpsc::channel(4);
     // Each ping carries the newest zxid this client has seen (the session's Open at
     // least), so a server still catching up waits instead of calling it expired.
@@ -414,31 +438,36 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
         min_zxid: client.last_seen_zxid(),
     };
     // Queued before the call so that the server sees a ping at once.
-    if tx.send(ping()).await.is_err() {
+    if tx.try_send(ping()).is_err() {
         return StreamEnd::Broken { answered: false };
     }
-    let mut responses = match client.sessions().keep_alive(ReceiverStream::new(rx)).await {
-        Ok(resp) => resp.into_inner(),
-        Err(status) => return end_of(read_err(status), false),
+    let mut deadline = Instant::now() + timing.first_answer_max;
+    let mut sessions = client.sessions();
+    let call = sessions.keep_alive(ReceiverStream::new(rx));
+    let mut responses = match tokio::time::timeout_at(deadline, call).await {
+        Ok(Ok(resp)) => resp.into_inner(),
+        Ok(Err(status)) => return end_of(read_err(status), false),
+        Err(_) => return StreamEnd::Silent,
     };
-    let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
+    let mut ticker = tokio::time::interval_at(Instant::now() + timing.ping, timing.ping);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut answered = false;
-    let mut last_answer = Instant::now();
     loop {
         tokio::select! {
             _ = ticker.tick() => {
-                if last_answer.elapsed() > interval * 2 || tx.send(ping()).await.is_err() {
+                // A full queue means the stream does not move: the deadline decides.
+                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(ping()) {
                     return StreamEnd::Broken { answered };
                 }
             }
+            () = sleep_until(deadline) => return StreamEnd::Silent,
             msg = responses.message() => match msg {
                 Ok(Some(resp)) => {
                     if is_expired(&resp, id) {
                         return StreamEnd::Expired;
                     }
                     answered = true;
-                    last_answer = Instant::now();
+                    deadline = Instant::now() + timing.stream_silence_max;
                     contact.answered();
                 }
                 Ok(None) => return StreamEnd::Broken { answered },
@@ -491,6 +520,12 @@ mod tests {
         assert_eq!(t.ping, Duration::from_millis(1_000));
         assert_eq!(t.suspend_after, Duration::from_millis(1_500));
         assert_eq!(t.lost_after, Duration::from_millis(3_000));
+        assert_eq!(t.stream_silence_max, Duration::from_millis(1_500));
+        assert_eq!(t.first_answer_max, Duration::from_millis(250));
+        assert_eq!(
+            Timing::new(0, 0.5).first_answer_max,
+            Duration::from_millis(FIRST_ANSWER_MIN_MS)
+        );
         assert_eq!(Timing::new(3_000, 7.0).suspend_after, t.lost_after);
         assert_eq!(
             Timing::new(3_000, f64::NAN).suspend_after,
