@@ -1,9 +1,10 @@
-//! A service registry with discovery: three instances of service NAME register as
-//! ephemeral nodes `/services/NAME/ID` (data: the address), each with a session of its
-//! own, while a discovery client prints the instances as they come and go. Then one
-//! instance closes its session (gone at once), one stops its keep-alives (gone when the
-//! server expires its session, one TTL later), and the last closes. Ends when every
-//! instance is gone, or on Ctrl-C (the instances' sessions then expire one TTL later).
+//! A service registry with discovery: three instances of service NAME register with
+//! `ServiceRegistration` (an ephemeral node `/services/NAME/ID` whose data is the
+//! address, under a session of its own), while a discovery client prints the
+//! instances as they come and go. Then one instance closes its registration (gone at
+//! once), one is dropped without closing (gone when the server expires its session,
+//! one TTL later), and the last closes. Ends when every instance is gone, or on
+//! Ctrl-C (the instances' sessions then expire one TTL later).
 //!
 //! ```text
 //! cargo run --example service_registry -- [ENDPOINT] [NAME]
@@ -13,30 +14,10 @@
 
 use std::time::Duration;
 
-use concord::discovery::{instance_path, service_path};
-use concord::{
-    Client, CreateMode, CreateOptions, ErrorCode, ServiceDiscovery, ServiceEvent, Session,
-};
+use concord::{Client, RegistrationOptions, ServiceDiscovery, ServiceEvent, ServiceRegistration};
 
 /// The session TTL of each instance.
 const TTL_MS: i64 = 2_000;
-
-async fn register(
-    client: &Client,
-    name: &str,
-    id: &str,
-    address: &str,
-) -> Result<Session, concord::Error> {
-    let session = client.open_session(TTL_MS).await?;
-    let options = CreateOptions {
-        session_id: session.id(),
-        ..CreateOptions::mode(CreateMode::Ephemeral)
-    };
-    client
-        .create(&instance_path(name, id), address, options)
-        .await?;
-    Ok(session)
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,41 +32,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .call_timeout(Duration::from_secs(5))
         .connect()
         .await?;
-    for path in ["/services".to_owned(), service_path(&name)] {
-        match client.create(&path, "", CreateOptions::default()).await {
-            Err(e) if e.code() != ErrorCode::NodeExists => return Err(e.into()),
-            _ => {}
-        }
-    }
-
     let mut discovery = ServiceDiscovery::new(&client, &name);
     let mut events = discovery.listen();
     discovery.start().await?;
     let script = {
         let (client, name) = (client.clone(), name.clone());
         tokio::spawn(async move {
-            let mut sessions = Vec::new();
+            let options = RegistrationOptions {
+                ttl_ms: TTL_MS,
+                ..RegistrationOptions::default()
+            };
+            let mut registrations = Vec::new();
             for n in 1..=3 {
                 let (id, address) = (format!("instance-{n}"), format!("127.0.0.1:{}", 9000 + n));
-                match register(&client, &name, &id, &address).await {
-                    Ok(session) => sessions.push(session),
+                match ServiceRegistration::register_with(&client, &name, &id, address, &options)
+                    .await
+                {
+                    Ok(registration) => registrations.push(registration),
                     Err(e) => println!("registering {id} failed: {e}"),
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
             }
-            let mut sessions = sessions.into_iter();
-            if let Some(first) = sessions.next() {
-                println!("instance-1 closes its session");
+            let mut registrations = registrations.into_iter();
+            if let Some(first) = registrations.next() {
+                println!("instance-1 closes its registration");
                 let _ = first.close().await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
-            if let Some(second) = sessions.next() {
-                println!("instance-2 stops its keep-alives: gone after its TTL ({TTL_MS} ms)");
+            if let Some(second) = registrations.next() {
+                println!("instance-2 is dropped without closing: gone after its TTL ({TTL_MS} ms)");
                 drop(second);
             }
             tokio::time::sleep(Duration::from_millis(TTL_MS as u64 * 2)).await;
-            for rest in sessions {
-                println!("the last instance closes its session");
+            for rest in registrations {
+                println!("the last instance closes its registration");
                 let _ = rest.close().await;
             }
         })
@@ -119,7 +99,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    // On Ctrl-C this drops the sessions' handles: the server expires them.
+    // On Ctrl-C this drops the registrations: the server expires their sessions.
     script.abort();
     discovery.close();
     Ok(())

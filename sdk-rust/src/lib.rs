@@ -2,12 +2,18 @@
 //! model (a tree of small nodes, sessions, ephemerals, watches) over gRPC.
 //!
 //! ```text
+//!  Client::builder() ─ endpoints, TLS, call deadline, retry policy, session TTL
 //!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
-//!    ├── open_session → Session  (background keep-alive task, state watch)
+//!    ├── open_session → Session  (keep-alive task; ConnectionState and its listener)
+//!    │     ├── Mutex, SemaphoreMutex, Semaphore      (locks/: server-side fair queues)
+//!    │     ├── LeaderLatch, LeaderSelector           (latch.rs, selector.rs: elections)
+//!    │     └── IdGenerator::for_session              (naming.rs)
 //!    ├── watch        → Watch    (stream of messages, optional resume)
-//!    ├── acquire/release/campaign/... → locks and elections (recipes.rs)
+//!    │     └── NodeCache, ChildrenCache, TreeCache   (cache/) ─▶ ConfigWatcher, ServiceDiscovery
+//!    ├── ServiceRegistration     (registration.rs: its own sessions, re-registered after Lost)
+//!    ├── acquire/release/campaign/... → the thin Lock and Election calls (recipes.rs)
 //!    └── who_am_i, grant/revoke/list_grants → identity and ACLs (access.rs)
-//!  Error ─ code (proto ErrorCode), is_retry_safe(), is_indeterminate()
+//!  Error ─ code (ErrorCode), is_retry_safe(), is_indeterminate()
 //! ```
 //!
 //! ```no_run
@@ -20,9 +26,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The SDK sends each call once; it retries only where it owns a stream (keep-alives,
-//! resumed watches). Calls take and return the SDK's own types (`types.rs`); the
-//! generated messages stay reachable as [`proto`] for the services not wrapped here.
+//! A client built without a retry policy sends each call once; the SDK always
+//! retries where it owns a stream (keep-alives, resumed watches, caches). Calls take
+//! and return the SDK's own types (`types.rs`); the generated messages stay reachable
+//! as [`proto`] for the services not wrapped here. docs/sdk.md is the guide.
 
 #![deny(missing_docs)]
 

@@ -27,13 +27,11 @@ use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::client::Client;
+use crate::discovery::SERVICES_ROOT;
 use crate::error::Error;
 use crate::options::{CreateOptions, ReadOptions, RetryPolicy, ANY_VERSION};
 use crate::proto::{CreateMode, ErrorCode};
 use crate::session::{ConnectionState, Session, StateListener};
-
-/// Where services are registered unless the options say otherwise.
-pub const SERVICES_PATH: &str = "/services";
 
 /// Attempts of one create-or-replace of the node before the error is returned.
 const ENSURE_ATTEMPTS_MAX: u32 = 8;
@@ -57,7 +55,7 @@ pub struct RegistrationOptions {
     /// TTL of the sessions the registration opens (0: the client's configured TTL,
     /// else the server's default).
     pub ttl_ms: i64,
-    /// The folder of the services ([`SERVICES_PATH`] by default).
+    /// The folder of the services ([`SERVICES_ROOT`] by default).
     pub base_path: String,
 }
 
@@ -65,7 +63,7 @@ impl Default for RegistrationOptions {
     fn default() -> Self {
         RegistrationOptions {
             ttl_ms: 0,
-            base_path: SERVICES_PATH.to_owned(),
+            base_path: SERVICES_ROOT.to_owned(),
         }
     }
 }
