@@ -1,5 +1,6 @@
 //! The SDK against an in-process fake server: error parsing over the wire, paging,
-//! session keep-alives (reconnect, expiry, close) and watch resumption.
+//! session keep-alives (reconnect, expiry, close), watch resumption, and the client's
+//! retries and deadlines.
 
 mod fake;
 
@@ -261,4 +262,137 @@ async fn t33_plain_watch_ends_on_the_first_error() {
     assert_eq!(err.code(), ErrorCode::Unavailable);
     assert!(watch.next_event().await.is_none());
     assert_eq!(state.lock().expect("lock").watch_starts.len(), 1);
+}
+
+fn unavailable() -> tonic::Status {
+    concord_status(
+        ErrorCode::Unavailable,
+        tonic::Code::Unavailable,
+        "no quorum",
+    )
+}
+
+fn quick_retries() -> RetryPolicy {
+    RetryPolicy {
+        attempts_max: 5,
+        elapsed_max_ms: 5_000,
+        delay_initial_ms: 5,
+        delay_max_ms: 20,
+    }
+}
+
+#[tokio::test]
+async fn t40_reads_are_retried_within_the_policy_and_sent_once_without_one() {
+    let (endpoint, state) = fake::start().await;
+    state
+        .lock()
+        .expect("lock")
+        .nodes
+        .insert("/a".into(), b"x".to_vec());
+    let once = Client::connect(endpoint.clone()).await.expect("connect");
+    state
+        .lock()
+        .expect("lock")
+        .fail_next
+        .push_back(unavailable());
+    let err = once
+        .get("/a", ReadOptions::default())
+        .await
+        .expect_err("failed once");
+    assert_eq!(err.code(), ErrorCode::Unavailable);
+    assert_eq!(state.lock().expect("lock").calls, 1);
+
+    let retrying = Client::builder()
+        .endpoint(endpoint.clone())
+        .retry(quick_retries())
+        .connect()
+        .await
+        .expect("connect");
+    state
+        .lock()
+        .expect("lock")
+        .fail_next
+        .extend([unavailable(), unavailable()]);
+    let node = retrying
+        .get("/a", ReadOptions::default())
+        .await
+        .expect("third try");
+    assert_eq!(node.data, b"x");
+    assert_eq!(state.lock().expect("lock").calls, 4);
+    // The policy's attempts bound the retries: the sixth failure is returned.
+    state
+        .lock()
+        .expect("lock")
+        .fail_next
+        .extend((0..10).map(|_| unavailable()));
+    let err = retrying
+        .get("/a", ReadOptions::default())
+        .await
+        .expect_err("gave up");
+    assert_eq!(err.code(), ErrorCode::Unavailable);
+    assert_eq!(state.lock().expect("lock").calls, 4 + 6);
+}
+
+#[tokio::test]
+async fn t41_a_write_of_unknown_outcome_is_retried_only_when_deduplicated() {
+    let (endpoint, state) = fake::start().await;
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .retry(quick_retries())
+        .connect()
+        .await
+        .expect("connect");
+    // UNAVAILABLE from the server after a write was sent: it may have been applied.
+    state
+        .lock()
+        .expect("lock")
+        .fail_next
+        .push_back(unavailable());
+    let err = client
+        .create("/plain", "", CreateOptions::default())
+        .await
+        .expect_err("not retried");
+    assert!(err.is_indeterminate(), "{err:?}");
+    assert_eq!(state.lock().expect("lock").calls, 1);
+    state
+        .lock()
+        .expect("lock")
+        .fail_next
+        .push_back(unavailable());
+    let deduplicated = CreateOptions {
+        session_id: 7,
+        request_id: 1,
+        ..CreateOptions::default()
+    };
+    client
+        .create("/retried", "", deduplicated)
+        .await
+        .expect("retried with the same request id");
+    assert_eq!(state.lock().expect("lock").calls, 3);
+}
+
+#[tokio::test]
+async fn t42_a_call_past_its_deadline_fails_with_timeout() {
+    let (endpoint, state) = fake::start().await;
+    {
+        let mut s = state.lock().expect("lock");
+        s.nodes.insert("/slow".into(), Vec::new());
+        s.get_delay = Duration::from_secs(5);
+    }
+    let client = Client::builder()
+        .endpoint(endpoint)
+        .call_timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .expect("connect");
+    let started = tokio::time::Instant::now();
+    let err = client
+        .get("/slow", ReadOptions::default())
+        .await
+        .expect_err("past the deadline");
+    assert_eq!(err.code(), ErrorCode::Timeout, "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the deadline did not apply"
+    );
 }

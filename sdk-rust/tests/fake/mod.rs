@@ -40,6 +40,12 @@ pub struct State {
     pub watch_starts: Vec<Option<u64>>,
     /// For the n-th Watch call (0-based): after how many events to fail, and with what.
     pub watch_breaks: BTreeMap<usize, (usize, Status)>,
+    /// Failures the next Get and Create calls answer with, one per call, in order.
+    pub fail_next: std::collections::VecDeque<Status>,
+    /// Get and Create calls received (failed ones included).
+    pub calls: u64,
+    /// How long Get waits before it answers.
+    pub get_delay: std::time::Duration,
 }
 
 pub type Shared = Arc<Mutex<State>>;
@@ -84,6 +90,13 @@ impl Fake {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.0.lock().expect("fake state lock")
     }
+
+    /// Counts a Get or Create call; the failure it must answer with, if one is queued.
+    fn planned_failure(&self) -> Result<(), Status> {
+        let mut state = self.state();
+        state.calls += 1;
+        state.fail_next.pop_front().map_or(Ok(()), Err)
+    }
 }
 
 fn unimplemented() -> Status {
@@ -101,6 +114,7 @@ impl Tree for Fake {
         req: Request<CreateRequest>,
     ) -> Result<Response<CreateResponse>, Status> {
         let req = req.into_inner();
+        self.planned_failure()?;
         let mut state = self.state();
         if state.nodes.contains_key(&req.path) {
             let msg = format!("{} already exists", req.path);
@@ -129,6 +143,9 @@ impl Tree for Fake {
 
     async fn get(&self, req: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
         let req = req.into_inner();
+        self.planned_failure()?;
+        let delay = self.state().get_delay;
+        tokio::time::sleep(delay).await;
         let state = self.state();
         let Some(data) = state.nodes.get(&req.path) else {
             let msg = format!("{} does not exist", req.path);
