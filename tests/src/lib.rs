@@ -111,6 +111,17 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
+    /// An SDK client of the server, with a 2 s deadline per call (so a test that
+    /// goes wrong fails instead of hanging).
+    pub async fn sdk(&self) -> concord::Client {
+        concord::Client::builder()
+            .endpoint(self.endpoint())
+            .call_timeout(Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap()
+    }
+
     /// A gRPC channel to the server.
     pub async fn channel(&self) -> Channel {
         Channel::from_shared(self.endpoint())

@@ -193,6 +193,29 @@ async fn t70_timeout_and_cancel_leave_no_node() {
     wait_members(&server, "t", 1).await;
 }
 
+/// Regression: an Acquire cancelled while its join was still being committed left
+/// its node in the queue until the session ended.
+#[tokio::test]
+async fn t70_a_call_cancelled_during_its_join_leaves_no_node() {
+    let server = Server::start(ServerOptions::default());
+    let c = client(&server).await;
+    let session = c.open_session(10_000).await.unwrap();
+    let mut l = lock_client(&server).await;
+    acquire(&mut l, "j", session.id(), "h").await;
+    // Cancel calls at every point of their first milliseconds: some before they are
+    // sent, some while their join is committed, some while they wait.
+    for i in 0..40u64 {
+        let mut l2 = l.clone();
+        let owner = format!("w{i}");
+        let id = session.id();
+        let call = tokio::spawn(async move { l2.acquire(acquire_req("j", id, &owner, 0)).await });
+        tokio::time::sleep(Duration::from_micros(100 * (i % 20))).await;
+        call.abort();
+        let _ = call.await;
+    }
+    wait_members(&server, "j", 1).await;
+}
+
 #[tokio::test]
 async fn t70_retry_adopts_try_acquire_validate_and_reserved_prefix() {
     let server = Server::start(ServerOptions::default());

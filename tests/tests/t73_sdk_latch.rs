@@ -42,15 +42,6 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-async fn client(server: &Server) -> Client {
-    Client::builder()
-        .endpoint(server.endpoint())
-        .call_timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap()
-}
-
 /// The ids of election `name`'s participants, leader first.
 async fn line(client: &Client, name: &str) -> Vec<String> {
     let all = client.participants(name).await.unwrap();
@@ -145,7 +136,7 @@ fn leads(latches: &[LeaderLatch], id: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t73_five_latches_have_one_leader_at_a_time_and_hand_over() {
     let server = Server::start(ServerOptions::default());
-    let client = client(&server).await;
+    let client = server.sdk().await;
     let name = "five";
     // Every leader change, as the server orders them.
     let (tx, mut changes) = tokio::sync::mpsc::channel(64);
@@ -255,7 +246,10 @@ async fn t73_five_latches_have_one_leader_at_a_time_and_hand_over() {
     assert!(waiting.wait().await.is_err());
     latches[3].close(CloseMode::Silent).await.unwrap();
     expect_leader(&mut changes, &latches, None).await;
-    assert!(line(&client, name).await.is_empty());
+    eventually("no candidate left", WAIT, || async {
+        line(&client, name).await.is_empty().then_some(())
+    })
+    .await;
 
     sampler.finish().await;
     observer.abort();
@@ -272,7 +266,7 @@ async fn t73_suspended_drops_leadership_and_the_first_in_line_leads_again() {
         session_ttl_ms: Some((100, 4_000)),
         ..ServerOptions::default()
     });
-    let client = client(&server).await;
+    let client = server.sdk().await;
     let ttl = Duration::from_millis(3_000);
     let first = client.open_session(3_000).await.unwrap();
     let second = client.open_session(3_000).await.unwrap();
@@ -318,7 +312,7 @@ async fn t73_suspended_drops_leadership_and_the_first_in_line_leads_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t73_lost_ends_the_latch_and_the_next_leads() {
     let server = Server::start(ServerOptions::default());
-    let client = client(&server).await;
+    let client = server.sdk().await;
     let first = client.open_session(1_000).await.unwrap();
     let second = client.open_session(1_000).await.unwrap();
     let a = LeaderLatch::new(&first, "lost", "a");

@@ -16,10 +16,6 @@ use concord_tests::{eventually, Server, ServerOptions};
 const WAIT: Duration = Duration::from_secs(10);
 const SHORT: Duration = Duration::from_millis(200);
 
-async fn client(server: &Server) -> Client {
-    Client::connect(server.endpoint()).await.unwrap()
-}
-
 /// Waits until lock `name` has `n` members (holders and waiters).
 async fn wait_members(c: &Client, name: &str, n: usize) {
     eventually(&format!("{name} has {n} members"), WAIT, || async {
@@ -46,7 +42,7 @@ async fn fenced_set(
 #[tokio::test]
 async fn t75_mutex_is_reentrant_through_its_handle() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let session = c.open_session(1000).await.unwrap();
     let (m, other) = (Mutex::new(&session, "re"), Mutex::new(&session, "re"));
     let first = m.acquire().await.unwrap();
@@ -80,7 +76,7 @@ async fn t75_mutex_is_reentrant_through_its_handle() {
 #[tokio::test]
 async fn t75_dropped_guard_releases_and_another_handle_gets_it() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let a = c.open_session(1000).await.unwrap();
     let b = c.open_session(1000).await.unwrap();
     let (ma, mb) = (Mutex::new(&a, "drop"), Mutex::new(&b, "drop"));
@@ -105,7 +101,7 @@ async fn t75_dropped_guard_releases_and_another_handle_gets_it() {
 async fn t75_waiters_get_the_mutex_in_queue_order() {
     const WAITERS: usize = 5;
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let session = Arc::new(c.open_session(1000).await.unwrap());
     let holder = Mutex::new(&session, "fair");
     let first = holder.acquire().await.unwrap();
@@ -143,7 +139,7 @@ async fn t75_waiters_get_the_mutex_in_queue_order() {
 #[tokio::test]
 async fn t75_acquire_timeout_leaves_no_waiter() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let session = c.open_session(1000).await.unwrap();
     let holder = Mutex::new(&session, "t");
     let _held = holder.acquire().await.unwrap();
@@ -159,7 +155,7 @@ async fn t75_acquire_timeout_leaves_no_waiter() {
 #[tokio::test]
 async fn t75_fenced_writes_fail_after_release_and_after_expiry() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     c.create("/res", "", Default::default()).await.unwrap();
     let session = c.open_session(1000).await.unwrap();
     let m = Mutex::new(&session, "fence");
@@ -198,7 +194,7 @@ async fn t75_fenced_writes_fail_after_release_and_after_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t75_semaphore_mutex_is_not_reentrant() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let session = c.open_session(1000).await.unwrap();
     let m = Arc::new(SemaphoreMutex::new(&session, "sm"));
     let first = m.acquire().await.unwrap();
@@ -231,7 +227,7 @@ async fn t75_semaphore_mutex_is_not_reentrant() {
 async fn t75_semaphore_admits_exactly_its_permits() {
     const PERMITS: u32 = 3;
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let a = c.open_session(1000).await.unwrap();
     let b = c.open_session(1000).await.unwrap();
     let (sa, sb) = (
@@ -272,7 +268,7 @@ async fn t75_semaphore_admits_exactly_its_permits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t75_lost_session_ends_holds_and_waits() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     c.create("/res", "", Default::default()).await.unwrap();
     let session = c.open_session(1000).await.unwrap();
     let held = Mutex::new(&session, "lost");
@@ -309,7 +305,7 @@ async fn t75_lost_session_ends_holds_and_waits() {
 #[tokio::test]
 async fn t75_a_hold_survives_suspended() {
     let server = Server::start(ServerOptions::default());
-    let c = client(&server).await;
+    let c = server.sdk().await;
     let session = c.open_session(1000).await.unwrap();
     let m = Mutex::new(&session, "stall");
     let guard = m.acquire().await.unwrap();

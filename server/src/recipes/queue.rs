@@ -102,8 +102,8 @@ impl Recipes {
         spec: &JoinSpec,
         timeout: Option<Duration>,
     ) -> Result<Holding, RecipeError> {
-        let (key, token) = self.join(spec, false).await?;
-        let guard = Guard::new(self, &key, token);
+        let guard = self.join_guarded(spec, false).await?;
+        let (key, token) = (guard.key.clone(), guard.token);
         let waited = match timeout {
             Some(t) => tokio::time::timeout(t, self.wait_holder(&key, token, spec.session_id))
                 .await
@@ -128,16 +128,43 @@ impl Recipes {
 
     /// Joins only if a permit is free now (else `LockHeld`), and returns the holding.
     pub async fn try_acquire(&self, spec: &JoinSpec) -> Result<Holding, RecipeError> {
-        let (key, token) = self.join(spec, true).await?;
+        let guard = self.join_guarded(spec, true).await?;
+        let (key, token) = (guard.key.clone(), guard.token);
         let (zxid, place) = self.replica.read(|t| (t.last_zxid(), t.queue_place(&key)));
         match place {
-            Some(p) if p.token == token && p.is_holder() => Ok(Holding { key, token, zxid }),
-            // An adopted place that is still waiting (a retried Acquire's).
+            Some(p) if p.token == token && p.is_holder() => {
+                guard.hand_over();
+                Ok(Holding { key, token, zxid })
+            }
+            // An adopted place that is still waiting (a retried Acquire's, whose call
+            // keeps it: dropping this guard leaves it alone).
             _ => Err(crate::tree::TreeError::LockHeld {
                 queue: spec.queue.clone(),
             }
             .into()),
         }
+    }
+
+    /// Joins in a task of its own and returns the guard of the member's node, so that
+    /// a call dropped while its join is being committed still leaves no node behind:
+    /// the detached task finishes the join, and the guard it returns is dropped with
+    /// its output, which leaves the queue.
+    async fn join_guarded(
+        &self,
+        spec: &JoinSpec,
+        only_if_free: bool,
+    ) -> Result<Guard, RecipeError> {
+        let recipes = self.clone();
+        let spec = spec.clone();
+        let task = tokio::spawn(async move {
+            let (key, token) = recipes.join(&spec, only_if_free).await?;
+            Ok(Guard::new(&recipes, &key, token))
+        });
+        task.await.unwrap_or_else(|e| {
+            Err(RecipeError::Unexpected(format!(
+                "the join task failed: {e}"
+            )))
+        })
     }
 
     /// Submits the join; returns the member's key and token.
