@@ -108,6 +108,13 @@ impl Exclusive {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Waits without a time limit (only the session's end stops it).
+    async fn acquire_without_limit(self: &Arc<Self>) -> Result<LockGuard, Error> {
+        self.acquire(None)
+            .await?
+            .ok_or_else(|| Error::client(ErrorCode::Timeout, "acquire gave up"))
+    }
+
     async fn acquire(
         self: &Arc<Self>,
         timeout: Option<Duration>,
@@ -208,10 +215,7 @@ impl Mutex {
     /// Waits until the lock is held by this handle (at once if it already is).
     /// Errors: SESSION_EXPIRED once the session has ended; the client's errors.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
-        match self.lock.acquire(None).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::client(ErrorCode::Timeout, "acquire gave up")),
-        }
+        self.lock.acquire_without_limit().await
     }
 
     /// Waits at most `timeout`; `None` when the lock was not acquired in time (the
@@ -274,10 +278,7 @@ impl SemaphoreMutex {
     /// Waits until the lock is free and held by this handle. Errors: as
     /// [`Mutex::acquire`]'s.
     pub async fn acquire(&self) -> Result<LockGuard, Error> {
-        match self.lock.acquire(None).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::client(ErrorCode::Timeout, "acquire gave up")),
-        }
+        self.lock.acquire_without_limit().await
     }
 
     /// Waits at most `timeout`; `None` when the lock was not acquired in time.
