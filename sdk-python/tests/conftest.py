@@ -92,6 +92,8 @@ class Server:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self._log.close()
         self._tmp.cleanup()
 

@@ -259,7 +259,7 @@ def test_a_dead_address_is_connection_loss_and_a_stalled_server_times_out(own_se
 def test_retries_ride_out_a_stall_for_reads(own_server: Server) -> None:
     async def body() -> None:
         async with concord.aio.Client(
-            own_server.addr, call_timeout=0.2, retry=concord.Retry(deadline=20.0, max_delay=0.2)
+            own_server.addr, call_timeout=0.5, retry=concord.Retry(deadline=20.0, max_delay=0.2)
         ) as c:
             await c.create("/r", b"v")
             own_server.stop()
