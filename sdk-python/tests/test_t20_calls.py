@@ -273,3 +273,16 @@ def test_retries_ride_out_a_stall_for_reads(own_server: Server) -> None:
     import concord.aio
 
     asyncio.run(body())
+
+
+def test_calls_move_past_a_dead_host_of_the_list(server: Server, root: str, kind: str) -> None:
+    from conftest import free_port
+
+    hosts = f"127.0.0.1:{free_port()},{server.addr}"
+
+    async def body(c: Any) -> None:
+        assert await c.create(root, b"x") == root
+        for _ in range(4):  # whichever host is current, reads land on the live one
+            assert (await c.get(root))[0] == b"x"
+
+    run_with(kind, hosts, body, retry=concord.Retry(deadline=10.0, max_delay=0.1))

@@ -16,7 +16,7 @@ from .types import Stat
 OpResult = Union[str, Stat, bool, ConcordError]
 
 
-def create_mode(ephemeral: bool, sequence: bool) -> int:
+def create_mode(ephemeral: bool, sequence: bool) -> tree_pb2.CreateMode:
     """The wire's CreateMode for kazoo's two flags."""
     if ephemeral:
         return tree_pb2.EPHEMERAL_SEQUENTIAL if sequence else tree_pb2.EPHEMERAL
