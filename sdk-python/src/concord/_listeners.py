@@ -27,6 +27,8 @@ class Listeners:
         self._fns: list[Listener] = []
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Set by shutdown(): no new executor is made after it.
+        self._closed = False
 
     def add(self, fn: Listener) -> None:
         with self._lock:
@@ -41,6 +43,8 @@ class Listeners:
     def dispatch(self, state: State) -> None:
         """Hands ``state`` to every listener; called on the loop, never waits."""
         with self._lock:
+            if self._closed:
+                return
             fns = list(self._fns)
             if fns and self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -60,6 +64,7 @@ class Listeners:
         """Stops the executor after the callbacks already queued; does not wait for them
         (a listener may be the caller)."""
         with self._lock:
+            self._closed = True
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)

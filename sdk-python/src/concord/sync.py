@@ -32,6 +32,8 @@ class _LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        #: Set by stop(): the loop takes no more work.
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="concord-io", daemon=True)
         self._thread.start()
 
@@ -44,7 +46,7 @@ class _LoopThread:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("a blocking Concord call on the client's own I/O loop")
-        if self.loop.is_closed():
+        if self._stopped or self.loop.is_closed():
             coro.close()
             raise RuntimeError("the client is closed")
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -55,8 +57,9 @@ class _LoopThread:
             raise
 
     def stop(self) -> None:
-        if self.loop.is_closed():
+        if self._stopped:
             return
+        self._stopped = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=10)

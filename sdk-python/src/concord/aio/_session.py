@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import logging
 from typing import TYPE_CHECKING
 
 import grpc
@@ -30,6 +31,8 @@ from ..types import Retry, State
 
 if TYPE_CHECKING:
     from .client import Client
+
+log = logging.getLogger("concord")
 
 #: Shortest ping interval, whatever the TTL (seconds).
 PING_INTERVAL_MIN_S = 0.010
@@ -184,6 +187,11 @@ class Session:
             err = from_rpc_error(e, write=False)
             return (_End.EXPIRED if err.code is ErrorCode.SESSION_EXPIRED else _End.BROKEN), answered
         except (grpc.aio.UsageError, asyncio.InvalidStateError, OSError):
+            return _End.BROKEN, answered
+        except Exception:
+            # Whatever else broke this stream, the session is not lost by it: the
+            # next stream (or the clock) decides.
+            log.exception("a KeepAlive stream failed")
             return _End.BROKEN, answered
         finally:
             if read is not None:
