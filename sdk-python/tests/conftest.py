@@ -36,7 +36,7 @@ BODY_TIMEOUT_S = 30.0
 class Server:
     """One `concord` process; `kill()` (and the fixtures' finalizers) end it."""
 
-    def __init__(self, config: str = "") -> None:
+    def __init__(self, config: str = "", extra: tuple[str, ...] = ()) -> None:
         if not CONCORD_BIN.exists():
             raise RuntimeError(f"{CONCORD_BIN} is missing: build it (cargo build --bins) or set CONCORD_BIN")
         self._tmp = tempfile.TemporaryDirectory(prefix="concord-py-")
@@ -53,6 +53,7 @@ class Server:
         if config:
             (tmp / "concord.toml").write_text(config)
             args += ["--config", str(tmp / "concord.toml")]
+        args += extra
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
