@@ -1,10 +1,12 @@
-"""TLS and mTLS with certificates from `concord certs`, and PERMISSION_DENIED from a
-real server (a certificate whose identity is neither an admin nor in a team)."""
+"""TLS and mTLS with certificates from `concord certs`, and the errors of access
+control from a real server: PERMISSION_DENIED (a certificate whose identity is
+neither an admin nor in a team) and QUOTA_EXCEEDED (a team over its nodes quota)."""
 
 from __future__ import annotations
 
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -15,12 +17,15 @@ from concord import TLS, ErrorCode
 
 from conftest import CONCORD_BIN, Server, run_with
 
+#: What the server logs once team roots and grants are seeded (server/src/api/access.rs).
+SEEDED = "the grant table and team roots are seeded"
+
 
 @pytest.fixture(scope="module")
 def certs() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="concord-py-certs-") as d:
         out = subprocess.run(
-            [str(CONCORD_BIN), "certs", d, "--members", "1", "--clients", "admin,stranger"],
+            [str(CONCORD_BIN), "certs", d, "--members", "1", "--clients", "admin,stranger,team-a"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -29,19 +34,31 @@ def certs() -> Iterator[Path]:
         yield Path(d)
 
 
+def _mtls_flags(certs: Path) -> tuple[str, ...]:
+    return (
+        "--cert-file", str(certs / "server-1.pem"),
+        "--key-file", str(certs / "server-1-key.pem"),
+        "--trusted-ca-file", str(certs / "ca.pem"),
+    )
+
+
 @pytest.fixture(scope="module")
 def tls_server(certs: Path) -> Iterator[Server]:
-    s = Server(
-        extra=(
-            "--cert-file", str(certs / "server-1.pem"),
-            "--key-file", str(certs / "server-1-key.pem"),
-            "--trusted-ca-file", str(certs / "ca.pem"),
-        )
-    )
+    s = Server(extra=_mtls_flags(certs))
     try:
         yield s
     finally:
         s.kill()
+
+
+TEAM_CONFIG = """
+[[teams]]
+name = "a"
+root = "/teams/a"
+identities = ["team-a"]
+[teams.quota]
+nodes_max = 2
+"""
 
 
 def _tls(certs: Path, client: str | None) -> TLS:
@@ -83,3 +100,25 @@ def test_no_client_certificate_or_plain_text_gets_no_connection(tls_server: Serv
             assert e.value.code is ErrorCode.UNAVAILABLE
         finally:
             c.close()
+
+
+def test_a_team_over_its_nodes_quota_gets_quota_exceeded(certs: Path) -> None:
+    s = Server(config=TEAM_CONFIG, extra=_mtls_flags(certs))
+    try:
+        deadline = time.monotonic() + 20
+        while SEEDED not in s.log():  # team members are refused until the seed is in
+            assert time.monotonic() < deadline, f"no seed in 20 s:\n{s.log()}"
+            time.sleep(0.02)
+        c = concord.Client(s.addr, tls=_tls(certs, "team-a"))
+        try:
+            c.create("/n1")
+            c.create("/n2")
+            with pytest.raises(concord.QuotaExceededError) as e:
+                c.create("/n3")
+            assert e.value.code is ErrorCode.QUOTA_EXCEEDED and not e.value.retry_safe
+            assert "nodes" in e.value.message
+            assert c.get_children("/") == ["n1", "n2"]
+        finally:
+            c.close()
+    finally:
+        s.kill()
