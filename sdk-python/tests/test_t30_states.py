@@ -201,3 +201,22 @@ def test_listeners_of_the_aio_client_run_off_the_loop_and_may_call_it(server: Se
             assert await asyncio.wait_for(done, 10) == b"x"
 
     asyncio.run(main())
+
+
+def test_stop_on_a_stalled_server_gives_up_within_the_ttl(own_server: Server) -> None:
+    import time
+
+    c = concord.Client(own_server.addr, session_timeout=1.0)
+    try:
+        c.start()
+        own_server.stop()
+        try:
+            began = time.monotonic()
+            with pytest.raises(concord.TimeoutError):
+                c.stop()
+            assert time.monotonic() - began < 5
+            assert c.state is State.LOST
+        finally:
+            own_server.cont()
+    finally:
+        c.close()

@@ -216,16 +216,21 @@ class Client:
         """Closes the session on the server (its ephemerals go at once) and stops the
         keep-alives; state CLOSED (LOST if the session had expired). Whatever the
         outcome, the keep-alives stop: after a failed close the server expires the
-        session one TTL later, and the error is raised."""
+        session one TTL later, and the error is raised. The close waits at most the
+        call timeout, and never longer than the session's TTL."""
         session = self._session
         if session is None or session.ended:
             return
         await session.stop()
+        # Bounded by the TTL: the server expires an unpinged session by then anyway.
+        ttl_s = session.ttl_ms / 1000.0
+        limit = ttl_s if self.call_timeout is None else min(self.call_timeout, ttl_s)
         try:
             await self._call(
                 lambda ep: ep.session.Close,
                 session_pb2.CloseSessionRequest(session_id=session.id),
                 write=True,
+                limit=limit,
             )
         except SessionExpiredError:
             self._publish(session, State.LOST)
@@ -468,14 +473,17 @@ class Client:
         *,
         write: bool,
         dedup: bool = False,
+        limit: float | None = None,
     ) -> T:
-        """A unary call under the client's deadline and retry policy: retried when the
-        failure is retry-safe, or (a deduplicated write) when its outcome is unknown."""
+        """A unary call under the client's deadline (or ``limit``) and retry policy:
+        retried when the failure is retry-safe, or (a deduplicated write) when its
+        outcome is unknown."""
         first_failure: float | None = None
         attempt = 0
+        limit = self.call_timeout if limit is None else limit
         while True:
             try:
-                return await self._attempt(method, request, write=write, limit=self.call_timeout)
+                return await self._attempt(method, request, write=write, limit=limit)
             except ConcordError as err:
                 if self.retry is None or not (err.retry_safe or (dedup and err.indeterminate)):
                     raise
