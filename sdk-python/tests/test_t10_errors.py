@@ -186,3 +186,38 @@ def test_hosts_lists_parse_as_kazoo_connection_strings() -> None:
     ]
     with pytest.raises(ValueError):
         parse_hosts(" , ")
+
+
+def test_reads_ask_for_at_least_the_newest_zxid_seen() -> None:
+    from concord._proto import tree_pb2
+
+
+    class FakeTree:
+        def __init__(self) -> None:
+            self.requests: list[Any] = []
+
+        async def Get(self, req: Any) -> Any:  # noqa: N802 - the stub's name
+            self.requests.append(req)
+            return tree_pb2.GetResponse(header={"zxid": 7}, data=b"d")
+
+        async def Set(self, req: Any) -> Any:  # noqa: N802
+            self.requests.append(req)
+            return tree_pb2.SetResponse(header={"zxid": 90})
+
+    class FakeEndpoint:
+        tree = FakeTree()
+
+    async def main() -> None:
+        c = concord.aio.Client("127.0.0.1:1")
+        ep = FakeEndpoint()
+        c._endpoint = lambda: ep  # type: ignore[method-assign,assignment,return-value]
+        await c.get("/a")
+        assert ep.tree.requests[-1].min_zxid == 0 and c.last_zxid == 7
+        await c.get("/a", linearizable=True)
+        assert ep.tree.requests[-1].min_zxid == 7 and ep.tree.requests[-1].linearizable
+        await c.set("/a", b"x")
+        assert c.last_zxid == 90
+        await c.get("/a")  # an older answer does not move the record back
+        assert ep.tree.requests[-1].min_zxid == 90 and c.last_zxid == 90
+
+    asyncio.run(main())

@@ -81,6 +81,9 @@ def test_sequential_nodes(server: Server, root: str, kind: str) -> None:
         eph = await c.create(f"{root}/e-", ephemeral=True, sequence=True)
         stat = await c.exists(eph)
         assert stat is not None and stat.ephemeral_owner == c.session_id
+        # Keep-alive pings carry the newest zxid seen, as reads do.
+        core = c if kind == "aio" else c.sync.aio
+        assert core._session._ping().min_zxid == c.last_zxid >= stat.czxid
 
     run_with(kind, server.addr, body)
 
