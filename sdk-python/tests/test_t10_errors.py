@@ -191,7 +191,6 @@ def test_hosts_lists_parse_as_kazoo_connection_strings() -> None:
 def test_reads_ask_for_at_least_the_newest_zxid_seen() -> None:
     from concord._proto import tree_pb2
 
-
     class FakeTree:
         def __init__(self) -> None:
             self.requests: list[Any] = []
