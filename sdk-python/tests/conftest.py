@@ -36,7 +36,9 @@ BODY_TIMEOUT_S = 30.0
 class Server:
     """One `concord` process; `kill()` (and the fixtures' finalizers) end it."""
 
-    def __init__(self, config: str = "", extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, config: str = "", extra: tuple[str, ...] = (), listen: str = "127.0.0.1:0"
+    ) -> None:
         if not CONCORD_BIN.exists():
             raise RuntimeError(f"{CONCORD_BIN} is missing: build it (cargo build --bins) or set CONCORD_BIN")
         self._tmp = tempfile.TemporaryDirectory(prefix="concord-py-")
@@ -44,7 +46,7 @@ class Server:
         self.log_path = tmp / "server.log"
         args = [
             str(CONCORD_BIN),
-            "--listen", "127.0.0.1:0",
+            "--listen", listen,
             "--data-dir", str(tmp / "data"),
             "--tick-ms", "50",
             "--session-ttl-min-ms", "100",
