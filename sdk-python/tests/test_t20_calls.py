@@ -289,3 +289,23 @@ def test_calls_move_past_a_dead_host_of_the_list(server: Server, root: str, kind
             assert (await c.get(root))[0] == b"x"
 
     run_with(kind, hosts, body, retry=concord.Retry(deadline=10.0, max_delay=0.1))
+
+
+def test_calls_move_past_a_stalled_host_of_the_list(server: Server, own_server: Server, root: str) -> None:
+    c = concord.Client(
+        f"{own_server.addr},{server.addr}",
+        call_timeout=0.5,
+        retry=concord.Retry(deadline=10.0, max_delay=0.1),
+    )
+    try:
+        c.exists("/")  # answered by the first host
+        own_server.stop()
+        try:
+            # The first attempt times out on the stalled host; the retry goes to the next.
+            assert c.exists("/") is not None
+            c.create(root, b"x")  # now sent to the live host at once
+            assert c.get(root)[0] == b"x"
+        finally:
+            own_server.cont()
+    finally:
+        c.close()

@@ -457,6 +457,8 @@ class Client:
             else:
                 resp = await asyncio.wait_for(method(ep)(request), limit)
         except asyncio.TimeoutError:
+            # A stalled server keeps its connection open: try the next host next time.
+            self._rotate()
             raise deadline_error(write=write, limit_s=limit or 0.0) from None
         except grpc.RpcError as e:
             err = from_rpc_error(e, write=write)
