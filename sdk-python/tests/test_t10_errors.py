@@ -220,3 +220,14 @@ def test_reads_ask_for_at_least_the_newest_zxid_seen() -> None:
         assert ep.tree.requests[-1].min_zxid == 90 and c.last_zxid == 90
 
     asyncio.run(main())
+
+
+def test_keep_alive_timing_follows_the_ttl_and_the_share() -> None:
+    from concord.aio._session import Timing
+
+    t = Timing.of(3000, 0.5)
+    assert (t.ping, t.suspend_after, t.lost_after) == (1.0, 1.5, 3.0)
+    assert (t.stream_silence_max, t.first_answer_max) == (1.5, 0.25)
+    assert Timing.of(0, 0.5).first_answer_max == 0.02 and Timing.of(0, 0.5).ping == 0.01
+    assert Timing.of(3000, 7.0).suspend_after == 3.0
+    assert Timing.of(3000, float("nan")).suspend_after == 1.5

@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import enum
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import grpc
@@ -55,7 +56,7 @@ class Timing:
     @classmethod
     def of(cls, ttl_ms: int, suspend_share: float) -> Timing:
         ttl = max(ttl_ms, 0) / 1000.0
-        share = min(max(suspend_share, SUSPEND_SHARE_MIN), 1.0) if suspend_share == suspend_share else 0.5
+        share = min(max(suspend_share, SUSPEND_SHARE_MIN), 1.0) if math.isfinite(suspend_share) else 0.5
         ping = max(ttl / 3, PING_INTERVAL_MIN_S)
         return cls(
             ping=ping,
