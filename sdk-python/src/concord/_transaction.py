@@ -1,0 +1,93 @@
+"""The ops of a transaction (kazoo's ``client.transaction()``), as plain data, shared
+by the asyncio and the sync transaction; and the conversion of a Multi's answer or
+failure into kazoo's list of results. No IO here."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from ._proto import tree_pb2
+from .errors import ConcordError, ErrorCode, RolledBackError
+from .types import Stat
+
+#: What ``commit()`` returns per op: the created path, the new Stat, True (delete,
+#: check), or, when the transaction failed, the failing op's exception and
+#: RolledBackError for every other op.
+OpResult = Union[str, Stat, bool, ConcordError]
+
+
+def create_mode(ephemeral: bool, sequence: bool) -> tree_pb2.CreateMode:
+    """The wire's CreateMode for kazoo's two flags."""
+    if ephemeral:
+        return tree_pb2.EPHEMERAL_SEQUENTIAL if sequence else tree_pb2.EPHEMERAL
+    return tree_pb2.PERSISTENT_SEQUENTIAL if sequence else tree_pb2.PERSISTENT
+
+
+class TransactionOps:
+    """Collects ops in order; a subclass adds ``commit()``."""
+
+    def __init__(self) -> None:
+        self._ops: list[tree_pb2.Op] = []
+        #: True when an op creates an ephemeral: the Multi then names the session.
+        self._ephemeral = False
+        self._committed = False
+
+    def create(
+        self, path: str, value: bytes = b"", ephemeral: bool = False, sequence: bool = False
+    ) -> None:
+        """Adds a create (kazoo: ``create(path, value, acl, ephemeral, sequence)``)."""
+        self._check_open()
+        self._ephemeral = self._ephemeral or ephemeral
+        op = tree_pb2.CreateOp(path=path, data=bytes(value), mode=create_mode(ephemeral, sequence))
+        self._ops.append(tree_pb2.Op(create=op))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        """Adds a delete of ``path`` at ``version`` (-1: any)."""
+        self._check_open()
+        self._ops.append(tree_pb2.Op(delete=tree_pb2.DeleteOp(path=path, version=version)))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        """Adds a set of ``path``'s data at ``version`` (-1: any)."""
+        self._check_open()
+        op = tree_pb2.SetOp(path=path, data=bytes(value), version=version)
+        self._ops.append(tree_pb2.Op(set=op))
+
+    def check(self, path: str, version: int) -> None:
+        """Adds a check that ``path`` exists at ``version`` (-1: any)."""
+        self._check_open()
+        self._ops.append(tree_pb2.Op(check=tree_pb2.CheckOp(path=path, version=version)))
+
+    def _check_open(self) -> None:
+        if self._committed:
+            raise ValueError("the transaction was committed already")
+
+    def _take(self) -> tuple[list[tree_pb2.Op], bool]:
+        """The ops to send, once."""
+        self._check_open()
+        self._committed = True
+        return self._ops, self._ephemeral
+
+
+def results_of(response: Any) -> list[OpResult]:
+    """kazoo's results of a successful Multi."""
+    out: list[OpResult] = []
+    for r in response.results:
+        kind = r.WhichOneof("result")
+        if kind == "create":
+            out.append(r.create.path)
+        elif kind == "set":
+            out.append(Stat.of(r.set.stat))
+        else:
+            out.append(True)
+    return out
+
+
+def results_of_failure(err: ConcordError, count: int) -> list[OpResult] | None:
+    """kazoo's results of a failed Multi, when the error names its op; else None."""
+    index = err.op_index
+    if index is None or not 0 <= index < count:
+        return None
+    rolled = [RolledBackError(ErrorCode.BAD_STATE, "rolled back") for _ in range(count)]
+    out: list[OpResult] = list(rolled)
+    out[index] = err
+    return out

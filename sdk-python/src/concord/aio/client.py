@@ -1,0 +1,527 @@
+"""``concord.aio.Client``: the one core of the Python SDK, on grpc.aio.
+
+::
+
+    Client ── one grpc.aio channel per host; calls go to the current one, and move
+      │       to the next host after a transport failure or a silent keep-alive stream
+      ├─ _call(): a deadline per attempt, retries of retry-safe failures (Retry)
+      ├─ every answer's zxid recorded; every read asks for at least it (min_zxid)
+      ├─ start(): opens the session ─▶ _session.Session (keep-alive task, states)
+      └─ states ─▶ _listeners.Listeners (an executor, never the loop)
+
+The sync ``concord.Client`` drives this same class on a private loop thread, so
+nothing here may block: every wait is an await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from types import TracebackType
+from typing import Any, Awaitable, Callable, TypeVar
+
+import grpc
+
+from .._listeners import Listener, Listeners
+from .._proto import common_pb2, session_pb2, session_pb2_grpc, tree_pb2, tree_pb2_grpc
+from .._transaction import OpResult, TransactionOps, create_mode, results_of, results_of_failure
+from ..errors import (
+    ConcordError,
+    ErrorCode,
+    NodeExistsError,
+    NoNodeError,
+    Origin,
+    SessionExpiredError,
+    deadline_error,
+    from_rpc_error,
+    make_error,
+)
+from ..types import TLS, Fence, Retry, Stat, State
+from ._session import Session
+
+T = TypeVar("T")
+
+#: The port of a host given without one.
+DEFAULT_PORT = 7181
+#: Bound on the pages ``get_children`` follows, so a faulty server cannot loop it.
+PAGES_MAX = 1_000_000
+#: Responses may be 1 MiB larger than the largest request (4 MiB by default).
+_MESSAGE_BYTES_MAX = 64 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", _MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", _MESSAGE_BYTES_MAX),
+    ("grpc.enable_retries", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+
+
+def parse_hosts(hosts: str) -> list[str]:
+    """``"a:7181,b:7191"`` (``http://``/``https://`` prefixes allowed) as ``host:port``s."""
+    out = []
+    for part in hosts.split(","):
+        part = part.strip()
+        for scheme in ("http://", "https://"):
+            if part.startswith(scheme):
+                part = part[len(scheme) :]
+        part = part.rstrip("/")
+        if not part:
+            continue
+        has_port = part.rsplit(":", 1)[-1].isdigit() and (
+            not part.startswith("[") or "]:" in part
+        )
+        out.append(part if has_port else f"{part}:{DEFAULT_PORT}")
+    if not out:
+        raise ValueError(f"no host in {hosts!r}")
+    return out
+
+
+def _pem(value: str | bytes | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()
+
+
+class _Endpoint:
+    """One host's channel and stubs."""
+
+    def __init__(self, target: str, tls: TLS | None) -> None:
+        if tls is None:
+            self.channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        else:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_pem(tls.ca),
+                private_key=_pem(tls.key),
+                certificate_chain=_pem(tls.cert),
+            )
+            self.channel = grpc.aio.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+        self.tree = tree_pb2_grpc.TreeStub(self.channel)
+        self.session = session_pb2_grpc.SessionStub(self.channel)
+
+
+class Client:
+    """An asyncio Concord client with one session (kazoo's ``KazooClient``, async).
+
+    ``hosts`` is a comma-separated list of ``host:port``; ``session_timeout`` the TTL
+    (seconds) the session asks for (the server clamps it to its range); ``retry`` the
+    policy for retry-safe failures (None: each call is sent once); ``call_timeout`` the
+    longest one attempt of a call may take (None: no deadline); ``suspend_share`` the
+    share of the TTL without an answered ping after which the state is SUSPENDED.
+    """
+
+    def __init__(
+        self,
+        hosts: str = f"127.0.0.1:{DEFAULT_PORT}",
+        session_timeout: float = 10.0,
+        *,
+        tls: TLS | None = None,
+        retry: Retry | None = None,
+        call_timeout: float | None = None,
+        suspend_share: float = 0.5,
+    ) -> None:
+        self.hosts = parse_hosts(hosts)
+        self.session_timeout = session_timeout
+        self.tls = tls
+        self.retry = retry
+        self.call_timeout = call_timeout
+        self.suspend_share = suspend_share
+        self._endpoints: list[_Endpoint] = []
+        #: Index of the endpoint calls go to now.
+        self._current = 0
+        #: The newest zxid an answer reflected; reads ask for at least it.
+        self._seen = 0
+        self._session: Session | None = None
+        self._state = State.LOST
+        self._listeners = Listeners()
+        self._request_ids = itertools.count(1)
+        self._closed = False
+
+    # -- properties ---------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """The session's state (LOST before ``start()``, as kazoo's)."""
+        return self._state
+
+    @property
+    def connected(self) -> bool:
+        """True while the session's pings are answered."""
+        return self._state.connected
+
+    @property
+    def session_id(self) -> int | None:
+        """The id of the session ``start()`` opened (None before)."""
+        return self._session.id if self._session is not None else None
+
+    @property
+    def session_ttl_ms(self) -> int | None:
+        """The TTL the server granted the session."""
+        return self._session.ttl_ms if self._session is not None else None
+
+    @property
+    def last_zxid(self) -> int:
+        """The newest zxid any answer to this client reflected."""
+        return self._seen
+
+    def add_listener(self, listener: Listener) -> None:
+        """Calls ``listener(state)`` on every change of state, in order, off the I/O loop
+        (plain functions on the client's listener thread, ``async def`` as tasks)."""
+        self._listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self, timeout: float = 15.0) -> None:
+        """Opens the session and starts keeping it alive; state CONNECTED. Retries for at
+        most ``timeout`` seconds while no server answers; then TimeoutError. (A retried
+        open whose first attempt reached a server leaves an unused session that the
+        server expires one TTL later.)"""
+        if self._closed:
+            raise make_error(ErrorCode.BAD_STATE, "the client is closed")
+        if self._session is not None and not self._session.ended:
+            return
+        ttl_ms = int(self.session_timeout * 1000)
+        request = session_pb2.OpenSessionRequest(ttl_ms=ttl_ms)
+        started = time.monotonic()
+        policy = Retry(deadline=timeout, delay=0.05, max_delay=1.0)
+        attempt = 0
+        while True:
+            remaining = started + timeout - time.monotonic()
+            try:
+                resp = await self._attempt(
+                    lambda ep: ep.session.Open, request, write=True, limit=min(remaining, 5.0)
+                )
+                break
+            except ConcordError as err:
+                attempt += 1
+                if not (err.retry_safe or err.indeterminate):
+                    raise
+                if not policy.allows(attempt, time.monotonic() - started):
+                    raise make_error(
+                        ErrorCode.TIMEOUT,
+                        f"no session within {timeout} s: {err}",
+                        origin=Origin.CLIENT,
+                    ) from err
+                await asyncio.sleep(min(policy.jittered(attempt), max(remaining, 0.0)))
+        self._session = Session(self, resp.session_id, resp.ttl_ms, self.suspend_share)
+        self._state = State.CONNECTED
+        self._listeners.dispatch(State.CONNECTED)
+
+    async def stop(self) -> None:
+        """Closes the session on the server (its ephemerals go at once) and stops the
+        keep-alives; state CLOSED (LOST if the session had expired). Whatever the
+        outcome, the keep-alives stop: after a failed close the server expires the
+        session one TTL later, and the error is raised. The close waits at most the
+        call timeout, and never longer than the session's TTL."""
+        session = self._session
+        if session is None or session.ended:
+            return
+        await session.stop()
+        # Bounded by the TTL: the server expires an unpinged session by then anyway.
+        ttl_s = session.ttl_ms / 1000.0
+        limit = ttl_s if self.call_timeout is None else min(self.call_timeout, ttl_s)
+        try:
+            await self._call(
+                lambda ep: ep.session.Close,
+                session_pb2.CloseSessionRequest(session_id=session.id),
+                write=True,
+                limit=limit,
+            )
+        except SessionExpiredError:
+            self._publish(session, State.LOST)
+            return
+        except ConcordError:
+            self._publish(session, State.LOST)
+            raise
+        self._publish(session, State.CLOSED)
+
+    async def close(self) -> None:
+        """Stops the session if it runs (errors ignored), then closes the channels and
+        the listener thread. The client cannot be started again."""
+        try:
+            await self.stop()
+        except ConcordError:
+            pass
+        self._closed = True
+        endpoints, self._endpoints = self._endpoints, []
+        for ep in endpoints:
+            await ep.channel.close()
+        self._listeners.shutdown()
+
+    async def __aenter__(self) -> Client:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.stop()
+        finally:
+            await self.close()
+
+    # -- reads --------------------------------------------------------------------
+
+    async def get(self, path: str, *, linearizable: bool = False) -> tuple[bytes, Stat]:
+        """The node's data and Stat. Errors: NoNodeError."""
+        req = tree_pb2.GetRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
+        resp = await self._call(lambda ep: ep.tree.Get, req, write=False)
+        return bytes(resp.data), Stat.of(resp.stat)
+
+    async def exists(self, path: str, *, linearizable: bool = False) -> Stat | None:
+        """The node's Stat, or None when it does not exist."""
+        req = tree_pb2.ExistsRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
+        resp = await self._call(lambda ep: ep.tree.Exists, req, write=False)
+        return Stat.of(resp.stat) if resp.exists else None
+
+    async def get_children(self, path: str, *, linearizable: bool = False) -> list[str]:
+        """The names of the node's children, sorted, across every page. Errors: NoNodeError."""
+        names: list[str] = []
+        token = ""
+        for _ in range(PAGES_MAX):
+            req = tree_pb2.ChildrenRequest(
+                path=path, page_token=token, min_zxid=self._seen, linearizable=linearizable
+            )
+            resp = await self._call(lambda ep: ep.tree.Children, req, write=False)
+            names.extend(c.name for c in resp.children)
+            if not resp.next_page_token:
+                return names
+            if resp.next_page_token == token:
+                break
+            token = resp.next_page_token
+        raise make_error(ErrorCode.INTERNAL, "the server's page tokens do not advance")
+
+    async def sync(self, path: str = "/") -> int:
+        """Waits until the answering server has applied what the leader had committed;
+        returns that zxid."""
+        resp = await self._call(lambda ep: ep.tree.Sync, tree_pb2.SyncRequest(path=path), write=False)
+        return int(resp.header.zxid)
+
+    # -- writes -------------------------------------------------------------------
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        *,
+        fence: Fence | None = None,
+    ) -> str:
+        """Creates a node; returns its path (with the sequence suffix, if any). An
+        ephemeral node belongs to the client's session. ``makepath`` creates missing
+        parents (persistent, empty). Errors: NodeExistsError, NoNodeError (parent),
+        NoChildrenForEphemeralsError, SessionExpiredError, BadArgumentsError."""
+        req = tree_pb2.CreateRequest(
+            path=path, data=bytes(value), mode=create_mode(ephemeral, sequence), fence=_fence(fence)
+        )
+        dedup = False
+        if ephemeral:
+            # The session owns the node; a request id makes a retry of a create whose
+            # outcome is unknown safe (the server applies it at most once).
+            req.session_id = self._live_session_id()
+            req.request_id = next(self._request_ids)
+            dedup = True
+        try:
+            resp = await self._call(lambda ep: ep.tree.Create, req, write=True, dedup=dedup)
+        except NoNodeError:
+            parent = path.rsplit("/", 1)[0]
+            if not makepath or not parent:
+                raise
+            await self.ensure_path(parent)
+            if dedup:
+                req.request_id = next(self._request_ids)
+            resp = await self._call(lambda ep: ep.tree.Create, req, write=True, dedup=dedup)
+        return str(resp.path)
+
+    async def set(
+        self, path: str, value: bytes, version: int = -1, *, fence: Fence | None = None
+    ) -> Stat:
+        """Replaces the node's data if its version is ``version`` (-1: any); returns the
+        new Stat. Errors: NoNodeError, BadVersionError, BadArgumentsError."""
+        req = tree_pb2.SetRequest(path=path, data=bytes(value), version=version, fence=_fence(fence))
+        resp = await self._call(lambda ep: ep.tree.Set, req, write=True)
+        return Stat.of(resp.stat)
+
+    async def delete(
+        self, path: str, version: int = -1, recursive: bool = False, *, fence: Fence | None = None
+    ) -> None:
+        """Deletes the node if its version is ``version`` (-1: any). ``recursive``
+        deletes its subtree first (nodes already gone are skipped, as kazoo does).
+        Errors: NoNodeError, BadVersionError, NotEmptyError."""
+        if recursive:
+            await self._delete_tree(path, version, fence)
+            return
+        req = tree_pb2.DeleteRequest(path=path, version=version, fence=_fence(fence))
+        await self._call(lambda ep: ep.tree.Delete, req, write=True)
+
+    async def _delete_tree(self, path: str, version: int, fence: Fence | None) -> None:
+        try:
+            children = await self.get_children(path)
+        except NoNodeError:
+            return
+        base = path.rstrip("/")
+        for child in children:
+            await self._delete_tree(f"{base}/{child}", -1, fence)
+        if path == "/":
+            return
+        try:
+            await self.delete(path, version, fence=fence)
+        except NoNodeError:
+            pass
+
+    async def ensure_path(self, path: str) -> None:
+        """Creates ``path`` and its missing parents as empty persistent nodes."""
+        if path in ("", "/") or await self.exists(path) is not None:
+            return
+        prefix = ""
+        for part in path.strip("/").split("/"):
+            prefix = f"{prefix}/{part}"
+            try:
+                await self.create(prefix)
+            except NodeExistsError:
+                pass
+
+    def transaction(self) -> Transaction:
+        """A transaction: add ops with ``create``, ``delete``, ``set_data``, ``check``,
+        then ``await commit()`` (or leave an ``async with`` block)."""
+        return Transaction(self)
+
+    async def _commit(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> list[OpResult]:
+        req = tree_pb2.MultiRequest(ops=ops, fence=_fence(fence))
+        dedup = False
+        if ephemeral:
+            req.session_id = self._live_session_id()
+            req.request_id = next(self._request_ids)
+            dedup = True
+        try:
+            resp = await self._call(lambda ep: ep.tree.Multi, req, write=True, dedup=dedup)
+        except ConcordError as err:
+            failed = results_of_failure(err, len(ops))
+            if failed is None:
+                raise
+            return failed
+        return results_of(resp)
+
+    # -- internals ----------------------------------------------------------------
+
+    def _live_session_id(self) -> int:
+        if self._session is None:
+            raise SessionExpiredError(
+                ErrorCode.SESSION_EXPIRED, "no session: call start() first", origin=Origin.CLIENT
+            )
+        return self._session.id
+
+    def _saw(self, zxid: int) -> None:
+        if zxid > self._seen:
+            self._seen = zxid
+
+    def _endpoint(self) -> _Endpoint:
+        if self._closed:
+            raise make_error(ErrorCode.BAD_STATE, "the client is closed")
+        if not self._endpoints:
+            self._endpoints = [_Endpoint(h, self.tls) for h in self.hosts]
+        return self._endpoints[self._current % len(self._endpoints)]
+
+    def _rotate(self) -> None:
+        """Moves calls and keep-alives to the next host of the list."""
+        if len(self.hosts) > 1:
+            self._current = (self._current + 1) % len(self.hosts)
+
+    def _publish(self, session: Session, state: State) -> None:
+        """A state of ``session``, published if it is the client's, has not ended, and
+        the state differs; listeners hear it."""
+        if session is not self._session or session.ended or state is self._state:
+            return
+        session.ended = state.ended
+        self._state = state
+        self._listeners.dispatch(state)
+
+    async def _attempt(
+        self, method: Callable[[_Endpoint], Callable[..., Awaitable[T]]], request: Any, *, write: bool, limit: float | None
+    ) -> T:
+        """One attempt of a unary call, on the current host."""
+        ep = self._endpoint()
+        try:
+            if limit is None:
+                resp: Any = await method(ep)(request)
+            else:
+                resp = await asyncio.wait_for(method(ep)(request), limit)
+        except asyncio.TimeoutError:
+            # A stalled server keeps its connection open: try the next host next time.
+            self._rotate()
+            raise deadline_error(write=write, limit_s=limit or 0.0) from None
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=write)
+            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
+                self._rotate()
+            raise err from None
+        self._saw(resp.header.zxid)
+        return resp  # type: ignore[no-any-return]
+
+    async def _call(
+        self,
+        method: Callable[[_Endpoint], Callable[..., Awaitable[T]]],
+        request: Any,
+        *,
+        write: bool,
+        dedup: bool = False,
+        limit: float | None = None,
+    ) -> T:
+        """A unary call under the client's deadline (or ``limit``) and retry policy:
+        retried when the failure is retry-safe, or (a deduplicated write) when its
+        outcome is unknown."""
+        first_failure: float | None = None
+        attempt = 0
+        limit = self.call_timeout if limit is None else limit
+        while True:
+            try:
+                return await self._attempt(method, request, write=write, limit=limit)
+            except ConcordError as err:
+                if self.retry is None or not (err.retry_safe or (dedup and err.indeterminate)):
+                    raise
+                now = time.monotonic()
+                first_failure = now if first_failure is None else first_failure
+                attempt += 1
+                if not self.retry.allows(attempt, now - first_failure):
+                    raise
+            await asyncio.sleep(self.retry.jittered(attempt))
+
+
+class Transaction(TransactionOps):
+    """kazoo's transaction, async: ``commit()`` returns one result per op (the created
+    path, the new Stat, True), or on failure the failing op's exception in its place
+    and RolledBackError elsewhere; failures not tied to an op are raised."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__()
+        self._client = client
+
+    async def commit(self, *, fence: Fence | None = None) -> list[OpResult]:
+        ops, ephemeral = self._take()
+        return await self._client._commit(ops, ephemeral, fence)
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            await self.commit()
+
+
+def _fence(fence: Fence | None) -> common_pb2.Fence | None:
+    return None if fence is None else common_pb2.Fence(key=fence.key, token=fence.token)

@@ -1,0 +1,318 @@
+"""Concord's exceptions, and what a caller may do after one.
+
+Every failed call raises a :class:`ConcordError` subclass named as kazoo names it
+(``NoNodeError``, ``NodeExistsError``, ...). The machine-readable :class:`ErrorCode` is
+read, in this order, from
+
+1. the ``concord-error-code`` trailing metadata entry the server sets on every failure;
+2. the message prefix (``"NO_NODE: /a does not exist"``);
+3. the gRPC status code, for failures no server answered (connection refused, a
+   client-side deadline, a reset stream).
+
+Two questions follow every failure: :attr:`ConcordError.retry_safe` (sending the same
+request again is safe and may succeed) and :attr:`ConcordError.indeterminate` (a
+write's outcome is unknown). The rules are the Rust SDK's (``sdk-rust/src/error.rs``).
+This module only classifies; it never retries.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+from typing import Any
+
+import grpc
+
+#: The trailing metadata key under which the server names the error code.
+ERROR_CODE_METADATA_KEY = "concord-error-code"
+
+
+class ErrorCode(enum.IntEnum):
+    """The wire's ``concord.v1.ErrorCode`` (a test checks it matches the proto)."""
+
+    ERROR_CODE_UNSPECIFIED = 0
+    NODE_EXISTS = 1
+    NO_NODE = 2
+    BAD_VERSION = 3
+    NOT_EMPTY = 4
+    NO_CHILDREN_FOR_EPHEMERALS = 5
+    BAD_PATH = 6
+    DATA_TOO_LARGE = 7
+    SESSION_EXPIRED = 8
+    FENCED = 9
+    NOT_LEADER = 10
+    QUOTA_EXCEEDED = 11
+    PERMISSION_DENIED = 12
+    BAD_ARGUMENTS = 13
+    ZXID_COMPACTED = 14
+    SLOW_CONSUMER = 15
+    TIMEOUT = 16
+    UNAVAILABLE = 17
+    UNIMPLEMENTED = 18
+    INTERNAL = 19
+    LOCK_HELD = 20
+    BAD_STATE = 21
+    BAD_MESSAGE = 22
+    MESSAGE_TOO_LARGE = 23
+    RESPONSE_TOO_LARGE = 24
+    OUTCOME_UNKNOWN = 25
+
+
+class Origin(enum.Enum):
+    """Where an error came from; decides the retry classification."""
+
+    #: The server answered with a Concord error (code in metadata or message prefix).
+    SERVER = "server"
+    #: The request never reached a server (connecting failed): nothing was done.
+    NOT_SENT = "not_sent"
+    #: The transport failed after the request may have been sent.
+    TRANSPORT = "transport"
+    #: The SDK refused the call before sending it.
+    CLIENT = "client"
+
+
+# Codes that describe the moment rather than the request: trying again may work.
+_TRANSIENT = frozenset(
+    {
+        ErrorCode.NOT_LEADER,
+        ErrorCode.OUTCOME_UNKNOWN,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.TIMEOUT,
+        ErrorCode.INTERNAL,
+        ErrorCode.SLOW_CONSUMER,
+    }
+)
+
+
+class ConcordError(Exception):
+    """A failed Concord call. ``str()`` is ``"CODE: message"``."""
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str = "",
+        *,
+        origin: Origin = Origin.CLIENT,
+        write: bool = False,
+        grpc_code: grpc.StatusCode | None = None,
+    ) -> None:
+        super().__init__(f"{code.name}: {message}")
+        #: The machine-readable code.
+        self.code = code
+        #: The human-readable message, without the ``CODE: `` prefix.
+        self.message = message
+        #: Where the error came from.
+        self.origin = origin
+        #: Whether the failed call could have changed anything (a write).
+        self.write = write
+        #: The gRPC status code that carried it (None for the SDK's own errors).
+        self.grpc_code = grpc_code
+
+    @property
+    def retry_safe(self) -> bool:
+        """True when sending the same request again is safe and may succeed.
+
+        Only transient failures qualify (NOT_LEADER, UNAVAILABLE, TIMEOUT, INTERNAL,
+        SLOW_CONSUMER, OUTCOME_UNKNOWN), and then only for a read, or for a write the
+        server certainly did not apply (never sent, or refused with NOT_LEADER).
+        """
+        if self.code not in _TRANSIENT:
+            return False
+        return not self.write or self._server_did_nothing()
+
+    @property
+    def indeterminate(self) -> bool:
+        """True when a write's outcome is unknown: it may or may not have been applied."""
+        return self.write and self.code in _TRANSIENT and not self._server_did_nothing()
+
+    @property
+    def op_index(self) -> int | None:
+        """For a failed transaction: the index (from 0) of the op that failed."""
+        if not self.message.startswith("op "):
+            return None
+        index, sep, _ = self.message[3:].partition(": ")
+        return int(index) if sep and index.isdigit() else None
+
+    def _server_did_nothing(self) -> bool:
+        if self.origin in (Origin.NOT_SENT, Origin.CLIENT):
+            return True
+        return self.origin is Origin.SERVER and self.code is ErrorCode.NOT_LEADER
+
+
+class NodeExistsError(ConcordError):
+    """NODE_EXISTS: the node already exists."""
+
+
+class NoNodeError(ConcordError):
+    """NO_NODE: the node (or, for a create, its parent) does not exist."""
+
+
+class BadVersionError(ConcordError):
+    """BAD_VERSION: the expected version did not match the node's."""
+
+
+class NotEmptyError(ConcordError):
+    """NOT_EMPTY: the node has children and cannot be deleted."""
+
+
+class NoChildrenForEphemeralsError(ConcordError):
+    """NO_CHILDREN_FOR_EPHEMERALS: ephemeral nodes cannot have children."""
+
+
+class SessionExpiredError(ConcordError):
+    """SESSION_EXPIRED: the session expired, was closed, or never existed."""
+
+
+class FencedError(ConcordError):
+    """FENCED: the write's fence no longer holds its lock or leadership."""
+
+
+class PermissionDeniedError(ConcordError):
+    """PERMISSION_DENIED: the caller may not do this."""
+
+
+class QuotaExceededError(ConcordError):
+    """QUOTA_EXCEEDED: a team quota would be exceeded; nothing was done."""
+
+
+class BadArgumentsError(ConcordError):
+    """BAD_ARGUMENTS, BAD_PATH, DATA_TOO_LARGE, BAD_MESSAGE, MESSAGE_TOO_LARGE or
+    RESPONSE_TOO_LARGE: the request itself is wrong; it fails the same way again."""
+
+
+class ConnectionLossError(ConcordError):
+    """UNAVAILABLE, NOT_LEADER or OUTCOME_UNKNOWN: no server could take the call."""
+
+
+class TimeoutError(ConcordError, builtins.TimeoutError):
+    """TIMEOUT: no answer within the deadline (for a write: outcome unknown)."""
+
+
+class RolledBackError(ConcordError):
+    """In a failed transaction's results: this op was not applied because another failed."""
+
+
+_CLASSES: dict[ErrorCode, type[ConcordError]] = {
+    ErrorCode.NODE_EXISTS: NodeExistsError,
+    ErrorCode.NO_NODE: NoNodeError,
+    ErrorCode.BAD_VERSION: BadVersionError,
+    ErrorCode.NOT_EMPTY: NotEmptyError,
+    ErrorCode.NO_CHILDREN_FOR_EPHEMERALS: NoChildrenForEphemeralsError,
+    ErrorCode.SESSION_EXPIRED: SessionExpiredError,
+    ErrorCode.FENCED: FencedError,
+    ErrorCode.PERMISSION_DENIED: PermissionDeniedError,
+    ErrorCode.QUOTA_EXCEEDED: QuotaExceededError,
+    ErrorCode.BAD_ARGUMENTS: BadArgumentsError,
+    ErrorCode.BAD_PATH: BadArgumentsError,
+    ErrorCode.DATA_TOO_LARGE: BadArgumentsError,
+    ErrorCode.BAD_MESSAGE: BadArgumentsError,
+    ErrorCode.MESSAGE_TOO_LARGE: BadArgumentsError,
+    ErrorCode.RESPONSE_TOO_LARGE: BadArgumentsError,
+    ErrorCode.UNAVAILABLE: ConnectionLossError,
+    ErrorCode.NOT_LEADER: ConnectionLossError,
+    ErrorCode.OUTCOME_UNKNOWN: ConnectionLossError,
+    ErrorCode.TIMEOUT: TimeoutError,
+}
+
+_FROM_GRPC: dict[grpc.StatusCode, ErrorCode] = {
+    grpc.StatusCode.ALREADY_EXISTS: ErrorCode.NODE_EXISTS,
+    grpc.StatusCode.NOT_FOUND: ErrorCode.NO_NODE,
+    grpc.StatusCode.FAILED_PRECONDITION: ErrorCode.BAD_STATE,
+    grpc.StatusCode.INVALID_ARGUMENT: ErrorCode.BAD_ARGUMENTS,
+    grpc.StatusCode.OUT_OF_RANGE: ErrorCode.ZXID_COMPACTED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ErrorCode.QUOTA_EXCEEDED,
+    grpc.StatusCode.PERMISSION_DENIED: ErrorCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED: ErrorCode.PERMISSION_DENIED,
+    grpc.StatusCode.DEADLINE_EXCEEDED: ErrorCode.TIMEOUT,
+    grpc.StatusCode.CANCELLED: ErrorCode.TIMEOUT,
+    grpc.StatusCode.UNAVAILABLE: ErrorCode.UNAVAILABLE,
+    grpc.StatusCode.ABORTED: ErrorCode.UNAVAILABLE,
+    grpc.StatusCode.UNIMPLEMENTED: ErrorCode.UNIMPLEMENTED,
+}
+
+# grpc-core's words for a call that never left the client: no connection could be made.
+_NOT_SENT_MARKERS = (
+    "failed to connect to all addresses",
+    "connection refused",
+    "connections to all backends failing",
+)
+
+
+def make_error(
+    code: ErrorCode,
+    message: str = "",
+    *,
+    origin: Origin = Origin.CLIENT,
+    write: bool = False,
+    grpc_code: grpc.StatusCode | None = None,
+) -> ConcordError:
+    """The exception of the class ``code`` maps to."""
+    cls = _CLASSES.get(code, ConcordError)
+    return cls(code, message, origin=origin, write=write, grpc_code=grpc_code)
+
+
+def parse_code_name(name: str) -> ErrorCode | None:
+    """An ``ErrorCode`` by its wire name; the unspecified code is not a real code."""
+    code = ErrorCode.__members__.get(name.strip())
+    if code is None or code is ErrorCode.ERROR_CODE_UNSPECIFIED:
+        return None
+    return code
+
+
+def _code_from_message(message: str) -> tuple[ErrorCode, str] | None:
+    name, sep, rest = message.partition(":")
+    code = parse_code_name(name)
+    if code is None:
+        return None
+    return code, rest[1:] if rest.startswith(" ") else rest
+
+
+def _metadata_code(metadata: Any) -> ErrorCode | None:
+    for key, value in metadata or ():
+        if key == ERROR_CODE_METADATA_KEY:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            return parse_code_name(text)
+    return None
+
+
+def from_status(
+    status: grpc.StatusCode, message: str, metadata: Any, *, write: bool
+) -> ConcordError:
+    """The exception for a failed call's status, details and trailing metadata."""
+    code = _metadata_code(metadata)
+    if code is not None:
+        parsed = _code_from_message(message)
+        if parsed is not None and parsed[0] is code:
+            message = parsed[1]
+        return make_error(code, message, origin=Origin.SERVER, write=write, grpc_code=status)
+    parsed = _code_from_message(message)
+    if parsed is not None:
+        return make_error(
+            parsed[0], parsed[1], origin=Origin.SERVER, write=write, grpc_code=status
+        )
+    lowered = message.lower()
+    if status is grpc.StatusCode.UNAVAILABLE and any(m in lowered for m in _NOT_SENT_MARKERS):
+        return make_error(
+            ErrorCode.UNAVAILABLE, message, origin=Origin.NOT_SENT, write=write, grpc_code=status
+        )
+    code = _FROM_GRPC.get(status, ErrorCode.INTERNAL)
+    return make_error(code, message, origin=Origin.TRANSPORT, write=write, grpc_code=status)
+
+
+def from_rpc_error(err: grpc.RpcError, *, write: bool) -> ConcordError:
+    """The exception for a failed grpc call (``grpc.aio.AioRpcError`` or ``grpc.Call``)."""
+    status = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = (err.details() if hasattr(err, "details") else "") or ""
+    metadata = err.trailing_metadata() if hasattr(err, "trailing_metadata") else ()
+    return from_status(status, details, metadata, write=write)
+
+
+def deadline_error(*, write: bool, limit_s: float) -> ConcordError:
+    """TIMEOUT for a call that got no answer within its deadline (after it may have been sent)."""
+    return make_error(
+        ErrorCode.TIMEOUT,
+        f"no answer within the call's deadline of {int(limit_s * 1000)} ms",
+        origin=Origin.TRANSPORT,
+        write=write,
+        grpc_code=grpc.StatusCode.DEADLINE_EXCEEDED,
+    )

@@ -1,0 +1,124 @@
+"""A 3-server ensemble on 127.0.0.1 whose leader is killed: a client with the three
+hosts and a retry policy goes on reading and writing, and its session lives on."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterator
+
+import grpc
+import pytest
+
+import concord
+from concord import State
+from concord._proto import cluster_pb2, cluster_pb2_grpc
+
+from conftest import Server
+
+SIZE = 3
+
+
+class Ensemble:
+    """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs)."""
+
+    def __init__(self) -> None:
+        held = [(socket.socket(), socket.socket()) for _ in range(SIZE)]
+        for pair in held:
+            for s in pair:
+                s.bind(("127.0.0.1", 0))
+        addrs = [tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in pair) for pair in held]
+        for pair in held:
+            for s in pair:
+                s.close()
+        members = "".join(
+            f'[[members]]\nid = {j + 1}\nclient_addr = "{c}"\npeer_addr = "{p}"\nrole = "voter"\n'
+            for j, (c, p) in enumerate(addrs)
+        )
+        self.servers: list[Server] = []
+        try:
+            for i, (client, peer) in enumerate(addrs):
+                config = (
+                    f'server_id = {i + 1}\nclient_addr = "{client}"\npeer_addr = "{peer}"\n'
+                    f"cluster_id = 7\n{members}"
+                )
+                self.servers.append(Server(config=config, listen=client))
+        except BaseException:
+            self.kill()
+            raise
+
+    def leader(self, among: list[int], timeout_s: float = 20.0) -> int:
+        """The index of the serving leader among ``among``; fails after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for i in among:
+                status = _status(self.servers[i].addr)
+                if status and status.leader_serving and status.leader_id == status.server_id:
+                    return i
+            time.sleep(0.05)
+        raise AssertionError(f"no serving leader among {among} within {timeout_s} s")
+
+    def kill(self) -> None:
+        for s in self.servers:
+            s.kill()
+
+
+def _status(addr: str) -> cluster_pb2.StatusResponse | None:
+    try:
+        with grpc.insecure_channel(addr) as ch:
+            return cluster_pb2_grpc.ClusterStub(ch).Status(cluster_pb2.StatusRequest(), timeout=1)
+    except grpc.RpcError:
+        return None
+
+
+@pytest.fixture
+def ensemble() -> Iterator[Ensemble]:
+    e = Ensemble()
+    try:
+        yield e
+    finally:
+        e.kill()
+
+
+def test_the_leader_killed_the_client_goes_on_with_its_session(ensemble: Ensemble) -> None:
+    leader = ensemble.leader(list(range(SIZE)))
+    states: list[State] = []
+    lock = threading.Lock()
+
+    def listener(state: State) -> None:
+        with lock:
+            states.append(state)
+
+    # The leader first: calls and keep-alives go to it until it dies.
+    order = [leader] + [i for i in range(SIZE) if i != leader]
+    c = concord.Client(
+        ",".join(ensemble.servers[i].addr for i in order),
+        session_timeout=5.0,
+        call_timeout=2.0,
+        retry=concord.Retry(deadline=20.0, max_delay=0.5),
+    )
+    c.add_listener(listener)
+    try:
+        c.start()
+        first = c.session_id
+        eph = c.create("/eph", b"mine", ephemeral=True)
+        c.create("/p", b"1")
+
+        ensemble.servers[leader].kill()
+        rest = [i for i in range(SIZE) if i != leader]
+        # Reads, and writes the server deduplicates, are retried across the election.
+        assert c.get("/p")[0] == b"1"
+        after = c.create("/after", b"2", ephemeral=True)
+        assert ensemble.leader(rest) in rest
+
+        assert c.session_id == first and c.state is not State.LOST
+        for path in (eph, after):
+            stat = c.exists(path, linearizable=True)
+            assert stat is not None and stat.ephemeral_owner == first
+        c.stop()
+        assert c.exists(eph, linearizable=True) is None
+    finally:
+        c.close()
+    with lock:
+        assert State.LOST not in states
