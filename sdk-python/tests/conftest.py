@@ -56,9 +56,13 @@ class Server:
             (tmp / "concord.toml").write_text(config)
             args += ["--config", str(tmp / "concord.toml")]
         args += extra
+        self._args = args
+        self._spawn()
+
+    def _spawn(self) -> None:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
+            self._args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log
         )
         self.stopped = False
         lines: queue.Queue[str] = queue.Queue()
@@ -68,6 +72,18 @@ class Server:
         except queue.Empty:
             self.kill()
             raise RuntimeError(f"the server did not listen within {START_TIMEOUT_S} s:\n{self.log()}")
+
+    def restart(self) -> None:
+        """Kills the process (-9) and starts it again on the same address and data
+        folder: what it had committed survives, its connections do not."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._log.close()
+        listen = self._args.index("--listen") + 1
+        self._args[listen] = self.addr
+        self._spawn()
 
     def _drain(self, lines: queue.Queue[str]) -> None:
         assert self.proc.stdout is not None

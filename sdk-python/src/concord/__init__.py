@@ -22,20 +22,26 @@ from .errors import (
     SessionExpiredError,
     TimeoutError,
 )
-from .sync import Client, Transaction
+from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
+from .sync import Cache, Client, Transaction, Watch
 from .types import TLS, Fence, Retry, Stat, State
 
 __all__ = [
     "BadArgumentsError",
     "BadVersionError",
+    "Cache",
+    "CacheEvent",
+    "CacheEventType",
     "Client",
     "ConcordError",
     "ConnectionLossError",
     "ErrorCode",
+    "EventKind",
     "Fence",
     "FencedError",
     "NoChildrenForEphemeralsError",
     "NoNodeError",
+    "Node",
     "NodeExistsError",
     "NotEmptyError",
     "PermissionDeniedError",
@@ -48,4 +54,6 @@ __all__ = [
     "TLS",
     "TimeoutError",
     "Transaction",
+    "Watch",
+    "WatchEvent",
 ]

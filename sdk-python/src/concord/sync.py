@@ -17,12 +17,24 @@ import asyncio
 import concurrent.futures
 import threading
 from types import TracebackType
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Iterator, TypeVar
 
 from . import aio
 from ._listeners import Listener
 from ._transaction import OpResult, TransactionOps
+from .aio.cache import Cache as _AioCache
+from .aio.cache import CacheListener
+from .aio.cache import ChildrenWatch as _AioChildrenWatch
+from .aio.cache import DataWatch as _AioDataWatch
+from .aio.watch import RESUME_FOREVER
+from .aio.watch import Watch as _AioWatch
+from .errors import ConcordError
+from .events import EventKind, Node, WatchEvent
 from .types import TLS, Fence, Retry, Stat, State
+
+#: How long the DataWatch / ChildrenWatch decorators wait for the first call to be
+#: queued when the client has no call timeout.
+FIRST_CALL_WAIT_S = 10.0
 
 T = TypeVar("T")
 
@@ -193,6 +205,70 @@ class Client:
     def transaction(self) -> Transaction:
         return Transaction(self)
 
+    # -- watches and caches -------------------------------------------------------
+
+    def watch(
+        self,
+        path: str,
+        recursive: bool = False,
+        start_zxid: int | None = None,
+        *,
+        kinds: list[EventKind] | None = None,
+        with_data: bool = True,
+        once: bool = False,
+        progress_interval_ms: int = 0,
+        resume: Retry | None = RESUME_FOREVER,
+    ) -> Watch:
+        """A watch of ``path``, open at return (the server's refusal is raised
+        here): ``for event in c.watch(path):`` yields each ``WatchEvent`` once, resuming
+        by itself; see ``concord.aio.Client.watch``."""
+        w = self._aio.watch(
+            path,
+            recursive,
+            start_zxid,
+            kinds=kinds,
+            with_data=with_data,
+            once=once,
+            progress_interval_ms=progress_interval_ms,
+            resume=resume,
+        )
+        self._io.run(w.start())
+        return Watch(self._io, w)
+
+    def Cache(self, path: str) -> Cache:
+        """A cache of the subtree at ``path``, not started: ``with c.Cache(path) as
+        cache:`` or ``cache.start()``; see ``concord.aio.cache.Cache``."""
+        return Cache(self._io, self._aio.Cache(path))
+
+    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioDataWatch]:
+        """kazoo's DataWatch decorator: ``fn(data, stat)`` now and on each change
+        (``None, None`` while the node does not exist); returning False stops it. The
+        decorator returns once the first call is queued (or after the call timeout,
+        10 s without one, while no server answers: the watch keeps trying). Stop it
+        early with ``close()`` on what it returns (``c.close()`` ends it too)."""
+
+        def decorate(fn: Callable[..., Any]) -> _AioDataWatch:
+            return self._function_watch(_AioDataWatch(self._aio, path, fn))
+
+        return decorate
+
+    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioChildrenWatch]:
+        """kazoo's ChildrenWatch decorator: ``fn(children)`` (sorted names) now and
+        on each change of the list; returning False stops it. As ``DataWatch``."""
+
+        def decorate(fn: Callable[..., Any]) -> _AioChildrenWatch:
+            return self._function_watch(_AioChildrenWatch(self._aio, path, fn))
+
+        return decorate
+
+    def _function_watch(self, w: Any) -> Any:
+        async def begin() -> None:
+            w.begin()
+
+        self._io.run(begin())
+        w._initialized.wait(self._aio.call_timeout or FIRST_CALL_WAIT_S)
+        return w
+
 
 class Transaction(TransactionOps):
     """kazoo's transaction (see ``concord.aio.Transaction`` for the results)."""
@@ -216,3 +292,131 @@ class Transaction(TransactionOps):
     ) -> None:
         if exc_type is None:
             self.commit()
+
+
+class Watch:
+    """The blocking twin of ``concord.aio.watch.Watch``: ``for event in watch``,
+    ``next(timeout=None)``, ``cancel()``, ``with c.watch(path) as w:``."""
+
+    def __init__(self, io: _LoopThread, watch: _AioWatch) -> None:
+        self._io = io
+        self._aio = watch
+
+    @property
+    def path(self) -> str:
+        return self._aio.path
+
+    @property
+    def last_zxid(self) -> int | None:
+        """The newest zxid delivered or known complete."""
+        return self._aio.last_zxid
+
+    @property
+    def resumes(self) -> int:
+        """How many times the stream was reopened after a break."""
+        return self._aio.resumes
+
+    @property
+    def last_error(self) -> ConcordError | None:
+        return self._aio.last_error
+
+    def next(self, timeout: float | None = None) -> WatchEvent | None:
+        """The next event; None once the watch has ended; raises the error that ended
+        it, or TimeoutError (the builtin) after ``timeout`` s, losing nothing."""
+        return self._io.run(self._aio.next(timeout))
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self
+
+    def __next__(self) -> WatchEvent:
+        event = self.next()
+        if event is None:
+            raise StopIteration
+        return event
+
+    def cancel(self) -> None:
+        """Ends the watch; an iteration waiting in another thread stops. Any thread."""
+        try:
+            self._io.loop.call_soon_threadsafe(self._aio.cancel)
+        except RuntimeError:
+            pass  # the client's loop is closed: the watch ended with it
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cancel()
+
+
+class Cache:
+    """The blocking twin of ``concord.aio.cache.Cache`` (reads need no loop)."""
+
+    def __init__(self, io: _LoopThread, cache: _AioCache) -> None:
+        self._io = io
+        self._aio = cache
+
+    def start(self) -> None:
+        """Opens the cache's watch (raising the server's refusal) and keeps the cache
+        current from then on."""
+        self._io.run(self._aio.start())
+
+    def close(self) -> None:
+        """Stops the cache; its data stays readable."""
+        self._io.run(self._aio.aclose())
+
+    def wait_initialized(self, timeout: float | None = None) -> bool:
+        """Waits for the initial snapshot: True, or False if closed or timed out."""
+        return self._aio._initialized.wait(timeout) and self._aio.initialized and not self._aio._closed
+
+    def add_listener(self, listener: CacheListener) -> None:
+        """``listener(event)`` for every CacheEvent, on the client's callback thread."""
+        self._aio.add_listener(listener)
+
+    def remove_listener(self, listener: CacheListener) -> None:
+        self._aio.remove_listener(listener)
+
+    def get(self, path: str) -> Node | None:
+        return self._aio.get(path)
+
+    def snapshot(self) -> tuple[int, list[Node]]:
+        return self._aio.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._aio)
+
+    @property
+    def initialized(self) -> bool:
+        return self._aio.initialized
+
+    @property
+    def zxid(self) -> int:
+        return self._aio.zxid
+
+    @property
+    def rebuilds(self) -> int:
+        return self._aio.rebuilds
+
+    @property
+    def reconnects(self) -> int:
+        return self._aio.reconnects
+
+    @property
+    def last_error(self) -> ConcordError | None:
+        return self._aio.last_error
+
+    def __enter__(self) -> Cache:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

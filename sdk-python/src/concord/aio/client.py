@@ -18,13 +18,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Awaitable, Callable, TypeVar
 
 import grpc
 
+from .._callbacks import Serial
 from .._listeners import Listener, Listeners
-from .._proto import common_pb2, session_pb2, session_pb2_grpc, tree_pb2, tree_pb2_grpc
+from .._proto import (
+    common_pb2,
+    session_pb2,
+    session_pb2_grpc,
+    tree_pb2,
+    tree_pb2_grpc,
+    watch_pb2,
+    watch_pb2_grpc,
+)
 from .._transaction import OpResult, TransactionOps, create_mode, results_of, results_of_failure
 from ..errors import (
     ConcordError,
@@ -37,8 +47,11 @@ from ..errors import (
     from_rpc_error,
     make_error,
 )
+from ..events import EventKind
 from ..types import TLS, Fence, Retry, Stat, State
 from ._session import Session
+from .cache import Cache, ChildrenWatch, DataWatch
+from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
 
@@ -100,6 +113,7 @@ class _Endpoint:
             self.channel = grpc.aio.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
         self.tree = tree_pb2_grpc.TreeStub(self.channel)
         self.session = session_pb2_grpc.SessionStub(self.channel)
+        self.watch = watch_pb2_grpc.WatchStub(self.channel)
 
 
 class Client:
@@ -138,6 +152,10 @@ class Client:
         self._listeners = Listeners()
         self._request_ids = itertools.count(1)
         self._closed = False
+        #: Open watches and caches, ended by close().
+        self._watches: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Runs watch and cache callbacks off the loop.
+        self._callbacks = Serial("concord-watch")
 
     # -- properties ---------------------------------------------------------------
 
@@ -248,10 +266,13 @@ class Client:
         except ConcordError:
             pass
         self._closed = True
+        for w in list(self._watches):
+            w.cancel()
         endpoints, self._endpoints = self._endpoints, []
         for ep in endpoints:
             await ep.channel.close()
         self._listeners.shutdown()
+        self._callbacks.shutdown()
 
     async def __aenter__(self) -> Client:
         await self.start()
@@ -411,6 +432,72 @@ class Client:
                 raise
             return failed
         return results_of(resp)
+
+    # -- watches and caches -------------------------------------------------------
+
+    def watch(
+        self,
+        path: str,
+        recursive: bool = False,
+        start_zxid: int | None = None,
+        *,
+        kinds: list[EventKind] | None = None,
+        with_data: bool = True,
+        once: bool = False,
+        progress_interval_ms: int = 0,
+        resume: Retry | None = RESUME_FOREVER,
+    ) -> Watch:
+        """A watch of ``path`` (and, ``recursive``, its whole subtree): ``async for
+        event in c.watch(...)`` yields ``WatchEvent``s in zxid order, each exactly once,
+        resuming by itself from the last zxid after a broken stream, a server restart
+        or a move to another host (``resume``: the retry policy of those reconnects;
+        the default never gives up; None ends the watch at the first break).
+
+        ``start_zxid`` replays every event after it first (ZXID_COMPACTED when the
+        server's history no longer reaches back). ``kinds`` filters the event kinds;
+        ``with_data`` sends the new and previous data; ``once`` ends after one event.
+        The stream opens at the first use (``async with``, ``async for``, ``next()``,
+        ``start()``), which raises the server's refusal. Errors a retry cannot fix
+        end the iteration with that exception. The zxids it delivers are recorded:
+        later reads ask for at least them."""
+        request = watch_pb2.WatchRequest(
+            path=path,
+            recursive=recursive,
+            kinds=[int(k) for k in kinds or ()],
+            once=once,
+            with_data=with_data,
+            progress_interval_ms=progress_interval_ms,
+        )
+        if start_zxid is not None:
+            request.start_zxid = start_zxid
+        return Watch(self, request, resume)
+
+    def Cache(self, path: str) -> Cache:
+        """A cache of the subtree at ``path`` (Curator's CuratorCache), not started:
+        ``async with c.Cache(path) as cache`` or ``await cache.start()``."""
+        return Cache(self, path)
+
+    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], DataWatch]:
+        """kazoo's DataWatch, as a decorator: ``@c.DataWatch(path)`` on ``fn(data,
+        stat)``; see ``concord.aio.cache.DataWatch``. The watch starts on the loop;
+        ``await watch.started()`` waits for the first call to be queued."""
+
+        def decorate(fn: Callable[..., Any]) -> DataWatch:
+            return DataWatch(self, path, fn).begin()
+
+        return decorate
+
+    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], ChildrenWatch]:
+        """kazoo's ChildrenWatch, as a decorator: ``@c.ChildrenWatch(path)`` on
+        ``fn(children)``; see ``concord.aio.cache.ChildrenWatch``."""
+
+        def decorate(fn: Callable[..., Any]) -> ChildrenWatch:
+            return ChildrenWatch(self, path, fn).begin()
+
+        return decorate
+
+    def _track(self, watch: Any) -> None:
+        self._watches.add(watch)
 
     # -- internals ----------------------------------------------------------------
 

@@ -1,0 +1,365 @@
+"""Caches kept current by one resuming watch each: ``Cache`` (a whole subtree,
+Curator's CuratorCache / the Rust SDK's TreeCache), and kazoo's ``DataWatch`` (one
+node) and ``ChildrenWatch`` (a node's children) on the same machinery.
+
+::
+
+    Watch(initial_snapshot, resume forever)
+       │ SnapshotNode... SnapshotDone z, then Event... (resumed from the last zxid)
+       ▼
+    _Core task ──▶ CacheState (pure: _cache_state.py) ──▶ CacheEvents ──▶ callbacks
+       │             ▲ read by get() / snapshot() / zxid (under a lock: any thread)
+       └ the watch ended with an error a resume cannot fix (it broke during the
+         snapshot, ZXID_COMPACTED...): back off, open a new watch with a fresh
+         snapshot, emit only the differences
+
+There is never a gap: the snapshot reflects zxid z and the watch delivers every
+change after z, resumed without loss or duplicates. A rebuild tells listeners
+exactly what changed, so the cache converges on the server's tree. Callbacks run on
+the client's callback thread, never on the loop. Caches need no session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable
+
+from .._cache_state import CacheState, Scope, ScopeKind
+from .._cursor import EVENT, PROGRESS, SNAPSHOT_DONE, SNAPSHOT_NODE, STARTED
+from .._callbacks import call_user
+from .._proto import watch_pb2
+from ..errors import ConcordError
+from ..events import CacheEvent, CacheEventType, Node, WatchEvent
+from ..types import Stat
+from .watch import RESUME_FOREVER, Watch
+
+if TYPE_CHECKING:
+    from .client import Client
+
+CacheListener = Callable[[CacheEvent], Any]
+
+
+class _Core:
+    """The watch task and the state shared by the three kinds of cache."""
+
+    def __init__(self, client: Client, scope: Scope, with_data: bool = True) -> None:
+        self._client = client
+        self._state = CacheState(scope)
+        self._with_data = with_data
+        #: Guards the state: the loop writes it, any thread may read it.
+        self._lock = threading.Lock()
+        self._watch: Watch | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Set once initialized or closed: for threads, and for the loop.
+        self._initialized = threading.Event()
+        self._initialized_aio = asyncio.Event()
+        self._closed = False
+        #: How many times the cache rebuilt from a fresh snapshot.
+        self.rebuilds = 0
+        #: How many streams its watches started (one Started message each).
+        self.streams = 0
+        #: The latest error of its watch (the cache retries by itself).
+        self.last_error: ConcordError | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def _new_watch(self) -> Watch:
+        scope = self._state.scope
+        request = watch_pb2.WatchRequest(
+            path=scope.root,
+            recursive=scope.recursive,
+            with_data=self._with_data,
+            initial_snapshot=True,
+        )
+        return Watch(self._client, request, RESUME_FOREVER)
+
+    async def start(self) -> None:
+        """Opens the watch (raising the server's refusal) and starts the task."""
+        if self._task is not None or self._closed:
+            return
+        watch = self._new_watch()
+        await watch.start()
+        self._begin(watch)
+
+    def begin(self) -> None:
+        """Starts the task without waiting: a refused first watch is retried (with
+        back-off) as a rebuild would be. Call it on the loop."""
+        if self._task is None and not self._closed:
+            self._begin(None)
+
+    def _begin(self, watch: Watch | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._watch = watch
+        with self._lock:
+            self._state.begin_snapshot()
+        self._task = self._loop.create_task(self._run())
+        self._client._track(self)
+
+    def cancel(self) -> None:
+        """Stops the cache (on the loop); the cached data stays readable."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+        if self._watch is not None:
+            self._watch.cancel()
+        self._initialized.set()
+        self._initialized_aio.set()
+
+    async def aclose(self) -> None:
+        self.cancel()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._watch is not None:
+            await self._watch.aclose()
+
+    async def _run(self) -> None:
+        failures = 0
+        while not self._closed:
+            watch = self._watch
+            msg = None
+            if watch is not None:
+                try:
+                    msg = await watch._message()
+                except ConcordError as err:
+                    self.last_error = err
+            if msg is not None:
+                if msg.WhichOneof("msg") == SNAPSHOT_DONE:
+                    failures = 0
+                self._feed(msg)
+                continue
+            if self._closed:
+                return
+            # The watch ended: open a new one with a fresh snapshot.
+            first = watch is None
+            while not self._closed:
+                failures += 1
+                await asyncio.sleep(RESUME_FOREVER.jittered(failures))
+                fresh = self._new_watch()
+                try:
+                    await fresh.start()
+                except ConcordError as err:
+                    self.last_error = err
+                    continue
+                self._watch = fresh
+                with self._lock:
+                    self._state.begin_snapshot()
+                    if not first:
+                        self.rebuilds += 1
+                break
+
+    def _feed(self, msg: Any) -> None:
+        """Applies one message and hands its events on."""
+        kind = msg.WhichOneof("msg")
+        with self._lock:
+            was_initialized = self._state.initialized
+            state = self._state
+            if kind == STARTED:
+                self.streams += 1
+                events: list[CacheEvent] = []
+            elif kind == SNAPSHOT_NODE:
+                n = msg.snapshot_node
+                events = state.on_snapshot_node(Node(str(n.path), bytes(n.data), Stat.of(n.stat)))
+            elif kind == SNAPSHOT_DONE:
+                events = state.on_snapshot_done(int(msg.snapshot_done.zxid))
+            elif kind == EVENT:
+                events = state.on_event(WatchEvent.of(msg.event))
+            elif kind == PROGRESS:
+                events = state.on_progress(int(msg.progress.zxid))
+            else:
+                events = []
+        if events:
+            self._emit(events, was_initialized)
+        if self._state.initialized and not self._initialized.is_set():
+            self._initialized.set()
+            self._initialized_aio.set()
+
+    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+        raise NotImplementedError
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._client._callbacks.submit(fn, *args)
+
+    # -- reads (any thread) -----------------------------------------------------------
+
+    @property
+    def initialized(self) -> bool:
+        """True once the initial snapshot is in the cache."""
+        return self._state.initialized
+
+    @property
+    def zxid(self) -> int:
+        """The zxid the cache reflects (0 before the initial snapshot)."""
+        return self._state.zxid
+
+    @property
+    def path(self) -> str:
+        return self._state.scope.root
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the watch stream was reopened (resumed or rebuilt)."""
+        return max(self.streams - 1, 0)
+
+    async def wait_initialized(self, timeout: float | None = None) -> bool:
+        """Waits until the initial snapshot is in the cache: True, or False if the
+        cache was closed first or ``timeout`` passed."""
+        try:
+            await asyncio.wait_for(self._initialized_aio.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return self._state.initialized and not self._closed
+
+
+class Cache(_Core):
+    """A subtree (its root included), kept current: Curator's CuratorCache. Made by
+    ``Client.Cache(path)``; the root need not exist. ``async with c.Cache(path) as
+    cache`` starts it and closes it; listeners added before ``start()`` see the
+    initial contents as CREATED events, then INITIALIZED (once)."""
+
+    def __init__(self, client: Client, path: str) -> None:
+        super().__init__(client, Scope(ScopeKind.TREE, path))
+        self._listeners: list[CacheListener] = []
+
+    def add_listener(self, listener: CacheListener) -> None:
+        """Calls ``listener(event)`` for every CacheEvent from now on, in order, on
+        the client's callback thread (never on the loop)."""
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners.append(listener)
+
+    def remove_listener(self, listener: CacheListener) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def get(self, path: str) -> Node | None:
+        """The cached node at ``path``, or None."""
+        with self._lock:
+            return self._state.nodes.get(path)
+
+    def snapshot(self) -> tuple[int, list[Node]]:
+        """Every cached node in path order (parents first), with the zxid they
+        reflect, read at once."""
+        with self._lock:
+            return self._state.zxid, self._state.sorted_nodes()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._state.nodes)
+
+    def close(self) -> None:
+        """Stops the cache (call it on the loop; ``aclose()`` also waits)."""
+        self.cancel()
+
+    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        loop = self._loop
+        assert loop is not None
+        for event in events:
+            for listener in listeners:
+                self._submit(call_user, loop, listener, event)
+
+    async def __aenter__(self) -> Cache:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class _FunctionWatch(_Core):
+    """A cache whose changes call one user function until it returns False."""
+
+    def __init__(self, client: Client, scope: Scope, fn: Callable[..., Any], with_data: bool) -> None:
+        super().__init__(client, scope, with_data)
+        self.func = fn
+        #: The function returned False (or the watch was closed): no more calls.
+        self._stopped = False
+
+    def _call(self, *args: Any) -> None:
+        """Runs on the callback thread."""
+        if self._stopped or self._closed:
+            return
+        loop = self._loop
+        assert loop is not None
+        if call_user(loop, self.func, *args) is False:
+            self._stopped = True
+            try:
+                loop.call_soon_threadsafe(self.cancel)
+            except RuntimeError:
+                pass  # the loop is gone already
+
+    @property
+    def stopped(self) -> bool:
+        """True once the function returned False or the watch was closed."""
+        return self._stopped or self._closed
+
+    def close(self) -> None:
+        """Ends the watch: no more calls. Any thread."""
+        loop = self._loop
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            self.cancel()
+        else:
+            try:
+                loop.call_soon_threadsafe(self.cancel)
+            except RuntimeError:
+                pass  # the loop is closed: the watch ended with it
+
+    def begin(self) -> Any:
+        super().begin()
+        return self
+
+
+class DataWatch(_FunctionWatch):
+    """kazoo's DataWatch: ``fn(data, stat)`` with the node's data and Stat now, and
+    again after each change of its data or existence; ``fn(None, None)`` while it
+    does not exist. Returning False stops it. Changes are never lost across
+    reconnects, server restarts or host moves (one resuming watch); calls run in
+    order on the client's callback thread."""
+
+    def __init__(self, client: Client, path: str, fn: Callable[[bytes | None, Stat | None], Any]) -> None:
+        super().__init__(client, Scope(ScopeKind.NODE, path), fn, with_data=True)
+
+    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+        for event in events:
+            if event.type is CacheEventType.INITIALIZED:
+                node = self._state.nodes.get(self.path)
+                self._submit(self._call, *((node.data, node.stat) if node else (None, None)))
+            elif was_initialized and event.node is not None:
+                if event.type is CacheEventType.DELETED:
+                    self._submit(self._call, None, None)
+                else:
+                    self._submit(self._call, event.node.data, event.node.stat)
+
+
+class ChildrenWatch(_FunctionWatch):
+    """kazoo's ChildrenWatch: ``fn(children)`` with the sorted names of the node's
+    children now, and again after each change of that list (``[]`` while the node
+    does not exist). Returning False stops it. Runs on one recursive watch of the
+    node (deeper nodes are read and dropped): prefer it for flat folders."""
+
+    def __init__(self, client: Client, path: str, fn: Callable[[list[str]], Any]) -> None:
+        super().__init__(client, Scope(ScopeKind.CHILDREN, path), fn, with_data=False)
+        self._last: list[str] | None = None
+
+    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+        if not self._state.initialized:
+            return
+        names = sorted(p.rsplit("/", 1)[-1] for p in self._state.nodes)
+        initial = any(e.type is CacheEventType.INITIALIZED for e in events)
+        if initial or names != self._last:
+            self._last = names
+            self._submit(self._call, names)

@@ -1,0 +1,319 @@
+"""``Watch``: a watch stream that resumes by itself across broken streams, server
+restarts and moves to another host of the list, delivering each event exactly once.
+
+::
+
+    server stream ──▶ reader task: Cursor (drops replayed duplicates, keeps the
+          ▲           resume point) ──▶ bounded queue ──▶ async for / next()
+          └── Watch RPC again with start_zxid = resume point ◀── stream broke
+              (transport, restart, SLOW_CONSUMER, silent server), with back-off
+
+The reader task runs on the client's loop; the queue makes reading cancel-safe (a
+``next(timeout=...)`` that times out loses nothing). A watch that breaks during its
+initial snapshot, or whose resume point the server no longer has (ZXID_COMPACTED),
+or that meets any error a retry cannot fix, ends with that error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+import grpc
+
+from .._cursor import EVENT, SNAPSHOT_NODE, Cursor
+from .._proto import watch_pb2
+from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
+from ..events import WatchEvent
+from ..types import Retry
+
+if TYPE_CHECKING:
+    from .client import Client
+
+#: Messages a reader may be ahead of its consumer by; then it stops reading (and the
+#: server, past its own bounds, cuts the stream with SLOW_CONSUMER, which resumes).
+QUEUE_MAX = 1024
+#: A watch's default resume policy: never give up, 50 ms to 2 s between attempts.
+RESUME_FOREVER = Retry(max_tries=None, deadline=None, delay=0.05, max_delay=2.0)
+
+_END = object()
+
+
+async def _read_within(call: Any, limit: float) -> Any:
+    """``call.read()`` within ``limit`` seconds; raises asyncio.TimeoutError after it.
+    The call is cancelled when the read is abandoned (a timeout, or the caller
+    cancelled): a grpc read waited on after its cancellation may never return."""
+    read = asyncio.ensure_future(call.read())
+    try:
+        done, _ = await asyncio.wait({read}, timeout=limit)
+    finally:
+        if not read.done():
+            call.cancel()
+            read.cancel()
+    if not done:
+        raise asyncio.TimeoutError
+    return read.result()
+
+
+def silence_limit(progress_interval_ms: int) -> float:
+    """How long a stream may send nothing (not even Progress) before it counts as
+    broken: three progress intervals (the server's default one is 1 s), at least 2 s."""
+    interval = (progress_interval_ms or 1000) / 1000.0
+    return max(3 * interval, 2.0)
+
+
+class Watch:
+    """An open (or about to open) watch; ``async for event in watch`` yields
+    ``WatchEvent``s. Made by ``Client.watch``. The stream opens at the first
+    ``async for``/``next()``, at ``async with`` or at ``await watch.start()``; a
+    refusal (BAD_PATH, ZXID_COMPACTED, PERMISSION_DENIED...) is raised there."""
+
+    def __init__(self, client: Client, request: watch_pb2.WatchRequest, resume: Retry | None) -> None:
+        self._client = client
+        self._request = request
+        self._resume = resume
+        self._cursor = Cursor(
+            request.start_zxid if request.HasField("start_zxid") else None,
+            request.initial_snapshot,
+        )
+        self._silence = silence_limit(request.progress_interval_ms)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
+        self._task: asyncio.Task[None] | None = None
+        self._starting: asyncio.Lock | None = None
+        #: The consumer has seen the end (or the error).
+        self._done = False
+        self._cancelled = False
+        #: How many times the stream was reopened after a break.
+        self.resumes = 0
+        #: The error that broke the stream last (the watch may have resumed since).
+        self.last_error: ConcordError | None = None
+
+    # -- public -------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return str(self._request.path)
+
+    @property
+    def last_zxid(self) -> int | None:
+        """The newest zxid delivered or known complete: where a resume starts."""
+        return self._cursor.last_zxid
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    async def start(self) -> Watch:
+        """Opens the stream (once); raises the server's refusal."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._task is not None or self._cancelled:
+                return self
+            call, first, index = await self._open(self._request)
+            self._task = asyncio.get_running_loop().create_task(self._run(call, first, index))
+            self._client._track(self)
+        return self
+
+    async def next(self, timeout: float | None = None) -> WatchEvent | None:
+        """The next event; None once the watch has ended (cancelled, a ``once`` watch
+        fired, or a stream ended without resume); raises the error that ended it
+        (once), or TimeoutError (the builtin) after ``timeout`` seconds without one,
+        losing nothing."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            msg = await self._message(remaining)
+            if msg is None:
+                return None
+            if msg.WhichOneof("msg") == EVENT:
+                return WatchEvent.of(msg.event)
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        event = await self.next()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    def cancel(self) -> None:
+        """Ends the watch: the stream closes, and iteration stops (at once for a
+        reader waiting). Call it on the client's loop (the sync twin does)."""
+        if self._cancelled:
+            return
+        self._cancelled = True
+        if self._task is not None:
+            self._task.cancel()
+        try:
+            self._queue.put_nowait(_END)
+        except asyncio.QueueFull:
+            pass  # the reader is not waiting: it sees the flag first
+
+    async def aclose(self) -> None:
+        """``cancel()``, then waits for the stream to be closed."""
+        self.cancel()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def __aenter__(self) -> Watch:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- for the caches -----------------------------------------------------------
+
+    async def _message(self, timeout: float | None = None) -> Any:
+        """The next accepted message (a ``WatchResponse``), None at the end."""
+        if self._task is None and not self._cancelled:
+            await self.start()
+        if self._done or self._cancelled:
+            return None
+        if timeout is None:
+            item = await self._queue.get()
+        else:
+            item = await asyncio.wait_for(self._queue.get(), timeout)
+        if item is _END or self._cancelled:
+            self._done = True
+            return None
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    # -- the reader ---------------------------------------------------------------
+
+    async def _open(self, request: watch_pb2.WatchRequest) -> tuple[Any, Any, int]:
+        """A new stream on the client's current host and its first message."""
+        client = self._client
+        index = client._current
+        ep = client._endpoint()
+        call = ep.watch.Watch(request)
+        try:
+            first = await _read_within(call, self._silence)
+        except asyncio.TimeoutError:
+            call.cancel()
+            self._moved_off(index)
+            raise make_error(
+                ErrorCode.TIMEOUT, "the watch stream did not start in time", origin=Origin.TRANSPORT
+            ) from None
+        except grpc.RpcError as e:
+            call.cancel()
+            err = from_rpc_error(e, write=False)
+            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
+                self._moved_off(index)
+            raise err from None
+        if first is grpc.aio.EOF:
+            raise make_error(ErrorCode.UNAVAILABLE, "the watch stream ended before it started")
+        return call, first, index
+
+    def _moved_off(self, index: int) -> None:
+        """The host at ``index`` failed this watch: calls move on, unless another
+        failure moved them already."""
+        if self._client._current == index:
+            self._client._rotate()
+
+    async def _run(self, call: Any, first: Any, index: int) -> None:
+        cursor = self._cursor
+        request = self._request
+        failures: tuple[float, int] | None = None
+        msg: Any = first
+        try:
+            while True:
+                if call is None:
+                    call, msg, index, failures = await self._reconnect(failures)
+                if msg is None:
+                    msg, err, clean = await self._read(call, index)
+                    if err is not None:
+                        call.cancel()
+                        call = None
+                        if request.once and cursor.events_delivered > 0:
+                            break
+                        if self._resume is None or not (clean or err.retry_safe):
+                            if not (clean and self._resume is None):
+                                await self._queue.put(err)
+                            break
+                        self.last_error = err
+                        continue
+                failures = None
+                current, msg = msg, None
+                kind = current.WhichOneof("msg")
+                if kind is None:
+                    continue
+                zxid = 0 if kind == SNAPSHOT_NODE else int(getattr(current, kind).zxid)
+                if cursor.accept(kind, zxid):
+                    if cursor.last_zxid is not None:
+                        self._client._saw(cursor.last_zxid)
+                    await self._queue.put(current)
+                    if request.once and kind == EVENT:
+                        break
+        except ConcordError as err:
+            await self._queue.put(err)
+        finally:
+            if call is not None:
+                call.cancel()
+        await self._queue.put(_END)
+
+    async def _reconnect(
+        self, failures: tuple[float, int] | None
+    ) -> tuple[Any, Any, int, tuple[float, int]]:
+        """A new stream from the cursor's resume point, retried with back-off within
+        the resume policy; raises the last error when it runs out, at once on an error
+        a retry cannot fix (ZXID_COMPACTED, BAD_*), or mid-snapshot."""
+        policy = self._resume or RESUME_FOREVER
+        start_from = self._cursor.resume_from()
+        request = watch_pb2.WatchRequest()
+        request.CopyFrom(self._request)
+        if start_from is not None:
+            request.start_zxid = start_from
+            request.initial_snapshot = False
+        while True:
+            since, count = failures if failures is not None else (time.monotonic(), 0)
+            attempt = count + 1
+            if not policy.allows(attempt, time.monotonic() - since):
+                raise self.last_error or make_error(
+                    ErrorCode.UNAVAILABLE, "the watch could not be resumed"
+                )
+            await asyncio.sleep(policy.jittered(attempt))
+            failures = (since, attempt)
+            try:
+                call, first, index = await self._open(request)
+            except ConcordError as err:
+                if not err.retry_safe:
+                    raise
+                self.last_error = err
+                continue
+            self.resumes += 1
+            return call, first, index, failures
+
+    async def _read(self, call: Any, index: int) -> tuple[Any, ConcordError | None, bool]:
+        """One message of the stream; or the error that broke it, and whether the
+        stream ended without a status (the server finished it, or restarted)."""
+        try:
+            msg = await _read_within(call, self._silence)
+        except asyncio.TimeoutError:
+            # A stalled server keeps its connection open: move to the next host.
+            self._moved_off(index)
+            err = make_error(
+                ErrorCode.UNAVAILABLE,
+                f"the watch stream was silent for {self._silence:.1f} s",
+                origin=Origin.TRANSPORT,
+            )
+            return None, err, False
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=False)
+            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
+                self._moved_off(index)
+            return None, err, False
+        if msg is grpc.aio.EOF:
+            return None, make_error(ErrorCode.UNAVAILABLE, "the watch stream ended"), True
+        return msg, None, False
