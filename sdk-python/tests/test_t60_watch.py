@@ -317,3 +317,18 @@ def test_a_non_retryable_error_on_resume_ends_the_watch(server: Server, root: st
         assert await nxt(w) is None
 
     run_with(kind, server.addr, body)
+
+
+def test_a_dead_host_of_the_list_is_skipped_and_next_times_out(server: Server, root: str, kind: str) -> None:
+    from conftest import free_port
+
+    async def body(c: Any) -> None:
+        w = await open_watch(c, root)
+        with pytest.raises(concord.TimeoutError):
+            await nxt(w, 0.2)
+        await c.create(root)  # nothing was lost by the timeout
+        [ev] = await take(w, 1)
+        assert ev.kind is EventKind.CREATED
+        cancel(w)
+
+    run_with(kind, f"127.0.0.1:{free_port()},{server.addr}", body, retry=concord.Retry(deadline=10.0))

@@ -322,7 +322,7 @@ class Watch:
 
     def next(self, timeout: float | None = None) -> WatchEvent | None:
         """The next event; None once the watch has ended; raises the error that ended
-        it, or TimeoutError (the builtin) after ``timeout`` s, losing nothing."""
+        it, or ``concord.TimeoutError`` after ``timeout`` s, losing nothing."""
         return self._io.run(self._aio.next(timeout))
 
     def __iter__(self) -> Iterator[WatchEvent]:

@@ -17,6 +17,7 @@ or that meets any error a retry cannot fix, ends with that error.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, AsyncIterator
@@ -39,6 +40,7 @@ QUEUE_MAX = 1024
 RESUME_FOREVER = Retry(max_tries=None, deadline=None, delay=0.05, max_delay=2.0)
 
 _END = object()
+log = logging.getLogger("concord")
 
 
 async def _read_within(call: Any, limit: float) -> Any:
@@ -112,7 +114,15 @@ class Watch:
         async with self._starting:
             if self._task is not None or self._cancelled:
                 return self
-            call, first, index = await self._open(self._request)
+            # A dead host of the list is skipped, as a unary call's retry would.
+            hosts = len(self._client.hosts)
+            for attempt in range(hosts):
+                try:
+                    call, first, index = await self._open(self._request)
+                    break
+                except ConcordError as err:
+                    if attempt + 1 == hosts or not err.retry_safe or err.origin is Origin.SERVER:
+                        raise
             self._task = asyncio.get_running_loop().create_task(self._run(call, first, index))
             self._client._track(self)
         return self
@@ -120,8 +130,8 @@ class Watch:
     async def next(self, timeout: float | None = None) -> WatchEvent | None:
         """The next event; None once the watch has ended (cancelled, a ``once`` watch
         fired, or a stream ended without resume); raises the error that ended it
-        (once), or TimeoutError (the builtin) after ``timeout`` seconds without one,
-        losing nothing."""
+        (once), or ``concord.TimeoutError`` (also the builtin) after ``timeout``
+        seconds without one, losing nothing."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -181,7 +191,10 @@ class Watch:
         if timeout is None:
             item = await self._queue.get()
         else:
-            item = await asyncio.wait_for(self._queue.get(), timeout)
+            try:
+                item = await asyncio.wait_for(self._queue.get(), timeout)
+            except asyncio.TimeoutError:
+                raise make_error(ErrorCode.TIMEOUT, f"no watch event within {timeout} s") from None
         if item is _END or self._cancelled:
             self._done = True
             return None
@@ -258,6 +271,9 @@ class Watch:
                         break
         except ConcordError as err:
             await self._queue.put(err)
+        except Exception as e:  # a bug, not the server: end the watch, loudly
+            log.exception("a Concord watch failed")
+            await self._queue.put(make_error(ErrorCode.INTERNAL, f"the watch failed: {e!r}"))
         finally:
             if call is not None:
                 call.cancel()
