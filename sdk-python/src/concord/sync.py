@@ -26,6 +26,7 @@ from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
 from .aio.cache import ChildrenWatch as _AioChildrenWatch
 from .aio.cache import DataWatch as _AioDataWatch
+from .aio.cache import _FunctionWatch
 from .aio.watch import RESUME_FOREVER
 from .aio.watch import Watch as _AioWatch
 from .errors import ConcordError
@@ -37,6 +38,7 @@ from .types import TLS, Fence, Retry, Stat, State
 FIRST_CALL_WAIT_S = 10.0
 
 T = TypeVar("T")
+_FW = TypeVar("_FW", bound=_FunctionWatch)
 
 
 class _LoopThread:
@@ -261,7 +263,7 @@ class Client:
 
         return decorate
 
-    def _function_watch(self, w: Any) -> Any:
+    def _function_watch(self, w: _FW) -> _FW:
         async def begin() -> None:
             w.begin()
 
