@@ -332,3 +332,37 @@ def test_a_dead_host_of_the_list_is_skipped_and_next_times_out(server: Server, r
         cancel(w)
 
     run_with(kind, f"127.0.0.1:{free_port()},{server.addr}", body, retry=concord.Retry(deadline=10.0))
+
+
+def test_a_watch_moves_to_another_server_when_its_server_dies() -> None:
+    """A 3-server ensemble; the watch's server (the leader, first in the host list)
+    is killed with -9: the watch resumes on another server of the list, and the
+    events before and after arrive exactly once, in order."""
+    from test_t50_ensemble import SIZE, Ensemble
+
+    ensemble = Ensemble()
+    try:
+        leader = ensemble.leader(list(range(SIZE)))
+        order = [leader] + [i for i in range(SIZE) if i != leader]
+        hosts = ",".join(ensemble.servers[i].addr for i in order)
+
+        async def body(c: Any) -> None:
+            w = await open_watch(c, "/moved")
+            await c.create("/moved", b"0")
+            for i in range(1, 4):
+                await c.set("/moved", str(i).encode())
+            first = await take(w, 2)
+            await asyncio.to_thread(ensemble.servers[leader].kill)
+            for i in range(4, 7):
+                await c.set("/moved", str(i).encode())
+            rest = await take(w, 5, timeout=20)
+            assert [e.data for e in first + rest] == [str(i).encode() for i in range(7)]
+            assert aio_of(w).resumes >= 1
+            cancel(w)
+
+        run_with(
+            "aio", hosts, body, session_timeout=5.0, call_timeout=2.0,
+            retry=concord.Retry(deadline=20.0, max_delay=0.5),
+        )
+    finally:
+        ensemble.kill()
