@@ -364,3 +364,27 @@ def test_state_keeps_its_scope_and_initializes_once() -> None:
     assert [e.type for e in state.on_event(ev)] == [CacheEventType.DELETED]
     state.begin_snapshot()
     assert state.on_snapshot_done(11) == []  # no INITIALIZED again, nothing changed
+
+
+def test_kazoo_call_forms(server: Server, root: str) -> None:
+    """``c.DataWatch(path, fn)`` without the decorator; what the decorator returns is
+    still callable as the function; ``close()`` from any thread stops it."""
+    with concord.Client(server.addr) as c:
+        rec = Calls()
+        w = c.DataWatch(root, rec)
+        asyncio.run(rec.has(1))
+        assert rec.snapshot() == [(None, None)]
+        w(b"direct", None)
+        assert rec.snapshot()[-1] == (b"direct", None)
+        w.close()
+
+        async def stopped() -> bool:
+            return w.stopped
+
+        asyncio.run(eventually("the watch stops", stopped))
+        names = Calls()
+        c.ChildrenWatch(root, names)
+        c.create(root)
+        c.create(f"{root}/x")
+        asyncio.run(names.has(2))
+        assert names.snapshot()[-1] == ["x"]

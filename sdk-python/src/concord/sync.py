@@ -17,7 +17,7 @@ import asyncio
 import concurrent.futures
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterator, TypeVar
+from typing import Any, Callable, Coroutine, Iterator, TypeVar, overload
 
 from . import aio
 from ._listeners import Listener
@@ -242,26 +242,37 @@ class Client:
         cache:`` or ``cache.start()``; see ``concord.aio.cache.Cache``."""
         return Cache(self._io, self._aio.Cache(path))
 
-    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioDataWatch]:
-        """kazoo's DataWatch decorator: ``fn(data, stat)`` now and on each change
-        (``None, None`` while the node does not exist); returning False stops it. The
-        decorator returns once the first call is queued (or after the call timeout,
-        10 s without one, while no server answers: the watch keeps trying). Stop it
-        early with ``close()`` on what it returns (``c.close()`` ends it too)."""
+    @overload
+    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioDataWatch]: ...
+    @overload
+    def DataWatch(self, path: str, func: Callable[..., Any]) -> _AioDataWatch: ...
+
+    def DataWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)`` (or
+        ``c.DataWatch(path, fn)``), called now and after each change (``None, None``
+        while the node does not exist); returning False stops it. Returns once the
+        first call is queued (or after the call timeout, 10 s without one, while no
+        server answers: the watch keeps trying). What it returns calls ``fn`` when
+        called, and has ``close()`` and ``stopped``; ``c.close()`` ends it too."""
 
         def decorate(fn: Callable[..., Any]) -> _AioDataWatch:
             return self._function_watch(_AioDataWatch(self._aio, path, fn))
 
-        return decorate
+        return decorate if func is None else decorate(func)
 
-    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioChildrenWatch]:
-        """kazoo's ChildrenWatch decorator: ``fn(children)`` (sorted names) now and
-        on each change of the list; returning False stops it. As ``DataWatch``."""
+    @overload
+    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioChildrenWatch]: ...
+    @overload
+    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> _AioChildrenWatch: ...
+
+    def ChildrenWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+        """kazoo's ChildrenWatch: ``fn(children)`` (sorted names) now and after each
+        change of the list; returning False stops it. As ``DataWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> _AioChildrenWatch:
             return self._function_watch(_AioChildrenWatch(self._aio, path, fn))
 
-        return decorate
+        return decorate if func is None else decorate(func)
 
     def _function_watch(self, w: _FW) -> _FW:
         async def begin() -> None:

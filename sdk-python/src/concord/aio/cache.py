@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .._cache_state import CacheState, Scope, ScopeKind
 from .._cursor import EVENT, PROGRESS, SNAPSHOT_DONE, SNAPSHOT_NODE, STARTED
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 CacheListener = Callable[[CacheEvent], Any]
+_FW = TypeVar("_FW", bound="_FunctionWatch")
 
 
 class _Core:
@@ -285,6 +286,10 @@ class _FunctionWatch(_Core):
         #: The function returned False (or the watch was closed): no more calls.
         self._stopped = False
 
+    def __call__(self, *args: Any) -> Any:
+        """Calls the function itself (as kazoo's decorators leave it callable)."""
+        return self.func(*args)
+
     def _call(self, *args: Any) -> None:
         """Runs on the callback thread."""
         if self._stopped or self._closed:
@@ -318,8 +323,9 @@ class _FunctionWatch(_Core):
             except RuntimeError:
                 pass  # the loop is closed: the watch ended with it
 
-    def begin(self) -> Any:
-        super().begin()
+    def begin(self: _FW) -> _FW:  # type: ignore[override]
+        """Starts the watch without waiting (on the loop); returns it."""
+        _Core.begin(self)
         return self
 
 

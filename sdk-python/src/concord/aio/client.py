@@ -20,7 +20,7 @@ import itertools
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, TypeVar, overload
 
 import grpc
 
@@ -463,11 +463,11 @@ class Client:
         request = watch_pb2.WatchRequest(
             path=path,
             recursive=recursive,
-            kinds=[int(k) for k in kinds or ()],
             once=once,
             with_data=with_data,
             progress_interval_ms=progress_interval_ms,
         )
+        request.kinds.extend(watch_pb2.EventKind.ValueType(int(k)) for k in kinds or ())
         if start_zxid is not None:
             request.start_zxid = start_zxid
         return Watch(self, request, resume)
@@ -477,24 +477,35 @@ class Client:
         ``async with c.Cache(path) as cache`` or ``await cache.start()``."""
         return Cache(self, path)
 
-    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], DataWatch]:
-        """kazoo's DataWatch, as a decorator: ``@c.DataWatch(path)`` on ``fn(data,
-        stat)``; see ``concord.aio.cache.DataWatch``. The watch starts on the loop;
-        ``await watch.started()`` waits for the first call to be queued."""
+    @overload
+    def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], DataWatch]: ...
+    @overload
+    def DataWatch(self, path: str, func: Callable[..., Any]) -> DataWatch: ...
+
+    def DataWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)``, or
+        ``c.DataWatch(path, fn)``; see ``concord.aio.cache.DataWatch``. Call it in a
+        coroutine: the watch starts on the running loop and this returns at once
+        (``await watch.wait_initialized()`` waits for the first call to be queued)."""
 
         def decorate(fn: Callable[..., Any]) -> DataWatch:
             return DataWatch(self, path, fn).begin()
 
-        return decorate
+        return decorate if func is None else decorate(func)
 
-    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], ChildrenWatch]:
-        """kazoo's ChildrenWatch, as a decorator: ``@c.ChildrenWatch(path)`` on
-        ``fn(children)``; see ``concord.aio.cache.ChildrenWatch``."""
+    @overload
+    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
+    @overload
+    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> ChildrenWatch: ...
+
+    def ChildrenWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+        """kazoo's ChildrenWatch: ``@c.ChildrenWatch(path)`` on ``fn(children)``, or
+        ``c.ChildrenWatch(path, fn)``; see ``concord.aio.cache.ChildrenWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> ChildrenWatch:
             return ChildrenWatch(self, path, fn).begin()
 
-        return decorate
+        return decorate if func is None else decorate(func)
 
     def _track(self, watch: Any) -> None:
         self._watches.add(watch)
