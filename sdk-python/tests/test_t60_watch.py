@@ -366,3 +366,29 @@ def test_a_watch_moves_to_another_server_when_its_server_dies() -> None:
         )
     finally:
         ensemble.kill()
+
+
+def test_a_silent_server_breaks_the_stream_and_the_watch_resumes(own_server: Server) -> None:
+    """A SIGSTOPped server keeps the connection open and sends nothing, not even
+    Progress: after three progress intervals (at least 2 s) the watch counts its
+    stream as broken and reconnects until the server answers again."""
+
+    async def body(c: Any) -> None:
+        w = await open_watch(c, "/s", progress_interval_ms=200)
+        await c.create("/s", b"0")
+        assert (await take(w, 1))[0].data == b"0"
+        own_server.stop()
+        try:
+            async def broken() -> bool:
+                return aio_of(w).last_error is not None
+
+            await eventually("the silent stream counts as broken", broken, 6)
+            assert "silent" in str(aio_of(w).last_error)
+        finally:
+            own_server.cont()
+        await c.set("/s", b"1")
+        assert [e.data for e in await take(w, 1, timeout=15)] == [b"1"]
+        assert aio_of(w).resumes >= 1
+        cancel(w)
+
+    run_with("aio", own_server.addr, body, retry=concord.Retry(deadline=15.0))

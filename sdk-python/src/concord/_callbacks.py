@@ -41,10 +41,6 @@ class Serial:
         except RuntimeError:  # shut down meanwhile
             return None
 
-    def on_thread(self) -> bool:
-        """True when called from this executor's thread."""
-        return threading.current_thread().name.startswith(self._name + "_")
-
     def shutdown(self) -> None:
         """Stops after the callbacks queued; does not wait (a callback may be the caller)."""
         with self._lock:
