@@ -136,8 +136,9 @@ class _Core:
             # The watch ended: open a new one with a fresh snapshot.
             first = watch is None
             while not self._closed:
+                if not (first and failures == 0):  # a first open goes at once
+                    await asyncio.sleep(RESUME_FOREVER.jittered(failures + 1))
                 failures += 1
-                await asyncio.sleep(RESUME_FOREVER.jittered(failures))
                 fresh = self._new_watch()
                 try:
                     await fresh.start()
