@@ -22,10 +22,32 @@ from .errors import (
     SessionExpiredError,
     TimeoutError,
 )
+from ._recipes_sync import (
+    Election,
+    LatchEvent,
+    Leadership,
+    LeaderLatch,
+    LeaderSelector,
+    Lease,
+    Lock,
+    Participant,
+    RecipeState,
+    Semaphore,
+)
 from .sync import Client, Transaction
 from .types import TLS, Fence, Retry, Stat, State
 
 __all__ = [
+    "Semaphore",
+    "RecipeState",
+    "Participant",
+    "Lock",
+    "Lease",
+    "Leadership",
+    "LeaderSelector",
+    "LeaderLatch",
+    "LatchEvent",
+    "Election",
     "BadArgumentsError",
     "BadVersionError",
     "Client",
