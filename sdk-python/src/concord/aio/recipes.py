@@ -23,6 +23,7 @@ import dataclasses
 import enum
 import inspect
 import itertools
+import logging
 import os
 import threading
 import time
@@ -810,7 +811,7 @@ class LeaderLatch(_Base):
         """``listener(event)`` (or an object's ``is_leader()`` / ``not_leader()``) on
         every change of leadership, in order, on a thread of the latch's (``async def``:
         a task)."""
-        self._listeners.add(_as_latch_listener(listener))
+        self._listeners.add(_as_latch_listener(listener))  # type: ignore[arg-type]
 
     def has_leadership(self) -> bool:
         """Whether it leads now."""
@@ -1059,11 +1060,17 @@ class LeaderSelector(_Base):
                 loop = asyncio.get_running_loop()
                 done: asyncio.Future[None] = loop.create_future()
 
+                def finished() -> None:
+                    if not done.done():
+                        done.set_result(None)
+
                 def in_thread() -> None:
                     try:
                         fn(lead)
+                    except Exception:
+                        logging.getLogger("concord").exception("a take_leadership function raised")
                     finally:
-                        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+                        loop.call_soon_threadsafe(finished)
 
                 threading.Thread(target=in_thread, name="concord-selector", daemon=True).start()
                 # Leadership ends when the function returns, even if cancelled meanwhile.
@@ -1146,21 +1153,16 @@ class LeaderSelector(_Base):
                     else:
                         won = p
                 elif what == "took":
-                    p, running, take_task = running, None, None
-                    lead, self._leadership = self._leadership, None
-                    assert p is not None and lead is not None
-                    if conn.connected and not lead.is_cancelled():
-                        await self._quiet_resign(p)
+                    ran, running, take_task = running, None, None
+                    self._leadership = None
+                    assert ran is not None
+                    if conn.connected:
+                        await self._quiet_resign(ran)
                         if (self.auto_requeue or self._requeue) and not self._queued:
                             queue()
                     else:
                         # Resign once the server answers again (RECONNECTED).
-                        to_resign = p
-                        if conn.connected:
-                            to_resign = None
-                            await self._quiet_resign(p)
-                            if (self.auto_requeue or self._requeue) and not self._queued:
-                                queue()
+                        to_resign = ran
                 elif what == "requeue":
                     if running is None and won is None and to_resign is None and not self._queued:
                         queue()
@@ -1208,8 +1210,6 @@ class LeaderSelector(_Base):
 
 async def _guarded(coro: Awaitable[None]) -> None:
     """Runs a take_leadership; what it raises is logged, not the selector's end."""
-    import logging
-
     try:
         await coro
     except asyncio.CancelledError:
