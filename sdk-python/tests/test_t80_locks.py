@@ -193,3 +193,25 @@ def test_a_semaphore_admits_exactly_n(server: Server, kind: str) -> None:
         assert await sems[0].lease_holders() == []
 
     run_with(kind, server.addr, body)
+
+
+def test_a_cancelled_acquire_leaves_no_waiter(server: Server) -> None:
+    async def body(c: Any) -> None:
+        name = _name()
+        a, b = c.Lock(name, identifier="a"), c.Lock(name, identifier="b")
+        assert await a.acquire()
+        waiting = asyncio.ensure_future(b.acquire())
+
+        async def queued(n: int) -> bool:
+            return len(await a.contenders()) == n
+
+        await eventually("b queues", lambda: queued(2))
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await eventually("b left the queue", lambda: queued(1))
+        assert not b.is_acquired
+        await a.release()
+        assert await a.contenders() == []
+
+    run_with("aio", server.addr, body)
