@@ -184,11 +184,20 @@ async def _not(aw: Any) -> bool:
     return not await aw
 
 
-def test_a_lost_session_ends_the_latch(own_server: Server, kind: str) -> None:
+def test_a_lost_session_ends_the_latch_and_the_selector(own_server: Server, kind: str) -> None:
     async def body(c: Any) -> None:
         latch = make(c, "LeaderLatch", _name(), id="x")
         await latch.start()
         assert await latch.wait(5)
+        stopped = threading.Event()
+
+        def take(lead: Any) -> None:
+            lead.wait(20)
+            stopped.set()
+
+        selector = make(c, "LeaderSelector", _name(), take, id="y", auto_requeue=True)
+        await selector.start()
+        await eventually("the selector leads", selector.has_leadership)
         own_server.stop()
         try:
             await eventually("LOST", lambda: _true(raw(c).state is State.LOST), 5)
@@ -198,6 +207,9 @@ def test_a_lost_session_ends_the_latch(own_server: Server, kind: str) -> None:
         with pytest.raises(concord.SessionExpiredError):
             await latch.wait(1)
         assert latch.state is concord.RecipeState.CLOSED
+        await eventually("take_leadership is told to stop", lambda: _true(stopped.is_set()), 2)
+        await eventually("the selector ends", lambda: _true(selector.state is concord.RecipeState.CLOSED), 2)
+        assert not await selector.has_leadership()
 
     run_with(kind, own_server.addr, body, session_timeout=1.0)
 
