@@ -215,3 +215,31 @@ def test_a_cancelled_acquire_leaves_no_waiter(server: Server) -> None:
         assert await a.contenders() == []
 
     run_with("aio", server.addr, body)
+
+
+def test_acquires_cancelled_at_any_point_leave_the_lock_free(server: Server) -> None:
+    """Cancels 30 acquires of a free lock at every point of their first milliseconds:
+    one the server answered as it was cancelled holds the lock with its answer lost,
+    so the SDK adopts that place again (same owner id) and releases it."""
+
+    async def body(c: Any) -> None:
+        name = _name()
+        lock, probe = c.Lock(name, identifier="x"), c.Lock(name, identifier="probe")
+        for i in range(30):
+            task = asyncio.ensure_future(lock.acquire())
+            await asyncio.sleep(i * 0.0003)  # the point of cancelling, not a wait for anything
+            task.cancel()
+            try:
+                if await task:
+                    await lock.release()
+            except asyncio.CancelledError:
+                pass
+
+        async def free() -> bool:
+            return await probe.contenders() == []
+
+        await eventually("no place of the cancelled acquires is left", free, 5)
+        assert await probe.acquire(timeout=5)
+        await probe.release()
+
+    run_with("aio", server.addr, body)

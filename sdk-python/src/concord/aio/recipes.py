@@ -234,6 +234,9 @@ async def _acquire(
                 client._attempt(lambda ep: _lock_stub(ep).Acquire, req, write=True, limit=limit),
             )
             return Lease(name, str(resp.key), int(resp.token), session_id)
+        except asyncio.CancelledError:
+            await asyncio.shield(_flush_acquire(client, name, owner_id, permits, session_id))
+            raise
         except ConcordError as err:
             if err.code is ErrorCode.TIMEOUT and err.origin is Origin.SERVER:
                 return None
@@ -245,6 +248,26 @@ async def _acquire(
                 return None
             failures += 1
             await asyncio.sleep(_retry_delay(failures))
+
+
+async def _flush_acquire(client: Client, name: str, owner_id: str, permits: int, session_id: int) -> None:
+    """After an Acquire was cancelled in flight. The server leaves no waiter behind a
+    cancelled call, but one it answered as the client cancelled holds the lock, and
+    the answer is lost. An Acquire with the same owner id adopts that place (or makes
+    one): with a 1 ms timeout the server removes it unless it holds; if it holds, it
+    is released. Best effort: failures leave the place to the session's end."""
+    if client.session_id != session_id or client.state.ended:
+        return
+    req = lock_pb2.AcquireRequest(
+        name=name, session_id=session_id, timeout_ms=1, owner_id=owner_id, permits=permits
+    )
+    try:
+        resp = await client._attempt(
+            lambda ep: _lock_stub(ep).Acquire, req, write=True, limit=client.call_timeout or _MARGIN_S
+        )
+        await _release(client, str(resp.key), int(resp.token))
+    except ConcordError:
+        pass
 
 
 async def _leave(client: Client, name: str, owner_id: str, session_id: int) -> None:
@@ -548,12 +571,35 @@ async def _participants(client: Client, name: str) -> list[Participant]:
 async def _campaign(client: Client, name: str, session_id: int, pid: str, value: bytes) -> Participant:
     """One Campaign, waiting until first in line (no deadline: cancel it to leave)."""
     req = election_pb2.CampaignRequest(election=name, session_id=session_id, participant_id=pid, value=value)
-    resp = await _unless_lost(
-        client,
-        session_id,
-        client._attempt(lambda ep: _election_stub(ep).Campaign, req, write=True, limit=_FOREVER_S),
-    )
+    try:
+        resp = await _unless_lost(
+            client,
+            session_id,
+            client._attempt(lambda ep: _election_stub(ep).Campaign, req, write=True, limit=_FOREVER_S),
+        )
+    except asyncio.CancelledError:
+        await asyncio.shield(_flush_campaign(client, name, session_id, pid))
+        raise
     return Participant.of(resp.leader, True)
+
+
+async def _flush_campaign(client: Client, name: str, session_id: int, pid: str) -> None:
+    """After a Campaign was cancelled in flight: one the server answered (leader) as
+    the client cancelled keeps its candidacy, and the answer is lost. A Campaign with
+    the same id adopts that place (or makes one): with a 1 ms timeout the server
+    removes it unless it leads; if it leads, it resigns. Best effort."""
+    if client.session_id != session_id or client.state.ended:
+        return
+    req = election_pb2.CampaignRequest(
+        election=name, session_id=session_id, participant_id=pid, timeout_ms=1
+    )
+    try:
+        resp = await client._attempt(
+            lambda ep: _election_stub(ep).Campaign, req, write=True, limit=client.call_timeout or _MARGIN_S
+        )
+        await _resign(client, str(resp.leader.key), int(resp.leader.term))
+    except ConcordError:
+        pass
 
 
 async def _campaign_retrying(client: Client, name: str, session_id: int, pid: str, value: bytes) -> Participant:
@@ -913,8 +959,7 @@ class LeaderLatch(_Base):
                         self._lead(won)
                 tasks = [t for t in tasks if not t.done()]
         finally:
-            for t in tasks:
-                t.cancel()
+            await _cancel_all(tasks)
 
     async def wait(self, timeout: float | None = None) -> bool:
         """Until it leads: True; False if not within ``timeout`` seconds (None: no limit).
@@ -1169,8 +1214,7 @@ class LeaderSelector(_Base):
                 tasks = [t for t in tasks if not t.done()]
         finally:
             stop_take()
-            for t in tasks:
-                t.cancel()
+            await _cancel_all(tasks)
             if self.state is not RecipeState.CLOSED and self._ended is not None:
                 self.state = RecipeState.CLOSED
 
@@ -1206,6 +1250,14 @@ class LeaderSelector(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancels ``tasks`` and waits for them (a cancelled Campaign's flush included)."""
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks)
 
 
 async def _guarded(coro: Awaitable[None]) -> None:
