@@ -6,6 +6,7 @@ selector's take_leadership told to stop, auto-requeue cycling in queue order."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 import uuid
@@ -297,6 +298,17 @@ def test_election_run_campaigns_runs_and_resigns(server: Server, kind: str) -> N
 
         await eventually("two waits its turn", two_waits)
         assert ran == ["one"]
+        third = make(c, "Election", name, "three")
+        t3 = asyncio.ensure_future(third.run(work, "three"))
+
+        async def three_waits() -> bool:
+            return await first.contenders() == ["one", "two", "three"]
+
+        await eventually("three waits its turn", three_waits)
+        await third.cancel()
+        with pytest.raises((asyncio.CancelledError, concurrent.futures.CancelledError)):
+            await asyncio.wait_for(t3, 10)
+        assert await first.contenders() == ["one", "two"]
         release.set()
         assert await asyncio.wait_for(t1, 10) == "ONE"
         assert await asyncio.wait_for(t2, 10) == "TWO"
