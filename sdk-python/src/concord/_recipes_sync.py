@@ -67,12 +67,15 @@ class Lock:
         return self._client._io.run(self._aio.acquire(timeout, blocking))
 
     def release(self) -> bool:
+        """Releases one level of the hold (the last releases it on the server); False if nothing was held."""
         return self._client._io.run(self._aio.release())
 
     def validate(self) -> bool:
+        """Asks the server whether the hold still holds."""
         return self._client._io.run(self._aio.validate())
 
     def contenders(self) -> list[str]:
+        """The identifiers of the queue's members, holders first."""
         return self._client._io.run(self._aio.contenders())
 
     def __enter__(self) -> Lock:
@@ -105,18 +108,23 @@ class Semaphore:
         return self._aio.fence
 
     def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
+        """Takes a lease for this object: True; False if none was free within ``timeout``."""
         return self._client._io.run(self._aio.acquire(timeout, blocking))
 
     def release(self) -> bool:
+        """Gives back ``acquire()``'s lease."""
         return self._client._io.run(self._aio.release())
 
     def acquire_lease(self, timeout: float | None = None) -> Lease | None:
+        """A lease of its own, or None if none was free within ``timeout``."""
         return self._client._io.run(self._aio.acquire_lease(timeout))
 
     def return_lease(self, lease: Lease) -> None:
+        """Gives back a lease from ``acquire_lease()``."""
         self._client._io.run(self._aio.return_lease(lease))
 
     def lease_holders(self) -> list[str]:
+        """The identifiers of the current holders."""
         return self._client._io.run(self._aio.lease_holders())
 
     def __enter__(self) -> Semaphore:
@@ -142,6 +150,7 @@ class Election:
         return self._aio.leader
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Campaigns, runs ``func(*args, **kwargs)`` on this thread once leader, resigns; returns its result."""
         self._aio._cancelled = False
         p, claim = self._client._io.run(self._aio._elect())
         try:
@@ -154,6 +163,7 @@ class Election:
         self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
 
     def contenders(self) -> list[str]:
+        """The candidates' identifiers, leader first."""
         return self._client._io.run(self._aio.contenders())
 
 
@@ -182,21 +192,27 @@ class LeaderLatch:
         self._aio.add_listener(listener)
 
     def start(self) -> None:
+        """Campaigns in a task on the client's loop. Errors: BAD_STATE, NodeExistsError, SessionExpiredError."""
         self._client._io.run(self._aio.start())
 
     def has_leadership(self) -> bool:
+        """Whether it leads now."""
         return self._aio.has_leadership()
 
     def wait(self, timeout: float | None = None) -> bool:
+        """Until it leads: True; False if not within ``timeout``. SessionExpiredError if it ended with its session."""
         return self._client._io.run(self._aio.wait(timeout))
 
     def get_leader(self) -> Participant | None:
+        """The election's leader, or None."""
         return self._client._io.run(self._aio.get_leader())
 
     def get_participants(self) -> list[Participant]:
+        """The candidates in line, leader first."""
         return self._client._io.run(self._aio.get_participants())
 
     def close(self, notify: bool = False) -> None:
+        """Stops campaigning and resigns; listeners hear NOT_LEADER only if ``notify`` and it led."""
         self._client._io.run(self._aio.close(notify))
 
     def __enter__(self) -> LeaderLatch:
@@ -234,24 +250,30 @@ class LeaderSelector:
         return self._aio.state
 
     def start(self) -> None:
+        """Queues. Errors: BAD_STATE, NodeExistsError, SessionExpiredError."""
         self._client._io.run(self._aio.start())
 
     def requeue(self) -> bool:
+        """Queue again once the current leadership ends; False if already queued or not started."""
         async def requeue() -> bool:
             return self._aio.requeue()
 
         return self._client._io.run(requeue())
 
     def has_leadership(self) -> bool:
+        """Whether take_leadership runs now (and was not told to stop)."""
         return self._aio.has_leadership()
 
     def get_leader(self) -> Participant | None:
+        """The election's leader, or None."""
         return self._client._io.run(self._aio.get_leader())
 
     def get_participants(self) -> list[Participant]:
+        """The candidates in line, leader first."""
         return self._client._io.run(self._aio.get_participants())
 
     def close(self) -> None:
+        """Tells take_leadership to stop and resigns."""
         self._client._io.run(self._aio.close())
 
     def __enter__(self) -> LeaderSelector:
