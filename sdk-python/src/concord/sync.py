@@ -19,6 +19,7 @@ import threading
 from types import TracebackType
 from typing import Any, Callable, Coroutine, Iterator, TypeVar, overload
 
+from . import _recipes_sync as recipes
 from . import aio
 from ._listeners import Listener
 from ._transaction import OpResult, TransactionOps
@@ -281,6 +282,39 @@ class Client:
         self._io.run(begin())
         w._initialized.wait(self._aio.call_timeout or FIRST_CALL_WAIT_S)
         return w
+
+    # -- recipes (concord._recipes_sync, over concord.aio.recipes) -----------------
+
+    @property
+    def aio_loop(self) -> asyncio.AbstractEventLoop:
+        """The private loop the aio core runs on."""
+        return self._io.loop
+
+    def Lock(self, name: str, identifier: str | None = None) -> recipes.Lock:
+        """kazoo's Lock on the server's Lock service, owned by this client's session."""
+        return recipes.Lock(self, name, identifier)
+
+    def Semaphore(self, name: str, max_leases: int = 1, identifier: str | None = None) -> recipes.Semaphore:
+        """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
+        return recipes.Semaphore(self, name, max_leases, identifier)
+
+    def Election(self, name: str, identifier: str | None = None) -> recipes.Election:
+        """kazoo's Election: ``run(func)`` campaigns, runs func while leader, resigns."""
+        return recipes.Election(self, name, identifier)
+
+    def LeaderLatch(self, name: str, id: str | None = None) -> recipes.LeaderLatch:
+        """Curator's LeaderLatch on election ``name``."""
+        return recipes.LeaderLatch(self, name, id)
+
+    def LeaderSelector(
+        self,
+        name: str,
+        take_leadership: Callable[[recipes.Leadership], Any],
+        id: str | None = None,
+        auto_requeue: bool = False,
+    ) -> recipes.LeaderSelector:
+        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``."""
+        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue)
 
 
 class Transaction(TransactionOps):

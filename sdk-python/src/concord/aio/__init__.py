@@ -2,6 +2,35 @@
 
 from .cache import Cache, ChildrenWatch, DataWatch
 from .client import Client, Transaction
+from .recipes import (
+    Election,
+    LatchEvent,
+    Leadership,
+    LeaderLatch,
+    LeaderSelector,
+    Lease,
+    Lock,
+    Participant,
+    RecipeState,
+    Semaphore,
+)
 from .watch import Watch
 
-__all__ = ["Cache", "ChildrenWatch", "Client", "DataWatch", "Transaction", "Watch"]
+__all__ = [
+    "Cache",
+    "ChildrenWatch",
+    "Client",
+    "DataWatch",
+    "Election",
+    "LatchEvent",
+    "LeaderLatch",
+    "LeaderSelector",
+    "Leadership",
+    "Lease",
+    "Lock",
+    "Participant",
+    "RecipeState",
+    "Semaphore",
+    "Transaction",
+    "Watch",
+]

@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..events import EventKind
 from ..types import TLS, Fence, Retry, Stat, State
+from . import recipes
 from ._session import Session
 from .cache import Cache, ChildrenWatch, DataWatch
 from .watch import RESUME_FOREVER, Watch
@@ -509,6 +510,34 @@ class Client:
 
     def _track(self, watch: Any) -> None:
         self._watches.add(watch)
+
+    # -- recipes (concord.aio.recipes) --------------------------------------------
+
+    def Lock(self, name: str, identifier: str | None = None) -> recipes.Lock:
+        """kazoo's Lock on the server's Lock service, owned by this client's session."""
+        return recipes.Lock(self, name, identifier)
+
+    def Semaphore(self, name: str, max_leases: int = 1, identifier: str | None = None) -> recipes.Semaphore:
+        """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
+        return recipes.Semaphore(self, name, max_leases, identifier)
+
+    def Election(self, name: str, identifier: str | None = None) -> recipes.Election:
+        """kazoo's Election: ``await run(func)`` campaigns, runs func while leader, resigns."""
+        return recipes.Election(self, name, identifier)
+
+    def LeaderLatch(self, name: str, id: str | None = None) -> recipes.LeaderLatch:
+        """Curator's LeaderLatch on election ``name``."""
+        return recipes.LeaderLatch(self, name, id)
+
+    def LeaderSelector(
+        self,
+        name: str,
+        take_leadership: Callable[[recipes.Leadership], Any],
+        id: str | None = None,
+        auto_requeue: bool = False,
+    ) -> recipes.LeaderSelector:
+        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``."""
+        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue)
 
     # -- internals ----------------------------------------------------------------
 
