@@ -10,6 +10,8 @@
 //!                     └───────────────────────────────────┘ else: Campaign again
 //!     Lost (or the Session handle dropped) ─▶ NotLeader if leading, state Closed
 //!   close(mode) ─▶ stop the task, Resign our candidacy (NotLeader only with NotifyLeader)
+//!                  (a Campaign stopped in flight is sent again with a 1 ms timeout and
+//!                  resigned if it leads: crate::reclaim)
 //! ```
 //!
 //! The decisions are made by [`Core`], which does no IO (unit-tested below); the task
@@ -28,6 +30,7 @@ use tokio::task::JoinHandle;
 use crate::client::Client;
 use crate::error::Error;
 use crate::proto::ErrorCode;
+use crate::reclaim::{Reclaim, Reclaims};
 use crate::session::{ConnectionState, Session, StateListener};
 use crate::types::{Fence, Participant};
 
@@ -211,6 +214,8 @@ struct Shared {
     id: String,
     status: watch::Sender<Status>,
     events: broadcast::Sender<LatchEvent>,
+    /// Reclaims of Campaigns dropped in flight, which `close` waits for.
+    reclaims: Arc<Reclaims>,
 }
 
 impl Shared {
@@ -239,12 +244,15 @@ impl Shared {
         });
     }
 
-    /// One Campaign, after `delay`.
+    /// One Campaign, after `delay`. Dropped in flight (the task aborted), its place
+    /// is reclaimed: it may have been answered leader as it was dropped.
     async fn campaign(self: Arc<Self>, delay: Duration) -> Result<Participant, Error> {
         tokio::time::sleep(delay).await;
-        self.client
-            .campaign(&self.name, self.session_id, &self.id, Vec::new(), 0)
-            .await
+        let reclaim = Reclaim::candidacy(&self.client, self.session_id, &self.name, &self.id);
+        let call = self
+            .client
+            .campaign(&self.name, self.session_id, &self.id, Vec::new(), 0);
+        reclaim.guard(Some(Arc::clone(&self.reclaims)), call).await
     }
 
     /// Whether `p` still leads, after `delay`.
@@ -305,6 +313,7 @@ impl LeaderLatch {
                 id,
                 status: watch::channel(status).0,
                 events: broadcast::channel(EVENT_BACKLOG).0,
+                reclaims: Arc::default(),
             }),
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
@@ -414,7 +423,9 @@ impl LeaderLatch {
     /// Stops the latch and resigns its candidacy (leader or waiting). With
     /// `NotifyLeader` listeners hear `NotLeader` if it was leading. The state is
     /// `Closed` even if the resign fails (the candidacy then ends with the session);
-    /// the error says why. Errors: BAD_STATE if already closed.
+    /// the error says why. A Campaign the stop dropped in flight is sent again with
+    /// a 1 ms timeout and resigned if it leads, before this returns. Errors:
+    /// BAD_STATE if already closed.
     pub async fn close(&self, mode: CloseMode) -> Result<(), Error> {
         let was = self.state();
         if was == LatchState::Closed {
@@ -427,6 +438,8 @@ impl LeaderLatch {
             // Wait for it to stop, so that nothing is published after Closed.
             let _ = task.await;
         }
+        // A Campaign the abort dropped in flight may have been answered leader.
+        self.shared.reclaims.wait().await;
         self.shared.unlead(mode == CloseMode::NotifyLeader);
         self.shared
             .status
@@ -439,8 +452,10 @@ impl LeaderLatch {
 }
 
 impl Drop for LeaderLatch {
-    /// Stops the task. A waiting candidacy leaves with its cancelled Campaign; a
-    /// leading one stays until its session ends: call `close` to resign at once.
+    /// Stops the task. A waiting candidacy leaves with its cancelled Campaign (one
+    /// answered as it was cancelled is reclaimed and resigned from a task on the
+    /// current runtime); a leading one stays until its session ends: call `close`
+    /// to resign at once.
     fn drop(&mut self) {
         if let Some(task) = lock(&self.task).take() {
             task.abort();

@@ -47,6 +47,7 @@ pub mod naming;
 pub mod op;
 pub mod options;
 pub mod recipes;
+mod reclaim;
 pub mod registration;
 pub mod selector;
 pub mod session;

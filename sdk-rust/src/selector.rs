@@ -10,6 +10,8 @@
 //!                 │                             ▼    Leadership::cancelled() fires and
 //!                 └── auto_requeue or requeue() ◀─ Resign    the closure's future is dropped
 //!   Lost (or the Session handle dropped) ─▶ the closure is cancelled, state Closed
+//!   a Campaign dropped in flight (close, drop) ─▶ sent again with a 1 ms timeout and
+//!     resigned if it leads (crate::reclaim); close waits for it
 //! ```
 //!
 //! What it must not do: run the closure while suspended, or while another candidacy
@@ -28,6 +30,7 @@ use crate::client::Client;
 use crate::error::Error;
 use crate::latch::{is_transient, lock, retry_delay, unique_id, Claim, LatchState};
 use crate::proto::ErrorCode;
+use crate::reclaim::{Reclaim, Reclaims};
 use crate::session::{ConnectionState, Session, StateListener};
 use crate::types::{Fence, Participant};
 
@@ -100,6 +103,8 @@ struct Shared {
     /// The candidacy while its closure runs.
     leading: watch::Sender<Option<Participant>>,
     state: watch::Sender<LatchState>,
+    /// Reclaims of Campaigns dropped in flight, which `close` waits for.
+    reclaims: Arc<Reclaims>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -155,6 +160,7 @@ impl LeaderSelector {
                 queued: watch::channel(false).0,
                 leading: watch::channel(None).0,
                 state: watch::channel(LatchState::Latent).0,
+                reclaims: Arc::default(),
             }),
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
@@ -239,7 +245,9 @@ impl LeaderSelector {
 
     /// Stops the selector: the closure is cancelled (its future dropped) and the
     /// candidacy resigned. The state is `Closed` even if the resign fails (the
-    /// candidacy then ends with the session). Errors: BAD_STATE if already closed.
+    /// candidacy then ends with the session). A Campaign the stop dropped in flight
+    /// is sent again with a 1 ms timeout and resigned if it leads, before this
+    /// returns. Errors: BAD_STATE if already closed.
     pub async fn close(&self) -> Result<(), Error> {
         let was = self.state();
         if was == LatchState::Closed {
@@ -252,6 +260,8 @@ impl LeaderSelector {
             // Wait for it to stop, so that nothing is published after Closed.
             let _ = task.await;
         }
+        // A Campaign the abort dropped in flight may have been answered leader.
+        self.shared.reclaims.wait().await;
         self.shared.leading.send_replace(None);
         self.shared.state.send_replace(LatchState::Closed);
         if was == LatchState::Latent {
@@ -264,7 +274,8 @@ impl LeaderSelector {
 }
 
 impl Drop for LeaderSelector {
-    /// Stops the task (cancelling the closure). A leading candidacy stays until its
+    /// Stops the task (cancelling the closure). A Campaign in flight is reclaimed
+    /// from a task on the current runtime; a leading candidacy stays until its
     /// session ends: call `close` to resign at once.
     fn drop(&mut self) {
         if let Some(task) = lock(&self.task).take() {
@@ -365,9 +376,16 @@ async fn won(shared: &Shared, conn: &mut Conn) -> Result<Participant, Ended> {
         let delay = retry_delay(failures);
         let campaign = async {
             tokio::time::sleep(delay).await;
-            shared
-                .client
-                .campaign(&shared.name, shared.session_id, &shared.id, Vec::new(), 0)
+            // Dropped in flight (the task aborted, or the session ended), the
+            // Campaign's place is reclaimed: it may have been answered leader.
+            let reclaim =
+                Reclaim::candidacy(&shared.client, shared.session_id, &shared.name, &shared.id);
+            let call =
+                shared
+                    .client
+                    .campaign(&shared.name, shared.session_id, &shared.id, Vec::new(), 0);
+            reclaim
+                .guard(Some(Arc::clone(&shared.reclaims)), call)
                 .await
         };
         tokio::pin!(campaign);

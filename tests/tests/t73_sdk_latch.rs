@@ -344,3 +344,63 @@ async fn t73_lost_ends_the_latch_and_the_next_leads() {
     assert!(b.wait_timeout(WAIT).await.unwrap());
     b.close(CloseMode::Silent).await.unwrap();
 }
+
+/// Latches closed at every point of their Campaign's first milliseconds (the moment
+/// the server answers it leader included) leave no candidacy: another session's latch
+/// leads at once. A Campaign answered as `close` aborted it would otherwise lead for
+/// nobody until the session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t73_latches_closed_while_campaigning_leave_no_candidacy() {
+    let server = Server::start(ServerOptions::default());
+    let c = server.sdk().await;
+    let a = c.open_session(5000).await.unwrap();
+    let b = c.open_session(5000).await.unwrap();
+    // How long a latch takes to lead a free election here (the median of five).
+    let mut rounds = Vec::new();
+    for n in 0..5 {
+        let latch = LeaderLatch::new(&a, "closed", format!("timing-{n}"));
+        let start = Instant::now();
+        latch.start().unwrap();
+        latch.wait().await.unwrap();
+        rounds.push(start.elapsed());
+        latch.close(CloseMode::Silent).await.unwrap();
+    }
+    rounds.sort();
+    let round = rounds[2];
+    let (mut led, mut closed) = (0, 0);
+    for n in 0..1000u32 {
+        if closed >= 100 {
+            break;
+        }
+        let latch = LeaderLatch::new(&a, "closed", format!("closed-{n}"));
+        latch.start().unwrap();
+        // Every point from 0 to twice the time a latch takes to lead.
+        let after = round * 2 * (n % 41) / 41;
+        if latch.wait_timeout(after).await.unwrap() {
+            led += 1;
+        } else {
+            closed += 1;
+        }
+        latch.close(CloseMode::Silent).await.unwrap();
+    }
+    eprintln!("lead in {round:?}: {led} led before close, {closed} closed campaigning");
+    assert!(
+        closed >= 30,
+        "only {closed} latches were closed campaigning"
+    );
+    eventually("no candidacy is left", WAIT, || async {
+        c.participants("closed")
+            .await
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let other = LeaderLatch::new(&b, "closed", "other");
+    other.start().unwrap();
+    assert!(
+        other.wait_timeout(WAIT).await.unwrap(),
+        "another session's latch leads at once"
+    );
+    other.close(CloseMode::Silent).await.unwrap();
+}

@@ -254,3 +254,69 @@ async fn t74_without_auto_requeue_a_selector_leads_once_until_requeued() {
     selector.close().await.unwrap();
     assert!(selector.close().await.is_err(), "closed twice");
 }
+
+/// Selectors closed at every point of their Campaign's first milliseconds leave no
+/// candidacy (a Campaign answered as `close` aborted it would lead for nobody until
+/// the session ends): another session's selector leads at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t74_selectors_closed_while_campaigning_leave_no_candidacy() {
+    let server = Server::start(ServerOptions::default());
+    let c = server.sdk().await;
+    let a = c.open_session(5000).await.unwrap();
+    let b = c.open_session(5000).await.unwrap();
+    // Leads until closed; the receiver turns true when its closure starts.
+    let leads = |session: &Session, id: String| {
+        let (led, leading) = watch::channel(false);
+        let s = LeaderSelector::new(session, "closed", id, move |_lead: Leadership| {
+            led.send_replace(true);
+            std::future::pending::<()>()
+        });
+        (s, leading)
+    };
+    let leading = |mut leading: watch::Receiver<bool>| async move {
+        let _ = leading.wait_for(|l| *l).await;
+    };
+    // How long a selector takes to lead a free election here (the median of five).
+    let mut rounds = Vec::new();
+    for n in 0..5 {
+        let (s, led) = leads(&a, format!("timing-{n}"));
+        let start = Instant::now();
+        s.start().unwrap();
+        tokio::time::timeout(WAIT, leading(led)).await.unwrap();
+        rounds.push(start.elapsed());
+        s.close().await.unwrap();
+    }
+    rounds.sort();
+    let round = rounds[2];
+    let (mut won, mut closed) = (0, 0);
+    for n in 0..1000u32 {
+        if closed >= 100 {
+            break;
+        }
+        let (s, led) = leads(&a, format!("closed-{n}"));
+        s.start().unwrap();
+        // Every point from 0 to twice the time a selector takes to lead.
+        let after = round * 2 * (n % 41) / 41;
+        if tokio::time::timeout(after, leading(led)).await.is_ok() {
+            won += 1;
+        } else {
+            closed += 1;
+        }
+        s.close().await.unwrap();
+    }
+    eprintln!("lead in {round:?}: {won} led before close, {closed} closed campaigning");
+    assert!(
+        closed >= 30,
+        "only {closed} selectors were closed campaigning"
+    );
+    eventually("no candidacy is left", WAIT, || async {
+        line(&c, "closed").await.is_empty().then_some(())
+    })
+    .await;
+    let (other, led) = leads(&b, "other".into());
+    other.start().unwrap();
+    tokio::time::timeout(WAIT, leading(led))
+        .await
+        .expect("another session's selector leads at once");
+    other.close().await.unwrap();
+}

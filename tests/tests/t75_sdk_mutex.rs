@@ -321,3 +321,125 @@ async fn t75_a_hold_survives_suspended() {
     assert!(guard.is_acquired() && guard.validate().await.unwrap());
     guard.release().await.unwrap();
 }
+
+/// How long an acquire and a release of a free lock take here (the median of five):
+/// about twice the time the server takes to answer an acquire.
+async fn round_time<F, Fut>(mut acquire_and_release: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut rounds = Vec::new();
+    for _ in 0..5 {
+        let start = std::time::Instant::now();
+        acquire_and_release().await;
+        rounds.push(start.elapsed());
+    }
+    rounds.sort();
+    rounds[2]
+}
+
+/// When the `n`th of every `count` cancelled acquires is dropped: every point from 0
+/// to `round` (about twice an answer's time), so that some are dropped just as the
+/// server answers them.
+fn cancel_after(n: u32, count: u32, round: Duration) -> Duration {
+    round * (n % count) / count
+}
+
+/// Drops acquires of a free lock at every point of their first milliseconds, the
+/// moment the server answers them included: none of them may leave the lock held
+/// (an answered Acquire whose answer is dropped holds it until the session ends,
+/// unless the SDK sends it once more and releases it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t75_dropped_acquires_leave_the_lock_free() {
+    let server = Server::start(ServerOptions::default());
+    let c = server.sdk().await;
+    let a = c.open_session(5000).await.unwrap();
+    let b = c.open_session(5000).await.unwrap();
+    let mutex = Mutex::new(&a, "dropped");
+    let semaphore_mutex = SemaphoreMutex::new(&a, "dropped");
+    let round =
+        round_time(|| async { mutex.acquire().await.unwrap().release().await.unwrap() }).await;
+    let (mut got, mut dropped) = (0, 0);
+    // Until 80 were dropped (at most 1000 tries: answers vary in time here).
+    for n in 0..1000 {
+        if dropped >= 80 {
+            break;
+        }
+        let acquire = async {
+            if n % 2 == 0 {
+                mutex.acquire().await
+            } else {
+                semaphore_mutex.acquire().await
+            }
+        };
+        match tokio::time::timeout(cancel_after(n, 41, round), acquire).await {
+            Ok(guard) => {
+                guard.unwrap().release().await.unwrap();
+                got += 1;
+            }
+            Err(_) => dropped += 1,
+        }
+    }
+    assert!(
+        dropped >= 30,
+        "only {dropped} of {} acquires were dropped",
+        got + dropped
+    );
+    eprintln!("round {round:?}: {got} acquires held, {dropped} dropped");
+    wait_members(&c, "dropped", 0).await;
+    let other = Mutex::new(&b, "dropped");
+    let guard = other
+        .acquire_timeout(WAIT)
+        .await
+        .unwrap()
+        .expect("another session takes the lock at once");
+    guard.release().await.unwrap();
+}
+
+/// The same for a semaphore's leases (two permits, one held throughout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t75_dropped_lease_acquires_leave_their_permits_free() {
+    let server = Server::start(ServerOptions::default());
+    let c = server.sdk().await;
+    let a = c.open_session(5000).await.unwrap();
+    let b = c.open_session(5000).await.unwrap();
+    let pool = Semaphore::new(&a, "dropped-pool", 2);
+    let kept = pool.acquire().await.unwrap();
+    let round =
+        round_time(|| async { pool.acquire().await.unwrap().release().await.unwrap() }).await;
+    let (mut got, mut dropped) = (0, 0);
+    for n in 0..1000 {
+        if dropped >= 80 {
+            break;
+        }
+        match tokio::time::timeout(cancel_after(n, 41, round), pool.acquire()).await {
+            Ok(lease) => {
+                lease.unwrap().release().await.unwrap();
+                got += 1;
+            }
+            Err(_) => dropped += 1,
+        }
+    }
+    assert!(
+        dropped >= 30,
+        "only {dropped} of {} acquires were dropped",
+        got + dropped
+    );
+    eprintln!("round {round:?}: {got} leases held, {dropped} dropped");
+    // One snapshot of the queue: the kept lease, and nothing else (a reclaim still
+    // under way may add a place for a moment, which it then removes).
+    eventually("only the kept lease is left", WAIT, || async {
+        let members = c.lock_waiters("dropped-pool").await.unwrap();
+        (members.len() == 1 && members[0].key == kept.key()).then_some(())
+    })
+    .await;
+    let other = Semaphore::new(&b, "dropped-pool", 2);
+    let lease = other
+        .acquire_timeout(WAIT)
+        .await
+        .unwrap()
+        .expect("another session gets the free permit at once");
+    lease.release().await.unwrap();
+    kept.release().await.unwrap();
+}

@@ -8,6 +8,8 @@
 //!        ▼                                     ▼
 //!   LockGuard / Lease  ── fence() ──▶ WriteOptions { fence: Some(..) } ──▶ FENCED once gone
 //!        └─ drop ──▶ release spawned on the current tokio runtime
+//!   acquire future dropped in flight ──▶ crate::reclaim: the Acquire sent again (same
+//!        owner id, 1 ms), released if it holds (it may have been granted as it was dropped)
 //! ```
 //!
 //! The server queues, wakes in order and fences; these objects only ask it, keep what
@@ -47,6 +49,7 @@ use tokio::sync::watch;
 use crate::client::Client;
 use crate::error::Error;
 use crate::recipes::{LockHold, LockOptions};
+use crate::reclaim::Reclaim;
 use crate::session::{ConnectionState, Session};
 
 /// Handles made in this process, for unique owner ids.
@@ -134,6 +137,10 @@ impl LockCore {
                     .await
             }
         };
+        // Dropped in flight (by our caller, or below), the call may have been granted
+        // as it was dropped: its place is then reclaimed and released.
+        let reclaim = Reclaim::lock(&self.client, self.session_id, &self.name, &options);
+        let asked = reclaim.guard(None, asked);
         let mut state = self.state.clone();
         // Dropping the call when the session ends cancels it: the server removes the
         // waiter (and the session's end removes it anyway).
