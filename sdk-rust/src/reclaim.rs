@@ -188,3 +188,65 @@ impl Drop for Armed {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A client of a port nobody listens on: a reclaim sent there fails at once.
+    fn nowhere() -> Client {
+        Client::connect_lazy("http://127.0.0.1:1").unwrap()
+    }
+
+    fn reclaim(client: &Client) -> Reclaim {
+        Reclaim::candidacy(client, 7, "e", "p-1")
+    }
+
+    fn kept(reclaims: &Reclaims) -> usize {
+        crate::latch::lock(&reclaims.tasks).len()
+    }
+
+    #[tokio::test]
+    async fn a_call_that_returns_is_not_reclaimed() {
+        let reclaims = Arc::new(Reclaims::default());
+        let answer = reclaim(&nowhere())
+            .guard(Some(Arc::clone(&reclaims)), async { 42 })
+            .await;
+        assert_eq!(answer, 42);
+        assert_eq!(kept(&reclaims), 0);
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_in_flight_is_reclaimed_and_close_can_wait_for_it() {
+        let reclaims = Arc::new(Reclaims::default());
+        let call =
+            reclaim(&nowhere()).guard(Some(Arc::clone(&reclaims)), std::future::pending::<()>());
+        // Polled once (in flight), then dropped.
+        assert!(tokio::time::timeout(Duration::from_millis(1), call)
+            .await
+            .is_err());
+        assert_eq!(kept(&reclaims), 1);
+        tokio::time::timeout(Duration::from_secs(10), reclaims.wait())
+            .await
+            .expect("the reclaim ends (its call fails)");
+        assert_eq!(kept(&reclaims), 0);
+    }
+
+    #[test]
+    fn outside_a_runtime_nothing_is_sent() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let client = runtime.block_on(async { nowhere() });
+        let reclaims = Arc::new(Reclaims::default());
+        let armed = Armed {
+            reclaim: Some(reclaim(&client)),
+            waited: Some(Arc::clone(&reclaims)),
+        };
+        drop(runtime);
+        drop(armed);
+        assert_eq!(kept(&reclaims), 0);
+    }
+}
