@@ -35,7 +35,7 @@ from ._recipes_sync import (
     Semaphore,
 )
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
-from .sync import Cache, Client, Transaction, Watch
+from .sync import Cache, ChildrenCache, Client, NodeCache, Transaction, Watch
 from .types import TLS, Fence, Retry, Stat, State
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "Cache",
     "CacheEvent",
     "CacheEventType",
+    "ChildrenCache",
     "Client",
     "ConcordError",
     "ConnectionLossError",
@@ -58,6 +59,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "Lock",
+    "NodeCache",
     "NoChildrenForEphemeralsError",
     "NoNodeError",
     "Node",

@@ -51,7 +51,7 @@ from ..events import EventKind
 from ..types import TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
-from .cache import Cache, ChildrenWatch, DataWatch
+from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
 from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
@@ -478,13 +478,24 @@ class Client:
         ``async with c.Cache(path) as cache`` or ``await cache.start()``."""
         return Cache(self, path)
 
+    def NodeCache(self, path: str) -> NodeCache:
+        """A cache of the one node at ``path`` (Curator's NodeCache), not started:
+        ``async with c.NodeCache(path) as cache``; ``cache.current()``."""
+        return NodeCache(self, path)
+
+    def ChildrenCache(self, path: str, with_data: bool = True) -> ChildrenCache:
+        """A cache of the children of ``path`` (Curator's PathChildrenCache), not
+        started: ``async with c.ChildrenCache(path) as cache``; ``cache.current()``."""
+        return ChildrenCache(self, path, with_data)
+
     @overload
     def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], DataWatch]: ...
     @overload
     def DataWatch(self, path: str, func: Callable[..., Any]) -> DataWatch: ...
 
     def DataWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
-        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)``, or
+        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)`` (or
+        ``fn(data, stat, event)``), or
         ``c.DataWatch(path, fn)``; see ``concord.aio.cache.DataWatch``. Call it in a
         coroutine: the watch starts on the running loop and this returns at once
         (``await watch.wait_initialized()`` waits for the first call to be queued)."""
@@ -495,16 +506,23 @@ class Client:
         return decorate if func is None else decorate(func)
 
     @overload
-    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
+    def ChildrenWatch(
+        self, path: str, *, send_event: bool = False
+    ) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
     @overload
-    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> ChildrenWatch: ...
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any], *, send_event: bool = False
+    ) -> ChildrenWatch: ...
 
-    def ChildrenWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any] | None = None, *, send_event: bool = False
+    ) -> Any:
         """kazoo's ChildrenWatch: ``@c.ChildrenWatch(path)`` on ``fn(children)``, or
-        ``c.ChildrenWatch(path, fn)``; see ``concord.aio.cache.ChildrenWatch``."""
+        ``c.ChildrenWatch(path, fn)``; ``send_event=True``: ``fn(children, event)``.
+        See ``concord.aio.cache.ChildrenWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> ChildrenWatch:
-            return ChildrenWatch(self, path, fn).begin()
+            return ChildrenWatch(self, path, fn, send_event).begin()
 
         return decorate if func is None else decorate(func)
 
