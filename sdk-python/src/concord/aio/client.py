@@ -582,6 +582,26 @@ class Client:
         if len(self.hosts) > 1:
             self._current = (self._current + 1) % len(self.hosts)
 
+    def _after_not_leader(self, err: ConcordError) -> None:
+        """Where calls go after a NOT_LEADER from the current host: to the leader it
+        named when that address is one of the client's hosts, else to the next host."""
+        index = self._host_index(err.leader_hint.client_addr if err.leader_hint else None)
+        if index is not None and index != self._current % max(len(self.hosts), 1):
+            self._current = index
+        else:
+            self._rotate()
+
+    def _host_index(self, addr: str | None) -> int | None:
+        """The index in the host list of ``host:port`` ``addr`` (as the server names
+        its client address: an IP address, IPv6 in brackets), or None."""
+        if not addr:
+            return None
+        want = addr.strip().lower()
+        for i, host in enumerate(self.hosts):
+            if host.strip().lower() == want:
+                return i
+        return None
+
     def _publish(self, session: Session, state: State) -> None:
         """A state of ``session``, published if it is the client's, has not ended, and
         the state differs; listeners hear it."""
@@ -609,6 +629,8 @@ class Client:
             err = from_rpc_error(e, write=write)
             if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
                 self._rotate()
+            elif err.code is ErrorCode.NOT_LEADER:
+                self._after_not_leader(err)
             raise err from None
         self._saw(resp.header.zxid)
         return resp  # type: ignore[no-any-return]
