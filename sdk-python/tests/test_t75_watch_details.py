@@ -1,8 +1,8 @@
 """Watch details kazoo users expect, on both clients: DataWatch functions of three
 parameters get the event, ChildrenWatch's ``send_event``, the public NodeCache and
 ChildrenCache; and the bound on the callbacks queued for a slow listener (one LAGGED
-notice, the cache still converges) or a slow watch function (skips to the newest
-state), with the mailbox itself tested without a server."""
+notice, the cache still converges), a slow watch function or state listener (skips
+to the newest state), with the mailbox itself tested without a server."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 import concord
-from concord import CacheEvent, CacheEventType
+from concord import CacheEvent, CacheEventType, State
 from concord._callbacks import LISTENER_BACKLOG, Mailbox, Serial
+from concord._listeners import STATE_BACKLOG, Listeners
 from concord.aio import cache as aio_cache
 
 from conftest import Server, SyncAdapter, eventually, run_with
@@ -362,3 +363,30 @@ def test_takes_event_counts_named_positional_parameters() -> None:
         def method(self, d: Any, s: Any, e: Any) -> None: ...
 
     assert aio_cache._takes_event(Holder().method, 2)
+
+
+def test_a_blocked_state_listener_skips_to_the_newest_state() -> None:
+    listeners = Listeners()
+    gate = threading.Event()
+    heard: list[State] = []
+
+    def slow(state: State) -> None:
+        gate.wait(10)
+        heard.append(state)
+
+    listeners.add(slow)
+    cycle = [State.SUSPENDED, State.RECONNECTED]
+    try:
+        for i in range(1000):  # the first blocks; the rest queue, at most STATE_BACKLOG
+            listeners.dispatch(cycle[i % 2])
+        box = listeners._fns[slow]
+        assert box is not None and len(box) <= STATE_BACKLOG
+        listeners.dispatch(State.LOST)
+    finally:
+        gate.set()
+    deadline = time.monotonic() + 5
+    while (not heard or heard[-1] is not State.LOST) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert heard[-1] is State.LOST and heard[0] is State.SUSPENDED
+    assert len(heard) <= 1 + STATE_BACKLOG
+    listeners.shutdown()
