@@ -1,6 +1,7 @@
 """NOT_LEADER hints: a server that refuses a call with NOT_LEADER names the leader in
 ``concord-leader-id`` / ``concord-leader-addr``; when that address is one of the
-client's hosts the retry goes there first, else to the next host of the list. A real
+client's hosts the retry (of a unary call, a watch's open, the session's KeepAlive
+stream) goes there first, else to the next host of the list. A real
 server answers NOT_LEADER only in an ensemble whose follower is cut off from its
 leader one way, so the refusing servers here are fakes (a grpc.aio server that
 refuses every call); the leader is a real server."""
@@ -16,15 +17,18 @@ import pytest
 import concord
 from concord.errors import ErrorCode, LeaderHint, from_status
 
-from conftest import Server
+from conftest import Server, eventually
 
 
 class _Refuser(grpc.GenericRpcHandler):
-    """Answers every call NOT_LEADER, naming ``leader`` (or no address)."""
+    """Answers every call NOT_LEADER, naming ``leader`` (or no address); with
+    ``forward_unary``, passes unary calls on to the leader instead (a follower that
+    serves them but refuses the KeepAlive stream)."""
 
-    def __init__(self, leader: str | None) -> None:
+    def __init__(self, leader: str | None, forward_unary: bool = False) -> None:
         self.leader = leader
         self.calls: list[str] = []
+        self._forward = grpc.aio.insecure_channel(leader) if forward_unary and leader else None
 
     def service(self, details: Any) -> Any:
         method = str(details.method)
@@ -42,6 +46,12 @@ class _Refuser(grpc.GenericRpcHandler):
             await refuse(request, context)
             yield b""  # never reached: makes this an async generator
 
+        async def forward(request: bytes, context: Any) -> bytes:
+            assert self._forward is not None
+            return await self._forward.unary_unary(method)(request)  # type: ignore[no-any-return]
+
+        if self._forward is not None and not method.endswith(("/Watch", "/KeepAlive")):
+            return grpc.unary_unary_rpc_method_handler(forward)
         if method.endswith("/Watch"):
             return grpc.unary_stream_rpc_method_handler(refuse_stream)
         if method.endswith("/KeepAlive"):
@@ -49,11 +59,13 @@ class _Refuser(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(refuse)
 
 
-async def _refusers(leader: str | None, n: int) -> tuple[list[Any], list[_Refuser], list[str]]:
+async def _refusers(
+    leader: str | None, n: int, forward_unary: bool = False
+) -> tuple[list[Any], list[_Refuser], list[str]]:
     servers, handlers, addrs = [], [], []
     for _ in range(n):
         server = grpc.aio.server()
-        handler = _Refuser(leader)
+        handler = _Refuser(leader, forward_unary)
         server.add_generic_rpc_handlers([handler])
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
@@ -100,6 +112,30 @@ def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, ro
                 assert first.calls == ["/concord.v1.Watch/Watch"] and not second.calls
             finally:
                 await c.close()
+        finally:
+            for s in servers:
+                await s.stop(None)
+
+    asyncio.run(main())
+
+
+def test_a_keep_alive_refused_not_leader_reopens_on_the_named_leader(server: Server) -> None:
+    async def main() -> None:
+        servers, (first, second), addrs = await _refusers(server.addr, 2, forward_unary=True)
+        try:
+            # The session opens through the first host (it forwards the Open); its
+            # KeepAlive stream there is refused, naming the real server.
+            async with concord.aio.Client(",".join(addrs + [server.addr]), session_timeout=2.0) as c:
+                assert c._current == 0 and c.state is concord.State.CONNECTED
+
+                async def moved() -> bool:
+                    return c._current == 2
+
+                await eventually("the keep-alive on the named leader", moved)
+                assert first.calls == ["/concord.v1.Session/KeepAlive"] and not second.calls
+                await asyncio.sleep(1.2)  # more than half the TTL: the pings are answered
+                assert c.state is concord.State.CONNECTED and c._current == 2
+                assert await c.exists("/") is not None
         finally:
             for s in servers:
                 await s.stop(None)
