@@ -1,6 +1,7 @@
 """Caches kept current by one resuming watch each: ``Cache`` (a whole subtree,
-Curator's CuratorCache / the Rust SDK's TreeCache), and kazoo's ``DataWatch`` (one
-node) and ``ChildrenWatch`` (a node's children) on the same machinery.
+Curator's CuratorCache / the Rust SDK's TreeCache), ``NodeCache`` (one node) and
+``ChildrenCache`` (a node's children), and kazoo's ``DataWatch`` and
+``ChildrenWatch`` on the same machinery.
 
 ::
 
@@ -16,7 +17,10 @@ node) and ``ChildrenWatch`` (a node's children) on the same machinery.
 There is never a gap: the snapshot reflects zxid z and the watch delivers every
 change after z, resumed without loss or duplicates. A rebuild tells listeners
 exactly what changed, so the cache converges on the server's tree. Callbacks run on
-the client's callback thread, never on the loop. Caches need no session.
+the client's callback thread, never on the loop, each listener or function through
+its own mailbox of ``LISTENER_BACKLOG`` callbacks (``_callbacks.Mailbox``): a cache
+listener that falls behind gets one LAGGED event for the events it lost, a watch
+function skips to the newest state. Caches need no session.
 """
 
 from __future__ import annotations
@@ -305,7 +309,7 @@ class Cache(_Listened):
 
 
 class NodeCache(_Listened):
-    """One node, kept current (Curator's NodeCache; DataWatch runs on one). Made by
+    """One node, kept current (Curator's NodeCache; DataWatch is the same machinery). Made by
     ``Client.NodeCache(path)``; the node need not exist. Listeners get CREATED,
     CHANGED and DELETED for the node (its children's changes alone update its Stat
     silently), INITIALIZED once, and LAGGED if they fall behind."""
@@ -327,7 +331,7 @@ class NodeCache(_Listened):
 
 class ChildrenCache(_Listened):
     """A node's children with their data, kept current (Curator's
-    PathChildrenCache; ChildrenWatch runs on one). Made by
+    PathChildrenCache; ChildrenWatch is the same machinery). Made by
     ``Client.ChildrenCache(path)``; the parent need not exist, and is not cached.
     Listeners get CREATED, CHANGED and DELETED for the children, INITIALIZED once,
     and LAGGED if they fall behind. Runs on one recursive watch of the parent (deeper
