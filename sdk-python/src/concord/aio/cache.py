@@ -309,8 +309,8 @@ class Cache(_Listened):
 
 
 class NodeCache(_Listened):
-    """One node, kept current (Curator's NodeCache; DataWatch is the same machinery). Made by
-    ``Client.NodeCache(path)``; the node need not exist. Listeners get CREATED,
+    """One node, kept current (Curator's NodeCache; DataWatch is the same
+    machinery). Made by ``Client.NodeCache(path)``; the node need not exist. Listeners get CREATED,
     CHANGED and DELETED for the node (its children's changes alone update its Stat
     silently), INITIALIZED once, and LAGGED if they fall behind."""
 
