@@ -440,7 +440,8 @@ class _SyncCache:
         return self._aio._initialized.wait(timeout) and self._aio.initialized and not self._aio._closed
 
     def add_listener(self, listener: CacheListener) -> None:
-        """``listener(event)`` for every CacheEvent, on the client's callback thread."""
+        """``listener(event)`` for every CacheEvent, on the client's callback thread;
+        one 1024 events behind loses the oldest and gets one LAGGED event."""
         self._aio.add_listener(listener)
 
     def remove_listener(self, listener: CacheListener) -> None:

@@ -243,18 +243,19 @@ class _Listened(_Core):
     def _mailbox(self, listener: CacheListener) -> Mailbox:
         def run(event: CacheEvent) -> None:
             with self._lock:
-                if listener not in self._listeners:
-                    return
+                if self._listeners.get(listener) is not box:
+                    return  # removed (perhaps added again, with a new mailbox)
             loop = self._loop
             if loop is not None:
                 call_user(loop, listener, event)
 
-        return Mailbox(
+        box = Mailbox(
             self._client._callbacks,
             run,
             lag=True,
             on_lag=lambda missed: run(CacheEvent(CacheEventType.LAGGED, missed=missed)),
         )
+        return box
 
     def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
         with self._lock:
