@@ -12,6 +12,7 @@ from .errors import (
     ConnectionLossError,
     ErrorCode,
     FencedError,
+    LeaderHint,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
@@ -35,7 +36,7 @@ from ._recipes_sync import (
     Semaphore,
 )
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
-from .sync import Cache, Client, Transaction, Watch
+from .sync import Cache, ChildrenCache, Client, NodeCache, Transaction, Watch
 from .types import TLS, Fence, Retry, Stat, State
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Cache",
     "CacheEvent",
     "CacheEventType",
+    "ChildrenCache",
     "Client",
     "ConcordError",
     "ConnectionLossError",
@@ -56,8 +58,10 @@ __all__ = [
     "LeaderLatch",
     "LeaderSelector",
     "Leadership",
+    "LeaderHint",
     "Lease",
     "Lock",
+    "NodeCache",
     "NoChildrenForEphemeralsError",
     "NoNodeError",
     "Node",

@@ -2,72 +2,67 @@
 
 Plain callables run one at a time, in order of the changes, on a one-thread executor
 owned by the client (never on the event loop), so a listener may call the client,
-blocking or not, without deadlocking it. Coroutine functions (``async def``) run as
-tasks on the client's loop, where awaiting the client is safe.
+blocking or not, without deadlocking it. Each has a mailbox of ``STATE_BACKLOG``
+states: one that falls further behind skips to the newest state (the states queued
+before it are dropped), as the Rust SDK's state listeners do, so it never hears a
+stale state last. Coroutine functions (``async def``) run as tasks on the client's
+loop, where awaiting the client is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import functools
 import inspect
 import logging
 import threading
 from typing import Any, Callable
 
+from ._callbacks import Mailbox, Serial
 from .types import State
 
 log = logging.getLogger("concord")
 
 Listener = Callable[[State], Any]
 
+#: States a plain listener may fall behind by before it skips to the newest.
+STATE_BACKLOG = 16
+
 
 class Listeners:
     def __init__(self) -> None:
-        self._fns: list[Listener] = []
+        #: Each plain listener's mailbox; None for a coroutine function.
+        self._fns: dict[Listener, Mailbox | None] = {}
         self._lock = threading.Lock()
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        #: Set by shutdown(): no new executor is made after it.
-        self._closed = False
+        self._serial = Serial("concord-listener")
 
     def add(self, fn: Listener) -> None:
         with self._lock:
             if fn not in self._fns:
-                self._fns.append(fn)
+                self._fns[fn] = (
+                    None
+                    if inspect.iscoroutinefunction(fn)
+                    else Mailbox(self._serial, functools.partial(_run, fn), bound=STATE_BACKLOG, lag=False)
+                )
 
     def remove(self, fn: Listener) -> None:
         with self._lock:
-            if fn in self._fns:
-                self._fns.remove(fn)
+            self._fns.pop(fn, None)
 
     def dispatch(self, state: State) -> None:
         """Hands ``state`` to every listener; called on the loop, never waits."""
         with self._lock:
-            if self._closed:
-                return
-            fns = list(self._fns)
-            if fns and self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="concord-listener"
-                )
-            executor = self._executor
-        for fn in fns:
-            if inspect.iscoroutinefunction(fn):
+            fns = list(self._fns.items())
+        for fn, box in fns:
+            if box is None:
                 asyncio.get_running_loop().create_task(_run_async(fn, state))
-            elif executor is not None:
-                try:
-                    executor.submit(_run, fn, state)
-                except RuntimeError:  # shut down meanwhile
-                    return
+            else:
+                box.put(state)
 
     def shutdown(self) -> None:
-        """Stops the executor after the callbacks already queued; does not wait for them
-        (a listener may be the caller)."""
-        with self._lock:
-            self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
+        """Stops the thread after the callbacks already queued; does not wait for them
+        (a listener may be the caller). No listener is called after it."""
+        self._serial.shutdown()
 
 
 def _run(fn: Listener, state: State) -> None:

@@ -18,6 +18,7 @@ This module only classifies; it never retries.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import enum
 from typing import Any
 
@@ -25,6 +26,19 @@ import grpc
 
 #: The trailing metadata key under which the server names the error code.
 ERROR_CODE_METADATA_KEY = "concord-error-code"
+#: The trailing metadata keys under which a NOT_LEADER failure names the leader.
+LEADER_ID_METADATA_KEY = "concord-leader-id"
+LEADER_ADDR_METADATA_KEY = "concord-leader-addr"
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaderHint:
+    """The leader a NOT_LEADER failure named (the Rust SDK's ``LeaderHint``)."""
+
+    #: The leader's server id.
+    id: int
+    #: Where the leader's clients connect (``host:port``), if the server knows it.
+    client_addr: str | None = None
 
 
 class ErrorCode(enum.IntEnum):
@@ -107,6 +121,8 @@ class ConcordError(Exception):
         self.write = write
         #: The gRPC status code that carried it (None for the SDK's own errors).
         self.grpc_code = grpc_code
+        #: For NOT_LEADER: the leader the server named, if it knows one.
+        self.leader_hint: LeaderHint | None = None
 
     @property
     def retry_safe(self) -> bool:
@@ -275,6 +291,26 @@ def _metadata_code(metadata: Any) -> ErrorCode | None:
     return None
 
 
+def _metadata_text(metadata: Any, name: str) -> str | None:
+    for key, value in metadata or ():
+        if key == name:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
+
+
+def leader_hint_of(metadata: Any) -> LeaderHint | None:
+    """The leader named by ``concord-leader-id`` / ``concord-leader-addr``, if any."""
+    id_text = _metadata_text(metadata, LEADER_ID_METADATA_KEY)
+    addr = _metadata_text(metadata, LEADER_ADDR_METADATA_KEY)
+    if id_text is None and addr is None:
+        return None
+    try:
+        leader_id = int(id_text) if id_text is not None else 0
+    except ValueError:
+        leader_id = 0
+    return LeaderHint(leader_id, addr.strip() if addr else None)
+
+
 def from_status(
     status: grpc.StatusCode, message: str, metadata: Any, *, write: bool
 ) -> ConcordError:
@@ -284,7 +320,10 @@ def from_status(
         parsed = _code_from_message(message)
         if parsed is not None and parsed[0] is code:
             message = parsed[1]
-        return make_error(code, message, origin=Origin.SERVER, write=write, grpc_code=status)
+        err = make_error(code, message, origin=Origin.SERVER, write=write, grpc_code=status)
+        if code is ErrorCode.NOT_LEADER:
+            err.leader_hint = leader_hint_of(metadata)
+        return err
     parsed = _code_from_message(message)
     if parsed is not None:
         return make_error(

@@ -74,13 +74,25 @@ class CacheEventType(str, enum.Enum):
     DELETED = "DELETED"
     #: The initial snapshot is in the cache (sent once, after its CREATED events).
     INITIALIZED = "INITIALIZED"
+    #: This listener fell more than ``LISTENER_BACKLOG`` (1024) events behind and
+    #: ``missed`` of them were dropped for it; the cache itself is complete (read it
+    #: again). Events go on after the gap.
+    LAGGED = "LAGGED"
 
 
 @dataclasses.dataclass(frozen=True)
 class CacheEvent:
     """A change a cache made: ``node`` is the node now (for DELETED, as last cached;
-    None for INITIALIZED); ``old`` the node before a CHANGED."""
+    None for INITIALIZED and LAGGED); ``old`` the node before a CHANGED; ``missed``
+    how many events a LAGGED listener lost. ``type`` compares equal to kazoo's
+    EventType strings ("CREATED", "CHANGED", "DELETED")."""
 
     type: CacheEventType
     node: Node | None = None
     old: Node | None = None
+    missed: int = 0
+
+    @property
+    def path(self) -> str | None:
+        """The node's path (kazoo's ``WatchedEvent.path``), None without a node."""
+        return self.node.path if self.node is not None else None

@@ -25,7 +25,9 @@ from ._listeners import Listener
 from ._transaction import OpResult, TransactionOps
 from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
+from .aio.cache import ChildrenCache as _AioChildrenCache
 from .aio.cache import ChildrenWatch as _AioChildrenWatch
+from .aio.cache import NodeCache as _AioNodeCache
 from .aio.cache import DataWatch as _AioDataWatch
 from .aio.cache import _FunctionWatch
 from .aio.watch import RESUME_FOREVER
@@ -243,14 +245,24 @@ class Client:
         cache:`` or ``cache.start()``; see ``concord.aio.cache.Cache``."""
         return Cache(self._io, self._aio.Cache(path))
 
+    def NodeCache(self, path: str) -> NodeCache:
+        """A cache of the one node at ``path`` (Curator's NodeCache), not started:
+        ``with c.NodeCache(path) as cache:``; ``cache.current()``."""
+        return NodeCache(self._io, self._aio.NodeCache(path))
+
+    def ChildrenCache(self, path: str, with_data: bool = True) -> ChildrenCache:
+        """A cache of the children of ``path`` (Curator's PathChildrenCache), not
+        started: ``with c.ChildrenCache(path) as cache:``; ``cache.current()``."""
+        return ChildrenCache(self._io, self._aio.ChildrenCache(path, with_data))
+
     @overload
     def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioDataWatch]: ...
     @overload
     def DataWatch(self, path: str, func: Callable[..., Any]) -> _AioDataWatch: ...
 
     def DataWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
-        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)`` (or
-        ``c.DataWatch(path, fn)``), called now and after each change (``None, None``
+        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)`` or
+        ``fn(data, stat, event)`` (or ``c.DataWatch(path, fn)``), called now and after each change (``None, None``
         while the node does not exist); returning False stops it. Returns once the
         first call is queued (or after the call timeout, 10 s without one, while no
         server answers: the watch keeps trying). What it returns calls ``fn`` when
@@ -262,16 +274,23 @@ class Client:
         return decorate if func is None else decorate(func)
 
     @overload
-    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], _AioChildrenWatch]: ...
+    def ChildrenWatch(
+        self, path: str, *, send_event: bool = False
+    ) -> Callable[[Callable[..., Any]], _AioChildrenWatch]: ...
     @overload
-    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> _AioChildrenWatch: ...
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any], *, send_event: bool = False
+    ) -> _AioChildrenWatch: ...
 
-    def ChildrenWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any] | None = None, *, send_event: bool = False
+    ) -> Any:
         """kazoo's ChildrenWatch: ``fn(children)`` (sorted names) now and after each
-        change of the list; returning False stops it. As ``DataWatch``."""
+        change of the list (``send_event=True``: ``fn(children, event)``); returning
+        False stops it. As ``DataWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> _AioChildrenWatch:
-            return self._function_watch(_AioChildrenWatch(self._aio, path, fn))
+            return self._function_watch(_AioChildrenWatch(self._aio, path, fn, send_event))
 
         return decorate if func is None else decorate(func)
 
@@ -400,10 +419,10 @@ class Watch:
         self.cancel()
 
 
-class Cache:
-    """The blocking twin of ``concord.aio.cache.Cache`` (reads need no loop)."""
+class _SyncCache:
+    """What the blocking twins of the aio caches share (reads need no loop)."""
 
-    def __init__(self, io: _LoopThread, cache: _AioCache) -> None:
+    def __init__(self, io: _LoopThread, cache: Any) -> None:
         self._io = io
         self._aio = cache
 
@@ -421,20 +440,12 @@ class Cache:
         return self._aio._initialized.wait(timeout) and self._aio.initialized and not self._aio._closed
 
     def add_listener(self, listener: CacheListener) -> None:
-        """``listener(event)`` for every CacheEvent, on the client's callback thread."""
+        """``listener(event)`` for every CacheEvent, on the client's callback thread;
+        one 1024 events behind loses the oldest and gets one LAGGED event."""
         self._aio.add_listener(listener)
 
     def remove_listener(self, listener: CacheListener) -> None:
         self._aio.remove_listener(listener)
-
-    def get(self, path: str) -> Node | None:
-        return self._aio.get(path)
-
-    def snapshot(self) -> tuple[int, list[Node]]:
-        return self._aio.snapshot()
-
-    def __len__(self) -> int:
-        return len(self._aio)
 
     @property
     def initialized(self) -> bool:
@@ -456,7 +467,7 @@ class Cache:
     def last_error(self) -> ConcordError | None:
         return self._aio.last_error
 
-    def __enter__(self) -> Cache:
+    def __enter__(self: _SC) -> _SC:
         self.start()
         return self
 
@@ -467,3 +478,58 @@ class Cache:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_SC = TypeVar("_SC", bound=_SyncCache)
+
+
+class Cache(_SyncCache):
+    """The blocking twin of ``concord.aio.cache.Cache`` (a subtree)."""
+
+    _aio: _AioCache
+
+    def get(self, path: str) -> Node | None:
+        """The cached node at ``path``, or None."""
+        return self._aio.get(path)
+
+    def snapshot(self) -> tuple[int, list[Node]]:
+        """``(zxid, [Node...])`` in path order, read at once."""
+        return self._aio.snapshot()
+
+    def __len__(self) -> int:
+        return len(self._aio)
+
+
+class NodeCache(_SyncCache):
+    """The blocking twin of ``concord.aio.cache.NodeCache`` (one node)."""
+
+    _aio: _AioNodeCache
+
+    def current(self) -> Node | None:
+        """The node as cached now, or None."""
+        return self._aio.current()
+
+    def get(self, path: str | None = None) -> Node | None:
+        """``current()``; ``path``, if given, must be the cache's own."""
+        return self._aio.get(path)
+
+
+class ChildrenCache(_SyncCache):
+    """The blocking twin of ``concord.aio.cache.ChildrenCache`` (a node's children)."""
+
+    _aio: _AioChildrenCache
+
+    def current(self) -> list[Node]:
+        """The children as cached now, in name order."""
+        return self._aio.current()
+
+    def get(self, path: str) -> Node | None:
+        """The cached child at ``path`` (a full path), or None."""
+        return self._aio.get(path)
+
+    def names(self) -> list[str]:
+        """The children's names, sorted."""
+        return self._aio.names()
+
+    def __len__(self) -> int:
+        return len(self._aio)

@@ -1,6 +1,6 @@
 """The asyncio client: ``concord.aio.Client`` (the SDK's one core, on grpc.aio)."""
 
-from .cache import Cache, ChildrenWatch, DataWatch
+from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
 from .client import Client, Transaction
 from .recipes import (
     Election,
@@ -18,6 +18,7 @@ from .watch import Watch
 
 __all__ = [
     "Cache",
+    "ChildrenCache",
     "ChildrenWatch",
     "Client",
     "DataWatch",
@@ -28,6 +29,7 @@ __all__ = [
     "Leadership",
     "Lease",
     "Lock",
+    "NodeCache",
     "Participant",
     "RecipeState",
     "Semaphore",

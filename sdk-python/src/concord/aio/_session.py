@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from .._proto import session_pb2
-from ..errors import ErrorCode, from_rpc_error
+from ..errors import ConcordError, ErrorCode, from_rpc_error
 from ..types import Retry, State
 
 if TYPE_CHECKING:
@@ -86,6 +86,9 @@ class Session:
         self._loop = asyncio.get_running_loop()
         #: Loop time of the last answered ping (at first: the open).
         self._last = self._loop.time()
+        #: The NOT_LEADER that ended the last KeepAlive stream (its hint says where
+        #: the next stream goes).
+        self._refusal: ConcordError | None = None
         self._task: asyncio.Task[None] = self._loop.create_task(self._keep_alive())
 
     async def stop(self) -> None:
@@ -130,7 +133,11 @@ class Session:
                 end, answered = stream.result()
                 if end is _End.EXPIRED:
                     break
-                self.client._rotate()
+                refusal, self._refusal = self._refusal, None
+                if refusal is not None:
+                    self.client._after_not_leader(refusal)  # to the leader it named
+                else:
+                    self.client._rotate()
                 if end is _End.SILENT:
                     continue
                 failures = 1 if answered else failures + 1
@@ -186,6 +193,8 @@ class Session:
                 self._answered()
         except grpc.RpcError as e:
             err = from_rpc_error(e, write=False)
+            if err.code is ErrorCode.NOT_LEADER:
+                self._refusal = err
             return (_End.EXPIRED if err.code is ErrorCode.SESSION_EXPIRED else _End.BROKEN), answered
         except (grpc.aio.UsageError, asyncio.InvalidStateError, OSError):
             return _End.BROKEN, answered

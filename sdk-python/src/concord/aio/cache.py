@@ -1,6 +1,7 @@
 """Caches kept current by one resuming watch each: ``Cache`` (a whole subtree,
-Curator's CuratorCache / the Rust SDK's TreeCache), and kazoo's ``DataWatch`` (one
-node) and ``ChildrenWatch`` (a node's children) on the same machinery.
+Curator's CuratorCache / the Rust SDK's TreeCache), ``NodeCache`` (one node) and
+``ChildrenCache`` (a node's children), and kazoo's ``DataWatch`` and
+``ChildrenWatch`` on the same machinery.
 
 ::
 
@@ -16,19 +17,23 @@ node) and ``ChildrenWatch`` (a node's children) on the same machinery.
 There is never a gap: the snapshot reflects zxid z and the watch delivers every
 change after z, resumed without loss or duplicates. A rebuild tells listeners
 exactly what changed, so the cache converges on the server's tree. Callbacks run on
-the client's callback thread, never on the loop. Caches need no session.
+the client's callback thread, never on the loop, each listener or function through
+its own mailbox of ``LISTENER_BACKLOG`` callbacks (``_callbacks.Mailbox``): a cache
+listener that falls behind gets one LAGGED event for the events it lost, a watch
+function skips to the newest state. Caches need no session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .._cache_state import CacheState, Scope, ScopeKind
 from .._cursor import EVENT, PROGRESS, SNAPSHOT_DONE, SNAPSHOT_NODE, STARTED
-from .._callbacks import call_user
+from .._callbacks import Mailbox, call_user
 from .._proto import watch_pb2
 from ..errors import ConcordError
 from ..events import CacheEvent, CacheEventType, Node, WatchEvent
@@ -181,9 +186,6 @@ class _Core:
     def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
         raise NotImplementedError
 
-    def _submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._client._callbacks.submit(fn, *args)
-
     # -- reads (any thread) -----------------------------------------------------------
 
     @property
@@ -215,7 +217,74 @@ class _Core:
         return self._state.initialized and not self._closed
 
 
-class Cache(_Core):
+class _Listened(_Core):
+    """A cache with listeners: each has its own bounded mailbox (``LISTENER_BACKLOG``
+    callbacks); one that falls behind loses its oldest events and gets one LAGGED
+    event for them, then goes on."""
+
+    def __init__(self, client: Client, scope: Scope, with_data: bool = True) -> None:
+        super().__init__(client, scope, with_data)
+        self._listeners: dict[CacheListener, Mailbox] = {}
+
+    def add_listener(self, listener: CacheListener) -> None:
+        """Calls ``listener(event)`` for every CacheEvent from now on, in order, on
+        the client's callback thread (never on the loop). A listener more than
+        ``LISTENER_BACKLOG`` (1024) events behind loses the oldest and is told how
+        many with one ``CacheEvent(LAGGED, missed=n)``; the cache stays complete."""
+        with self._lock:
+            if listener not in self._listeners:
+                self._listeners[listener] = self._mailbox(listener)
+
+    def remove_listener(self, listener: CacheListener) -> None:
+        """Stops calling ``listener`` (callbacks already queued for it are dropped)."""
+        with self._lock:
+            self._listeners.pop(listener, None)
+
+    def _mailbox(self, listener: CacheListener) -> Mailbox:
+        def run(event: CacheEvent) -> None:
+            with self._lock:
+                if self._listeners.get(listener) is not box:
+                    return  # removed (perhaps added again, with a new mailbox)
+            loop = self._loop
+            if loop is not None:
+                call_user(loop, listener, event)
+
+        box = Mailbox(
+            self._client._callbacks,
+            run,
+            lag=True,
+            on_lag=lambda missed: run(CacheEvent(CacheEventType.LAGGED, missed=missed)),
+        )
+        return box
+
+    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+        with self._lock:
+            boxes = list(self._listeners.values())
+        for event in events:
+            for box in boxes:
+                box.put(event)
+
+    def close(self) -> None:
+        """Stops the cache (call it on the loop; ``aclose()`` also waits)."""
+        self.cancel()
+
+    async def __aenter__(self: _L) -> _L:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+_L = TypeVar("_L", bound=_Listened)
+
+
+class Cache(_Listened):
     """A subtree (its root included), kept current: Curator's CuratorCache. Made by
     ``Client.Cache(path)``; the root need not exist. ``async with c.Cache(path) as
     cache`` starts it and closes it; listeners added before ``start()`` see the
@@ -223,19 +292,6 @@ class Cache(_Core):
 
     def __init__(self, client: Client, path: str) -> None:
         super().__init__(client, Scope(ScopeKind.TREE, path))
-        self._listeners: list[CacheListener] = []
-
-    def add_listener(self, listener: CacheListener) -> None:
-        """Calls ``listener(event)`` for every CacheEvent from now on, in order, on
-        the client's callback thread (never on the loop)."""
-        with self._lock:
-            if listener not in self._listeners:
-                self._listeners.append(listener)
-
-    def remove_listener(self, listener: CacheListener) -> None:
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
 
     def get(self, path: str) -> Node | None:
         """The cached node at ``path``, or None."""
@@ -252,40 +308,90 @@ class Cache(_Core):
         with self._lock:
             return len(self._state.nodes)
 
-    def close(self) -> None:
-        """Stops the cache (call it on the loop; ``aclose()`` also waits)."""
-        self.cancel()
 
-    def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
+class NodeCache(_Listened):
+    """One node, kept current (Curator's NodeCache; DataWatch is the same
+    machinery). Made by ``Client.NodeCache(path)``; the node need not exist. Listeners get CREATED,
+    CHANGED and DELETED for the node (its children's changes alone update its Stat
+    silently), INITIALIZED once, and LAGGED if they fall behind."""
+
+    def __init__(self, client: Client, path: str) -> None:
+        super().__init__(client, Scope(ScopeKind.NODE, path))
+
+    def current(self) -> Node | None:
+        """The node as cached now, or None (it does not exist, or not initialized)."""
         with self._lock:
-            listeners = list(self._listeners)
-        loop = self._loop
-        assert loop is not None
-        for event in events:
-            for listener in listeners:
-                self._submit(call_user, loop, listener, event)
+            return self._state.nodes.get(self.path)
 
-    async def __aenter__(self) -> Cache:
-        await self.start()
-        return self
+    def get(self, path: str | None = None) -> Node | None:
+        """``current()``; ``path``, if given, must be the cache's own."""
+        if path is not None and path != self.path:
+            return None
+        return self.current()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+
+class ChildrenCache(_Listened):
+    """A node's children with their data, kept current (Curator's
+    PathChildrenCache; ChildrenWatch is the same machinery). Made by
+    ``Client.ChildrenCache(path)``; the parent need not exist, and is not cached.
+    Listeners get CREATED, CHANGED and DELETED for the children, INITIALIZED once,
+    and LAGGED if they fall behind. Runs on one recursive watch of the parent (deeper
+    nodes are read and dropped): prefer it for flat folders."""
+
+    def __init__(self, client: Client, path: str, with_data: bool = True) -> None:
+        super().__init__(client, Scope(ScopeKind.CHILDREN, path), with_data)
+
+    def current(self) -> list[Node]:
+        """The children as cached now, in name order."""
+        with self._lock:
+            return sorted(self._state.nodes.values(), key=lambda n: n.path)
+
+    def get(self, path: str) -> Node | None:
+        """The cached child at ``path`` (a full path), or None."""
+        with self._lock:
+            return self._state.nodes.get(path)
+
+    def names(self) -> list[str]:
+        """The children's names, sorted."""
+        with self._lock:
+            return sorted(p.rsplit("/", 1)[-1] for p in self._state.nodes)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._state.nodes)
+
+
+def _takes_event(fn: Callable[..., Any], without: int) -> bool:
+    """kazoo's arity test: True if ``fn`` names more than ``without`` positional
+    parameters (``def f(data, stat, event)``); ``*args`` alone does not count."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named = [p for p in params if p.kind in positional]
+    return len(named) > without
 
 
 class _FunctionWatch(_Core):
-    """A cache whose changes call one user function until it returns False."""
+    """A cache whose changes call one user function until it returns False. The
+    calls wait in a mailbox of ``LISTENER_BACKLOG``: a function that falls that far
+    behind skips to the newest state (the calls queued before it are dropped; each
+    call reports a whole state, so the newest supersedes them)."""
 
-    def __init__(self, client: Client, scope: Scope, fn: Callable[..., Any], with_data: bool) -> None:
+    def __init__(
+        self, client: Client, scope: Scope, fn: Callable[..., Any], with_data: bool
+    ) -> None:
         super().__init__(client, scope, with_data)
         self.func = fn
         #: The function returned False (or the watch was closed): no more calls.
         self._stopped = False
+        self._box = Mailbox(client._callbacks, self._call, lag=False)
+
+    @property
+    def skipped(self) -> int:
+        """How many queued calls were dropped because the function fell behind."""
+        return self._box.dropped
 
     def __call__(self, *args: Any) -> Any:
         """Calls the function itself (as kazoo's decorators leave it callable)."""
@@ -333,34 +439,50 @@ class _FunctionWatch(_Core):
 class DataWatch(_FunctionWatch):
     """kazoo's DataWatch: ``fn(data, stat)`` with the node's data and Stat now, and
     again after each change of its data or existence; ``fn(None, None)`` while it
-    does not exist. Returning False stops it. Changes are never lost across
-    reconnects, server restarts or host moves (one resuming watch); calls run in
-    order on the client's callback thread."""
+    does not exist. A function of three parameters, ``fn(data, stat, event)``, also
+    gets the ``CacheEvent`` that caused the call (None for the first call; its
+    ``type`` is CREATED, CHANGED or DELETED, its ``path`` the node's), detected from
+    its signature as kazoo does. Returning False stops it. Changes are never lost
+    across reconnects, server restarts or host moves (one resuming watch); calls run
+    in order on the client's callback thread."""
 
-    def __init__(self, client: Client, path: str, fn: Callable[[bytes | None, Stat | None], Any]) -> None:
+    def __init__(self, client: Client, path: str, fn: Callable[..., Any]) -> None:
         super().__init__(client, Scope(ScopeKind.NODE, path), fn, with_data=True)
+        self._with_event = _takes_event(fn, 2)
+
+    def _put(self, data: bytes | None, stat: Stat | None, event: CacheEvent | None) -> None:
+        if self._with_event:
+            self._box.put(data, stat, event)
+        else:
+            self._box.put(data, stat)
 
     def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
         for event in events:
             if event.type is CacheEventType.INITIALIZED:
                 node = self._state.nodes.get(self.path)
-                self._submit(self._call, *((node.data, node.stat) if node else (None, None)))
+                self._put(node.data if node else None, node.stat if node else None, None)
             elif was_initialized and event.node is not None:
                 if event.type is CacheEventType.DELETED:
-                    self._submit(self._call, None, None)
+                    self._put(None, None, event)
                 else:
-                    self._submit(self._call, event.node.data, event.node.stat)
+                    self._put(event.node.data, event.node.stat, event)
 
 
 class ChildrenWatch(_FunctionWatch):
     """kazoo's ChildrenWatch: ``fn(children)`` with the sorted names of the node's
     children now, and again after each change of that list (``[]`` while the node
-    does not exist). Returning False stops it. Runs on one recursive watch of the
-    node (deeper nodes are read and dropped): prefer it for flat folders."""
+    does not exist). With ``send_event=True``, ``fn(children, event)``: the
+    ``CacheEvent`` that changed the list (CREATED or DELETED of a child, whose path
+    it carries; None for the first call). Returning False stops it. Runs on one
+    recursive watch of the node (deeper nodes are read and dropped): prefer it for
+    flat folders."""
 
-    def __init__(self, client: Client, path: str, fn: Callable[[list[str]], Any]) -> None:
+    def __init__(
+        self, client: Client, path: str, fn: Callable[..., Any], send_event: bool = False
+    ) -> None:
         super().__init__(client, Scope(ScopeKind.CHILDREN, path), fn, with_data=False)
         self._last: list[str] | None = None
+        self._send_event = send_event
 
     def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
         if not self._state.initialized:
@@ -369,4 +491,13 @@ class ChildrenWatch(_FunctionWatch):
         initial = any(e.type is CacheEventType.INITIALIZED for e in events)
         if initial or names != self._last:
             self._last = names
-            self._submit(self._call, names)
+            if not self._send_event:
+                self._box.put(names)
+                return
+            cause = None
+            if not initial:
+                for e in reversed(events):
+                    if e.type in (CacheEventType.CREATED, CacheEventType.DELETED):
+                        cause = e
+                        break
+            self._box.put(names, cause)

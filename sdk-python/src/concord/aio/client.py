@@ -51,7 +51,7 @@ from ..events import EventKind
 from ..types import TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
-from .cache import Cache, ChildrenWatch, DataWatch
+from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
 from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
@@ -478,13 +478,24 @@ class Client:
         ``async with c.Cache(path) as cache`` or ``await cache.start()``."""
         return Cache(self, path)
 
+    def NodeCache(self, path: str) -> NodeCache:
+        """A cache of the one node at ``path`` (Curator's NodeCache), not started:
+        ``async with c.NodeCache(path) as cache``; ``cache.current()``."""
+        return NodeCache(self, path)
+
+    def ChildrenCache(self, path: str, with_data: bool = True) -> ChildrenCache:
+        """A cache of the children of ``path`` (Curator's PathChildrenCache), not
+        started: ``async with c.ChildrenCache(path) as cache``; ``cache.current()``."""
+        return ChildrenCache(self, path, with_data)
+
     @overload
     def DataWatch(self, path: str) -> Callable[[Callable[..., Any]], DataWatch]: ...
     @overload
     def DataWatch(self, path: str, func: Callable[..., Any]) -> DataWatch: ...
 
     def DataWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
-        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)``, or
+        """kazoo's DataWatch: ``@c.DataWatch(path)`` on ``fn(data, stat)`` (or
+        ``fn(data, stat, event)``), or
         ``c.DataWatch(path, fn)``; see ``concord.aio.cache.DataWatch``. Call it in a
         coroutine: the watch starts on the running loop and this returns at once
         (``await watch.wait_initialized()`` waits for the first call to be queued)."""
@@ -495,16 +506,23 @@ class Client:
         return decorate if func is None else decorate(func)
 
     @overload
-    def ChildrenWatch(self, path: str) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
+    def ChildrenWatch(
+        self, path: str, *, send_event: bool = False
+    ) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
     @overload
-    def ChildrenWatch(self, path: str, func: Callable[..., Any]) -> ChildrenWatch: ...
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any], *, send_event: bool = False
+    ) -> ChildrenWatch: ...
 
-    def ChildrenWatch(self, path: str, func: Callable[..., Any] | None = None) -> Any:
+    def ChildrenWatch(
+        self, path: str, func: Callable[..., Any] | None = None, *, send_event: bool = False
+    ) -> Any:
         """kazoo's ChildrenWatch: ``@c.ChildrenWatch(path)`` on ``fn(children)``, or
-        ``c.ChildrenWatch(path, fn)``; see ``concord.aio.cache.ChildrenWatch``."""
+        ``c.ChildrenWatch(path, fn)``; ``send_event=True``: ``fn(children, event)``.
+        See ``concord.aio.cache.ChildrenWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> ChildrenWatch:
-            return ChildrenWatch(self, path, fn).begin()
+            return ChildrenWatch(self, path, fn, send_event).begin()
 
         return decorate if func is None else decorate(func)
 
@@ -564,6 +582,26 @@ class Client:
         if len(self.hosts) > 1:
             self._current = (self._current + 1) % len(self.hosts)
 
+    def _after_not_leader(self, err: ConcordError) -> None:
+        """Where calls go after a NOT_LEADER from the current host: to the leader it
+        named when that address is one of the client's hosts, else to the next host."""
+        index = self._host_index(err.leader_hint.client_addr if err.leader_hint else None)
+        if index is not None and index != self._current % max(len(self.hosts), 1):
+            self._current = index
+        else:
+            self._rotate()
+
+    def _host_index(self, addr: str | None) -> int | None:
+        """The index in the host list of ``host:port`` ``addr`` (as the server names
+        its client address: an IP address, IPv6 in brackets), or None."""
+        if not addr:
+            return None
+        want = addr.strip().lower()
+        for i, host in enumerate(self.hosts):
+            if host.strip().lower() == want:
+                return i
+        return None
+
     def _publish(self, session: Session, state: State) -> None:
         """A state of ``session``, published if it is the client's, has not ended, and
         the state differs; listeners hear it."""
@@ -591,6 +629,8 @@ class Client:
             err = from_rpc_error(e, write=write)
             if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
                 self._rotate()
+            elif err.code is ErrorCode.NOT_LEADER:
+                self._after_not_leader(err)
             raise err from None
         self._saw(resp.header.zxid)
         return resp  # type: ignore[no-any-return]

@@ -114,14 +114,16 @@ class Watch:
         async with self._starting:
             if self._task is not None or self._cancelled:
                 return self
-            # A dead host of the list is skipped, as a unary call's retry would.
+            # A dead host of the list is skipped, as a unary call's retry would; a
+            # NOT_LEADER goes to the leader it named (if listed), else to the next.
             hosts = len(self._client.hosts)
             for attempt in range(hosts):
                 try:
                     call, first, index = await self._open(self._request)
                     break
                 except ConcordError as err:
-                    if attempt + 1 == hosts or not err.retry_safe or err.origin is Origin.SERVER:
+                    refused = err.origin is Origin.SERVER and err.code is not ErrorCode.NOT_LEADER
+                    if attempt + 1 == hosts or not err.retry_safe or refused:
                         raise
             self._task = asyncio.get_running_loop().create_task(self._run(call, first, index))
             self._client._track(self)
@@ -224,6 +226,8 @@ class Watch:
             err = from_rpc_error(e, write=False)
             if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
                 self._moved_off(index)
+            elif err.code is ErrorCode.NOT_LEADER and client._current == index:
+                client._after_not_leader(err)  # to the leader it named, if listed
             raise err from None
         if first is grpc.aio.EOF:
             raise make_error(ErrorCode.UNAVAILABLE, "the watch stream ended before it started")

@@ -1,0 +1,183 @@
+"""NOT_LEADER hints: a server that refuses a call with NOT_LEADER names the leader in
+``concord-leader-id`` / ``concord-leader-addr``; when that address is one of the
+client's hosts the retry (of a unary call, a watch's open, the session's KeepAlive
+stream) goes there first, else to the next host of the list. A real
+server answers NOT_LEADER only in an ensemble whose follower is cut off from its
+leader one way, so the refusing servers here are fakes (a grpc.aio server that
+refuses every call); the leader is a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+import concord
+from concord.errors import ErrorCode, LeaderHint, from_status
+
+from conftest import Server, eventually
+
+
+class _Refuser(grpc.GenericRpcHandler):
+    """Answers every call NOT_LEADER, naming ``leader`` (or no address); with
+    ``forward_unary``, passes unary calls on to the leader instead (a follower that
+    serves them but refuses the KeepAlive stream)."""
+
+    def __init__(self, leader: str | None, forward_unary: bool = False) -> None:
+        self.leader = leader
+        self.calls: list[str] = []
+        self._forward = grpc.aio.insecure_channel(leader) if forward_unary and leader else None
+
+    def service(self, details: Any) -> Any:
+        method = str(details.method)
+
+        async def refuse(request: Any, context: Any) -> None:
+            self.calls.append(method)
+            metadata = [("concord-error-code", "NOT_LEADER"), ("concord-leader-id", "7")]
+            if self.leader is not None:
+                metadata.append(("concord-leader-addr", self.leader))
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, "NOT_LEADER: not the leader", trailing_metadata=tuple(metadata)
+            )
+
+        async def refuse_stream(request: Any, context: Any) -> Any:
+            await refuse(request, context)
+            yield b""  # never reached: makes this an async generator
+
+        async def forward(request: bytes, context: Any) -> bytes:
+            assert self._forward is not None
+            return await self._forward.unary_unary(method)(request)  # type: ignore[no-any-return]
+
+        if self._forward is not None and not method.endswith(("/Watch", "/KeepAlive")):
+            return grpc.unary_unary_rpc_method_handler(forward)
+        if method.endswith("/Watch"):
+            return grpc.unary_stream_rpc_method_handler(refuse_stream)
+        if method.endswith("/KeepAlive"):
+            return grpc.stream_stream_rpc_method_handler(refuse_stream)
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+async def _refusers(
+    leader: str | None, n: int, forward_unary: bool = False
+) -> tuple[list[Any], list[_Refuser], list[str]]:
+    servers, handlers, addrs = [], [], []
+    for _ in range(n):
+        server = grpc.aio.server()
+        handler = _Refuser(leader, forward_unary)
+        server.add_generic_rpc_handlers([handler])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+        handlers.append(handler)
+        addrs.append(f"127.0.0.1:{port}")
+    return servers, handlers, addrs
+
+
+RETRY = concord.Retry(max_tries=5, deadline=10.0, delay=0.01, max_delay=0.05)
+
+
+def test_not_leader_goes_to_the_named_leader_first(server: Server) -> None:
+    async def main() -> None:
+        servers, (first, second), addrs = await _refusers(server.addr, 2)
+        try:
+            async with concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY) as c:
+                pass  # starting a session goes through the hint too
+            assert first.calls and not second.calls, (first.calls, second.calls)
+            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY)
+            try:
+                assert await c.exists("/") is not None
+                assert c._current == 2 and len(first.calls) == 2 and not second.calls
+            finally:
+                await c.close()
+        finally:
+            for s in servers:
+                await s.stop(None)
+
+    asyncio.run(main())
+
+
+def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, root: str) -> None:
+    async def main() -> None:
+        servers, (first, second), addrs = await _refusers(server.addr, 2)
+        try:
+            c = concord.aio.Client(",".join(addrs + [server.addr]))
+            try:
+                async with c.watch(root) as events:
+                    async with concord.aio.Client(server.addr) as writer:
+                        await writer.create(root, b"x")
+                    event = await events.next(timeout=10)
+                    assert event is not None and event.path == root
+                assert first.calls == ["/concord.v1.Watch/Watch"] and not second.calls
+            finally:
+                await c.close()
+        finally:
+            for s in servers:
+                await s.stop(None)
+
+    asyncio.run(main())
+
+
+def test_a_keep_alive_refused_not_leader_reopens_on_the_named_leader(server: Server) -> None:
+    async def main() -> None:
+        servers, (first, second), addrs = await _refusers(server.addr, 2, forward_unary=True)
+        try:
+            # The session opens through the first host (it forwards the Open); its
+            # KeepAlive stream there is refused, naming the real server.
+            async with concord.aio.Client(",".join(addrs + [server.addr]), session_timeout=2.0) as c:
+                assert c._current == 0 and c.state is concord.State.CONNECTED
+
+                async def moved() -> bool:
+                    return c._current == 2
+
+                await eventually("the keep-alive on the named leader", moved)
+                assert first.calls == ["/concord.v1.Session/KeepAlive"] and not second.calls
+                await asyncio.sleep(1.2)  # more than half the TTL: the pings are answered
+                assert c.state is concord.State.CONNECTED and c._current == 2
+                assert await c.exists("/") is not None
+        finally:
+            for s in servers:
+                await s.stop(None)
+
+    asyncio.run(main())
+
+
+def test_not_leader_without_a_usable_hint_moves_to_the_next_host(server: Server) -> None:
+    async def main() -> None:
+        # The hint names a server not in the list (as a server may name it by another
+        # address): the next host of the list, then the next.
+        servers, (first, second), addrs = await _refusers("127.0.0.1:1", 2)
+        try:
+            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY)
+            try:
+                assert await c.exists("/") is not None
+                assert len(first.calls) == 1 and len(second.calls) == 1
+            finally:
+                await c.close()
+            # Without retries the NOT_LEADER is raised, carrying the hint.
+            c = concord.aio.Client(addrs[0])
+            try:
+                with pytest.raises(concord.ConnectionLossError) as caught:
+                    await c.exists("/")
+                assert caught.value.code is ErrorCode.NOT_LEADER
+                assert caught.value.leader_hint == LeaderHint(7, "127.0.0.1:1")
+            finally:
+                await c.close()
+        finally:
+            for s in servers:
+                await s.stop(None)
+
+    asyncio.run(main())
+
+
+def test_leader_hint_parsing() -> None:
+    md = (("concord-error-code", "NOT_LEADER"), ("concord-leader-id", "3"), ("concord-leader-addr", "[::1]:7181"))
+    err = from_status(grpc.StatusCode.UNAVAILABLE, "NOT_LEADER: no", md, write=True)
+    assert err.leader_hint == LeaderHint(3, "[::1]:7181") and err.retry_safe
+    bare = from_status(grpc.StatusCode.UNAVAILABLE, "NOT_LEADER: no", md[:1], write=True)
+    assert bare.leader_hint is None
+    other = from_status(grpc.StatusCode.NOT_FOUND, "NO_NODE: /x", (("concord-error-code", "NO_NODE"),) + md[1:], write=False)
+    assert other.leader_hint is None
+    c = concord.aio.Client("a:1,[::1]:7181,b")
+    assert c._host_index("[::1]:7181") == 1 and c._host_index("B:7181") == 2 and c._host_index("c:1") is None
