@@ -33,6 +33,7 @@ from ._recipes_sync import (
     Participant,
     RecipeState,
     Semaphore,
+    SemaphoreMutex,
 )
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
 from .sync import Cache, Client, Transaction, Watch
@@ -70,6 +71,7 @@ __all__ = [
     "Retry",
     "RolledBackError",
     "Semaphore",
+    "SemaphoreMutex",
     "SessionExpiredError",
     "Stat",
     "State",

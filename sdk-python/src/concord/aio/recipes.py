@@ -3,7 +3,7 @@
 
 ::
 
-    Lock, Semaphore ─ Acquire / Release on the Lock service (the server queues, wakes,
+    Lock, SemaphoreMutex, Semaphore ─ Acquire / Release on the Lock service (the server queues, wakes,
                       fences); a wait ends with SessionExpiredError when the session is lost
     Election        ─ kazoo's: Campaign, run func, Resign
     LeaderLatch     ─ a task: Campaign ─▶ leading ─SUSPENDED─▶ not leading ─RECONNECTED─▶
@@ -446,6 +446,41 @@ class Lock:
         await self.release()
 
 
+class SemaphoreMutex(Lock):
+    """Curator's InterProcessSemaphoreMutex: a fair lock that is **not re-entrant**
+    (the Rust SDK's SemaphoreMutex).
+
+    Every acquire queues on the server with a place of its own, so a second acquire
+    through an object that holds the lock waits, like anyone else's, until the hold is
+    released (by ``release()`` from another task or thread); with a timeout it returns
+    False. Awaiting it where the lock is held therefore waits for ever, as Curator's
+    does. ``hold_count`` is 0 or 1. Fences, ``validate()``, ``contenders()`` and the
+    session's states: as Lock's.
+    """
+
+    _kind = "semaphore-mutex"
+
+    async def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
+        """Waits its turn until this object holds the lock: True; False if not within
+        ``timeout`` seconds (None: no limit), and then no longer queued. An acquire
+        while this object holds the lock waits for its release. ``blocking=False``
+        tries once. Errors: SessionExpiredError (no session, or lost meanwhile)."""
+        owner = self._owner_id()
+        if not blocking:
+            lease = await self._try(owner)
+        else:
+            lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
+        if lease is None:
+            return False
+        # The server holds one owner at a time: any hold of this object was released.
+        self._lease, self._count = lease, 1
+        return True
+
+    async def __aenter__(self) -> SemaphoreMutex:
+        await self.acquire()
+        return self
+
+
 async def _waiters(client: Client, name: str) -> list[lock_pb2.LockEntry]:
     resp = await client._call(
         lambda ep: _lock_stub(ep).Waiters, lock_pb2.WaitersRequest(name=name), write=False
@@ -500,6 +535,41 @@ class Semaphore:
     async def acquire_lease(self, timeout: float | None = None) -> Lease | None:
         """A lease of its own (each call one more), or None if none was free in time."""
         return await _acquire(self.client, self.name, self._lock._owner_id(), self.max_leases, timeout)
+
+    async def acquire_many(self, n: int, timeout: float | None = None) -> list[Lease] | None:
+        """``n`` leases of their own, all or nothing: taken one after the other within
+        ``timeout`` seconds in all (None: no limit); None if not all were free in time,
+        and then the ones taken are given back, as they are when an error (raised) or a
+        cancellation ends the wait. Errors: BadArgumentsError if ``n`` is not
+        1..max_leases, SessionExpiredError."""
+        if not 1 <= n <= self.max_leases:
+            raise BadArgumentsError(
+                ErrorCode.BAD_ARGUMENTS, f"{n} leases asked of {self.max_leases}", origin=Origin.CLIENT
+            )
+        if timeout is not None and timeout < 0:
+            raise BadArgumentsError(ErrorCode.BAD_ARGUMENTS, "negative timeout", origin=Origin.CLIENT)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        leases: list[Lease] = []
+        done = False
+        try:
+            while len(leases) < n:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                lease = await self.acquire_lease(left)
+                if lease is None:
+                    return None
+                leases.append(lease)
+            done = True
+            return leases
+        finally:
+            if not done and leases:
+                await asyncio.shield(self._return_quietly(leases))
+
+    async def _return_quietly(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            try:
+                await self.return_lease(lease)
+            except ConcordError:
+                pass  # the lease goes with the session at worst
 
     async def return_lease(self, lease: Lease) -> None:
         """Gives back a lease from ``acquire_lease()`` (one already gone is not an error)."""
