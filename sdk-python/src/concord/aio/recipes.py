@@ -31,6 +31,8 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+import grpc
+
 from .._listeners import Listeners
 from .._proto import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 from ..errors import (
@@ -41,6 +43,7 @@ from ..errors import (
     NoNodeError,
     Origin,
     SessionExpiredError,
+    from_rpc_error,
     make_error,
 )
 from ..types import Fence, State
@@ -640,6 +643,13 @@ async def _participants(client: Client, name: str) -> list[Participant]:
 
 async def _campaign(client: Client, name: str, session_id: int, pid: str, value: bytes) -> Participant:
     """One Campaign, waiting until first in line (no deadline: cancel it to leave)."""
+    return (await _campaign_at(client, name, session_id, pid, value))[0]
+
+
+async def _campaign_at(
+    client: Client, name: str, session_id: int, pid: str, value: bytes
+) -> tuple[Participant, int]:
+    """``_campaign``, with the zxid at which the candidacy led (the answer's header)."""
     req = election_pb2.CampaignRequest(election=name, session_id=session_id, participant_id=pid, value=value)
     try:
         resp = await _unless_lost(
@@ -650,7 +660,52 @@ async def _campaign(client: Client, name: str, session_id: int, pid: str, value:
     except asyncio.CancelledError:
         await asyncio.shield(_flush_campaign(client, name, session_id, pid))
         raise
-    return Participant.of(resp.leader, True)
+    zxid = int(resp.header.zxid)
+    client._saw(zxid)
+    return Participant.of(resp.leader, True), zxid
+
+
+async def _deposed(client: Client, name: str, p: Participant, since: int) -> Participant | None:
+    """Follows election ``name``'s leader on the server's Observe stream until a state
+    at zxid ``since`` or later (``p`` led at ``since``) shows another leader, or none:
+    then returns ``p`` (its candidacy was resigned by someone else, or its node is
+    gone). Earlier states (a server that lags behind) are skipped. A broken stream is
+    opened again with back-off, on the next host after a transport failure; None if
+    an error no retry fixes ends it (the caller leads on, as without observation)."""
+    failures = 0
+    while True:
+        await asyncio.sleep(_retry_delay(failures))
+        failures += 1
+        index = client._current
+        try:
+            ep = client._endpoint()
+        except ConcordError:
+            return None
+        call = _election_stub(ep).Observe(election_pb2.ObserveRequest(election=name))
+        try:
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    break  # the server ended it (stopping): follow on another
+                failures = 0
+                zxid = int(resp.header.zxid)
+                client._saw(zxid)
+                if zxid < since:
+                    continue
+                leader = resp.leader if resp.HasField("leader") else None
+                if leader is None or leader.key != p.key or int(leader.term) != p.term:
+                    return p
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=False)
+            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT) and client._current == index:
+                client._rotate()
+            if not err.retry_safe:
+                logging.getLogger("concord").warning(
+                    "cannot observe election %r (%s): its leader is not followed", name, err
+                )
+                return None
+        finally:
+            call.cancel()
 
 
 async def _flush_campaign(client: Client, name: str, session_id: int, pid: str) -> None:
@@ -859,9 +914,13 @@ class _Base:
             "won",
             self._delayed(
                 _retry_delay(failures),
-                lambda: _campaign(self.client, self.name, self._session_id, self._id, b""),
+                lambda: _campaign_at(self.client, self.name, self._session_id, self._id, b""),
             ),
         )
+
+    def _observe_task(self, p: Participant, since: int) -> asyncio.Task[Any]:
+        """Follows the leader while ``p`` leads: "deposed" (``p``) when it no longer does."""
+        return self._later("deposed", _deposed(self.client, self.name, p, since))
 
     def _check_task(self, p: Participant, failures: int) -> asyncio.Task[Any]:
         async def check() -> bool:
@@ -971,9 +1030,25 @@ class LeaderLatch(_Base):
         assert self._inbox is not None
         conn = state
         won: Participant | None = None
+        won_at = 0  # the zxid at which ``won`` led
+        observer: asyncio.Task[Any] | None = None
         checking = False
         campaign_failures = check_failures = 0
         tasks: list[asyncio.Task[Any]] = []
+
+        def lead(p: Participant) -> None:
+            nonlocal observer
+            self._lead(p)
+            if observer is None or observer.done():
+                observer = self._observe_task(p, won_at)
+                tasks.append(observer)
+
+        def unobserve() -> None:
+            nonlocal observer
+            if observer is not None:
+                observer.cancel()
+                observer = None
+
         try:
             if conn.ended:
                 self._end(_session_lost())
@@ -984,6 +1059,7 @@ class LeaderLatch(_Base):
                 if what == "state":
                     conn = value
                     if conn is State.SUSPENDED:
+                        unobserve()
                         self._unlead()
                     elif conn.connected:
                         if won is not None and self._leading is None and not checking:
@@ -1006,9 +1082,9 @@ class LeaderLatch(_Base):
                         self._end(err)
                         return
                     campaign_failures = 0
-                    won = p
+                    won, won_at = p
                     if conn.connected:
-                        self._lead(p)
+                        lead(won)
                 elif what == "checked":
                     checking = False
                     try:
@@ -1026,7 +1102,16 @@ class LeaderLatch(_Base):
                         won = None
                         tasks.append(self._campaign_task(0))
                     elif conn.connected:
-                        self._lead(won)
+                        lead(won)
+                elif what == "deposed":
+                    gone = None if value.exception() is not None else value.result()
+                    if gone is None or won is None or gone.key != won.key or gone.term != won.term:
+                        continue  # could not observe, or about an older win
+                    # Someone else resigned our candidacy (or its node went): Curator's
+                    # latch queues again when its node is gone.
+                    observer, won = None, None
+                    self._unlead()
+                    tasks.append(self._campaign_task(0))
                 tasks = [t for t in tasks if not t.done()]
         finally:
             await _cancel_all(tasks)
@@ -1197,7 +1282,9 @@ class LeaderSelector(_Base):
         assert self._inbox is not None
         conn = state
         won: Participant | None = None  # a win not yet running (seen while suspended)
+        won_at = 0  # the zxid at which the last win led
         running: Participant | None = None
+        observer: asyncio.Task[Any] | None = None
         take_task: asyncio.Task[Any] | None = None
         to_resign: Participant | None = None  # a cancelled leadership's place
         campaign_failures = 0
@@ -1210,12 +1297,18 @@ class LeaderSelector(_Base):
             tasks.append(self._campaign_task(campaign_failures))
 
         def take(p: Participant) -> None:
-            nonlocal running, take_task
+            nonlocal running, take_task, observer
             running = p
             self._leadership = Leadership(p)
             take_task = self._run_take(self._leadership)
+            observer = self._observe_task(p, won_at)
+            tasks.append(observer)
 
         def stop_take() -> None:
+            nonlocal observer
+            if observer is not None:
+                observer.cancel()
+                observer = None
             if self._leadership is not None:
                 self._leadership._cancel()
             if take_task is not None and inspect.iscoroutinefunction(self.take_leadership):
@@ -1253,7 +1346,7 @@ class LeaderSelector(_Base):
                         return
                 elif what == "won":
                     try:
-                        p = value.result()
+                        p, won_at = value.result()
                     except ConcordError as err:
                         if _transient(err):
                             campaign_failures += 1
@@ -1267,8 +1360,17 @@ class LeaderSelector(_Base):
                         take(p)
                     else:
                         won = p
+                elif what == "deposed":
+                    gone = None if value.exception() is not None else value.result()
+                    if gone is not None and running is not None and gone.key == running.key:
+                        # Someone else resigned the candidacy: leadership must end
+                        # (then "took" resigns, which finds it gone, and queues again).
+                        stop_take()
                 elif what == "took":
                     ran, running, take_task = running, None, None
+                    if observer is not None:
+                        observer.cancel()
+                        observer = None
                     self._leadership = None
                     assert ran is not None
                     if conn.connected:
