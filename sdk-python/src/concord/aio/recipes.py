@@ -3,13 +3,15 @@
 
 ::
 
-    Lock, SemaphoreMutex, Semaphore ─ Acquire / Release on the Lock service (the server queues, wakes,
-                      fences); a wait ends with SessionExpiredError when the session is lost
+    Lock, Semaphore ─ Acquire / Release on the Lock service (the server queues, wakes,
+    SemaphoreMutex    fences); a wait ends with SessionExpiredError when the session is lost
     Election        ─ kazoo's: Campaign, run func, Resign
     LeaderLatch     ─ a task: Campaign ─▶ leading ─SUSPENDED─▶ not leading ─RECONNECTED─▶
-                      Leader(name) still ours? lead again : Campaign again; LOST ends it
+                      Leader(name) still ours? lead again : Campaign again; LOST ends it;
+                      while leading, Observe(name) shows another leader ─▶ Campaign again
     LeaderSelector  ─ a task: Campaign ─▶ take_leadership (a task, or a thread for a plain
-                      function) ─returns─▶ Resign, queue again if auto_requeue / requeue()
+                      function) ─returns─▶ Resign, queue again if auto_requeue / requeue();
+                      Observe(name) shows another leader ─▶ take_leadership told to stop
 
 Nothing here polls: waits are the server's (a Campaign or Acquire that answers when
 the place leads or holds). The recipes hear the session's states through an ``async
@@ -969,7 +971,9 @@ class LeaderLatch(_Base):
     loop; ``fence`` while leading; ``await close()`` resigns. On SUSPENDED it stops
     leading at once and keeps its place; on RECONNECTED it leads again only if the
     server says its candidacy (key and term) still leads, else it campaigns again; on
-    LOST it ends (``wait`` raises SessionExpiredError). ``async with`` starts and
+    LOST it ends (``wait`` raises SessionExpiredError). While it leads it follows the
+    election on the server's Observe stream: if someone else resigns its candidacy
+    it stops leading (NOT_LEADER) and campaigns again. ``async with`` starts and
     closes it. ``id`` must be unique among the recipes of one session in one election
     (``start`` raises NodeExistsError otherwise); None: one is made up.
     """
@@ -1208,7 +1212,8 @@ class LeaderSelector(_Base):
     the selector resigns, and queues again if ``auto_requeue`` or ``requeue()`` was
     called. An ``async def`` runs as a task (cancelled when leadership must end); a
     plain function runs on a thread of its own and checks ``leadership.is_cancelled()``
-    or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop; after
+    or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop, and when the
+    election's Observe stream shows another leader (someone else resigned it); after
     RECONNECTED the place is resigned and queued again if auto_requeue / requeue();
     LOST ends the selector. ``async with`` starts and closes it.
     """
