@@ -243,3 +243,88 @@ def test_acquires_cancelled_at_any_point_leave_the_lock_free(server: Server) -> 
         await probe.release()
 
     run_with("aio", server.addr, body)
+
+
+def test_a_semaphore_mutex_is_not_reentrant(server: Server, kind: str) -> None:
+    async def body(c: Any) -> None:
+        name = _name()
+        m = make(c, "SemaphoreMutex", name, identifier="m")
+        other = make(c, "Lock", name, identifier="o")
+        assert await m.acquire()
+        first = m.token
+        assert m.is_acquired and m.hold_count == 1 and m.fence.token == first
+        # A second acquire through the holder waits like anyone's: not in time here.
+        assert not await m.acquire(timeout=0.3)
+        assert not await m.acquire(blocking=False)
+        assert m.is_acquired and m.token == first and await m.validate()
+        assert await m.contenders() == ["m"]
+        # ... and gets the lock once the hold is released from elsewhere.
+        again = asyncio.ensure_future(m.acquire())
+        await eventually("the second acquire queues", lambda: _count(m, 2))
+        assert await m.release()
+        await asyncio.wait_for(again, 10)
+        assert m.is_acquired and m.token > first
+        assert not await other.acquire(timeout=0.2)
+        assert await m.release()
+        assert not await m.release()
+        assert await other.acquire(timeout=5)
+        await other.release()
+        assert await m.contenders() == []
+
+    run_with(kind, server.addr, body)
+
+
+async def _count(lock: Any, n: int) -> bool:
+    return len(await lock.contenders()) == n
+
+
+def test_acquire_many_is_all_or_nothing(server: Server, kind: str) -> None:
+    async def body(c: Any) -> None:
+        name = _name()
+        a = make(c, "Semaphore", name, 3, identifier="a")
+        b = make(c, "Semaphore", name, 3, identifier="b")
+        probe = make(c, "Lock", name)  # its contenders(): holders and waiters
+        with pytest.raises(concord.BadArgumentsError):
+            await a.acquire_many(4)
+        with pytest.raises(concord.BadArgumentsError):
+            await a.acquire_many(0)
+        two = await a.acquire_many(2, timeout=5)
+        assert two is not None and len(two) == 2 and len({le.token for le in two}) == 2
+        assert await a.lease_holders() == ["a", "a"]
+        # Two asked, one free: none kept after the timeout.
+        assert await b.acquire_many(2, timeout=0.3) is None
+        assert await a.lease_holders() == ["a", "a"]
+        assert await _count(probe, 2)
+        # A wait that gets the rest once the leases come back.
+        waiting = asyncio.ensure_future(b.acquire_many(3, timeout=10))
+        await eventually("b holds one and waits", lambda: _count(probe, 4))
+        for le in two:
+            await a.return_lease(le)
+        got = await asyncio.wait_for(waiting, 10)
+        assert got is not None and len(got) == 3
+        assert await a.lease_holders() == ["b", "b", "b"]
+        for le in got:
+            await b.return_lease(le)
+        assert await a.lease_holders() == []
+
+    run_with(kind, server.addr, body)
+
+
+def test_a_cancelled_acquire_many_gives_back_what_it_got(server: Server) -> None:
+    async def body(c: Any) -> None:
+        name = _name()
+        a = c.Semaphore(name, 2, identifier="a")
+        b = c.Semaphore(name, 2, identifier="b")
+        probe = c.Lock(name)
+        held = await a.acquire_lease()
+        assert held is not None
+        waiting = asyncio.ensure_future(b.acquire_many(2))
+        await eventually("b holds one and waits", lambda: _count(probe, 3))
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await eventually("b gives back what it got", lambda: _count(probe, 1))
+        assert await a.lease_holders() == ["a"]
+        await a.return_lease(held)
+
+    run_with("aio", server.addr, body)

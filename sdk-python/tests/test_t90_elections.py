@@ -316,3 +316,97 @@ def test_election_run_campaigns_runs_and_resigns(server: Server, kind: str) -> N
         assert await first.contenders() == []
 
     run_with(kind, server.addr, body)
+
+
+async def _resign_leader(c: Any, name: str) -> concord.Participant:
+    """Resigns election ``name``'s leader from outside its recipe (as an operator
+    would: the server lets the identity owning its session)."""
+    from concord.aio import recipes as aio_recipes
+
+    client = raw(c)
+    leader = await make(c, "LeaderLatch", name).get_leader()
+    assert leader is not None
+    if isinstance(client, concord.Client):
+        await asyncio.to_thread(client._io.run, aio_recipes._resign(client.aio, leader.key, leader.term))
+    else:
+        await aio_recipes._resign(client, leader.key, leader.term)
+    return leader
+
+
+def test_a_latch_whose_candidacy_is_resigned_by_someone_else_stops_leading(
+    server: Server, kind: str
+) -> None:
+    """Someone else resigns the leading latch's candidacy while it is connected: it
+    hears it on the Observe stream, says NOT_LEADER and queues again. The next one
+    leads at once; until the first hears it, its fence is refused already."""
+
+    async def body(c: Any) -> None:
+        name = _name()
+        a, b = make(c, "LeaderLatch", name, id="a"), make(c, "LeaderLatch", name, id="b")
+        heard = Events()
+        await a.add_listener(heard)
+        await a.start()
+        assert await a.wait(5)
+        await b.start()
+
+        async def line(ids: list[str]) -> bool:
+            return [p.id for p in await a.get_participants()] == ids
+
+        await eventually("b in line", lambda: line(["a", "b"]))
+        old = a.fence
+        await c.create(f"/{name}", b"0")
+        gone = await _resign_leader(c, name)
+        assert gone.id == "a" and gone.fence == old
+        assert await b.wait(5)
+        # Until a hears it (milliseconds), both say they lead: only b's fence works.
+        with pytest.raises(concord.FencedError):
+            await c.set(f"/{name}", b"a", fence=old)
+        await c.set(f"/{name}", b"b", fence=b.fence)
+        await eventually("a stops leading", lambda: _true(not a.obj.has_leadership()))
+        await eventually("a hears it", lambda: _heard(heard, [LatchEvent.IS_LEADER, LatchEvent.NOT_LEADER]))
+        assert a.fence is None
+        await eventually("a queues again, behind b", lambda: line(["b", "a"]))
+        # And leads again when b goes.
+        await b.close()
+        assert await a.wait(5)
+        assert a.fence is not None and a.fence.token > gone.term
+        await c.delete(f"/{name}")
+        await a.close()
+
+    run_with(kind, server.addr, body)
+
+
+def test_a_selector_whose_candidacy_is_resigned_by_someone_else_is_told_to_stop(
+    server: Server, kind: str
+) -> None:
+    async def body(c: Any) -> None:
+        name = _name()
+        terms: list[int] = []
+        stopped: list[int] = []
+
+        def take(lead: Any) -> None:
+            terms.append(lead.term)
+            if lead.wait(10):
+                stopped.append(lead.term)
+
+        async def take_async(lead: Any) -> None:
+            terms.append(lead.term)
+            try:
+                await asyncio.wait_for(lead.cancelled(), 10)
+                stopped.append(lead.term)
+            except asyncio.CancelledError:
+                stopped.append(lead.term)
+                raise
+
+        sel = make(c, "LeaderSelector", name, take if kind == "sync" else take_async, id="s", auto_requeue=True)
+        await sel.start()
+        await eventually("it leads", lambda: _true(len(terms) == 1))
+        gone = await _resign_leader(c, name)
+        assert gone.term == terms[0]
+        await eventually("it is told to stop", lambda: _true(stopped[:1] == terms[:1]))
+        await eventually("it leads again (auto_requeue)", lambda: _true(len(terms) == 2))
+        assert terms[1] > terms[0]
+        await sel.close()
+        await eventually("it left the line", lambda: _empty(sel))
+
+    run_with(kind, server.addr, body)

@@ -34,6 +34,7 @@ from ._recipes_sync import (
     Participant,
     RecipeState,
     Semaphore,
+    SemaphoreMutex,
 )
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
 from .sync import Cache, ChildrenCache, Client, NodeCache, Transaction, Watch
@@ -74,6 +75,7 @@ __all__ = [
     "Retry",
     "RolledBackError",
     "Semaphore",
+    "SemaphoreMutex",
     "SessionExpiredError",
     "Stat",
     "State",

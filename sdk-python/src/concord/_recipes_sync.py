@@ -27,6 +27,7 @@ __all__ = [
     "Participant",
     "RecipeState",
     "Semaphore",
+    "SemaphoreMutex",
 ]
 
 
@@ -88,6 +89,20 @@ class Lock:
         self.release()
 
 
+class SemaphoreMutex(Lock):
+    """Curator's InterProcessSemaphoreMutex, blocking (see
+    ``concord.aio.SemaphoreMutex``): not re-entrant, so an acquire in the thread that
+    holds it blocks until another thread releases it (for ever if none does)."""
+
+    def __init__(self, client: Client, name: str, identifier: str | None = None) -> None:
+        self._client = client
+        self._aio = _r.SemaphoreMutex(client.aio, name, identifier)
+
+    def __enter__(self) -> SemaphoreMutex:
+        self.acquire()
+        return self
+
+
 class Semaphore:
     """kazoo's Semaphore, blocking (see ``concord.aio.Semaphore``)."""
 
@@ -118,6 +133,11 @@ class Semaphore:
     def acquire_lease(self, timeout: float | None = None) -> Lease | None:
         """A lease of its own, or None if none was free within ``timeout``."""
         return self._client._io.run(self._aio.acquire_lease(timeout))
+
+    def acquire_many(self, n: int, timeout: float | None = None) -> list[Lease] | None:
+        """``n`` leases, all or nothing: None (and none kept) if not all were free
+        within ``timeout`` seconds in all; what was taken is given back on errors too."""
+        return self._client._io.run(self._aio.acquire_many(n, timeout))
 
     def return_lease(self, lease: Lease) -> None:
         """Gives back a lease from ``acquire_lease()``."""

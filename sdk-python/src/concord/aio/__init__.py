@@ -13,6 +13,7 @@ from .recipes import (
     Participant,
     RecipeState,
     Semaphore,
+    SemaphoreMutex,
 )
 from .watch import Watch
 
@@ -33,6 +34,7 @@ __all__ = [
     "Participant",
     "RecipeState",
     "Semaphore",
+    "SemaphoreMutex",
     "Transaction",
     "Watch",
 ]

@@ -535,6 +535,10 @@ class Client:
         """kazoo's Lock on the server's Lock service, owned by this client's session."""
         return recipes.Lock(self, name, identifier)
 
+    def SemaphoreMutex(self, name: str, identifier: str | None = None) -> recipes.SemaphoreMutex:
+        """Curator's InterProcessSemaphoreMutex: a lock that is not re-entrant."""
+        return recipes.SemaphoreMutex(self, name, identifier)
+
     def Semaphore(self, name: str, max_leases: int = 1, identifier: str | None = None) -> recipes.Semaphore:
         """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
         return recipes.Semaphore(self, name, max_leases, identifier)

@@ -4,12 +4,14 @@
 ::
 
     Lock, Semaphore ─ Acquire / Release on the Lock service (the server queues, wakes,
-                      fences); a wait ends with SessionExpiredError when the session is lost
+    SemaphoreMutex    fences); a wait ends with SessionExpiredError when the session is lost
     Election        ─ kazoo's: Campaign, run func, Resign
     LeaderLatch     ─ a task: Campaign ─▶ leading ─SUSPENDED─▶ not leading ─RECONNECTED─▶
-                      Leader(name) still ours? lead again : Campaign again; LOST ends it
+                      Leader(name) still ours? lead again : Campaign again; LOST ends it;
+                      while leading, Observe(name) shows another leader ─▶ Campaign again
     LeaderSelector  ─ a task: Campaign ─▶ take_leadership (a task, or a thread for a plain
-                      function) ─returns─▶ Resign, queue again if auto_requeue / requeue()
+                      function) ─returns─▶ Resign, queue again if auto_requeue / requeue();
+                      Observe(name) shows another leader ─▶ take_leadership told to stop
 
 Nothing here polls: waits are the server's (a Campaign or Acquire that answers when
 the place leads or holds). The recipes hear the session's states through an ``async
@@ -31,6 +33,8 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+import grpc
+
 from .._listeners import Listeners
 from .._proto import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 from ..errors import (
@@ -41,6 +45,7 @@ from ..errors import (
     NoNodeError,
     Origin,
     SessionExpiredError,
+    from_rpc_error,
     make_error,
 )
 from ..types import Fence, State
@@ -446,6 +451,41 @@ class Lock:
         await self.release()
 
 
+class SemaphoreMutex(Lock):
+    """Curator's InterProcessSemaphoreMutex: a fair lock that is **not re-entrant**
+    (the Rust SDK's SemaphoreMutex).
+
+    Every acquire queues on the server with a place of its own, so a second acquire
+    through an object that holds the lock waits, like anyone else's, until the hold is
+    released (by ``release()`` from another task or thread); with a timeout it returns
+    False. Awaiting it where the lock is held therefore waits for ever, as Curator's
+    does. ``hold_count`` is 0 or 1. Fences, ``validate()``, ``contenders()`` and the
+    session's states: as Lock's.
+    """
+
+    _kind = "semaphore-mutex"
+
+    async def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
+        """Waits its turn until this object holds the lock: True; False if not within
+        ``timeout`` seconds (None: no limit), and then no longer queued. An acquire
+        while this object holds the lock waits for its release. ``blocking=False``
+        tries once. Errors: SessionExpiredError (no session, or lost meanwhile)."""
+        owner = self._owner_id()
+        if not blocking:
+            lease = await self._try(owner)
+        else:
+            lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
+        if lease is None:
+            return False
+        # The server holds one owner at a time: any hold of this object was released.
+        self._lease, self._count = lease, 1
+        return True
+
+    async def __aenter__(self) -> SemaphoreMutex:
+        await self.acquire()
+        return self
+
+
 async def _waiters(client: Client, name: str) -> list[lock_pb2.LockEntry]:
     resp = await client._call(
         lambda ep: _lock_stub(ep).Waiters, lock_pb2.WaitersRequest(name=name), write=False
@@ -500,6 +540,41 @@ class Semaphore:
     async def acquire_lease(self, timeout: float | None = None) -> Lease | None:
         """A lease of its own (each call one more), or None if none was free in time."""
         return await _acquire(self.client, self.name, self._lock._owner_id(), self.max_leases, timeout)
+
+    async def acquire_many(self, n: int, timeout: float | None = None) -> list[Lease] | None:
+        """``n`` leases of their own, all or nothing: taken one after the other within
+        ``timeout`` seconds in all (None: no limit); None if not all were free in time,
+        and then the ones taken are given back, as they are when an error (raised) or a
+        cancellation ends the wait. Errors: BadArgumentsError if ``n`` is not
+        1..max_leases, SessionExpiredError."""
+        if not 1 <= n <= self.max_leases:
+            raise BadArgumentsError(
+                ErrorCode.BAD_ARGUMENTS, f"{n} leases asked of {self.max_leases}", origin=Origin.CLIENT
+            )
+        if timeout is not None and timeout < 0:
+            raise BadArgumentsError(ErrorCode.BAD_ARGUMENTS, "negative timeout", origin=Origin.CLIENT)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        leases: list[Lease] = []
+        done = False
+        try:
+            while len(leases) < n:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                lease = await self.acquire_lease(left)
+                if lease is None:
+                    return None
+                leases.append(lease)
+            done = True
+            return leases
+        finally:
+            if not done and leases:
+                await asyncio.shield(self._return_quietly(leases))
+
+    async def _return_quietly(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            try:
+                await self.return_lease(lease)
+            except ConcordError:
+                pass  # the lease goes with the session at worst
 
     async def return_lease(self, lease: Lease) -> None:
         """Gives back a lease from ``acquire_lease()`` (one already gone is not an error)."""
@@ -570,6 +645,13 @@ async def _participants(client: Client, name: str) -> list[Participant]:
 
 async def _campaign(client: Client, name: str, session_id: int, pid: str, value: bytes) -> Participant:
     """One Campaign, waiting until first in line (no deadline: cancel it to leave)."""
+    return (await _campaign_at(client, name, session_id, pid, value))[0]
+
+
+async def _campaign_at(
+    client: Client, name: str, session_id: int, pid: str, value: bytes
+) -> tuple[Participant, int]:
+    """``_campaign``, with the zxid at which the candidacy led (the answer's header)."""
     req = election_pb2.CampaignRequest(election=name, session_id=session_id, participant_id=pid, value=value)
     try:
         resp = await _unless_lost(
@@ -580,7 +662,52 @@ async def _campaign(client: Client, name: str, session_id: int, pid: str, value:
     except asyncio.CancelledError:
         await asyncio.shield(_flush_campaign(client, name, session_id, pid))
         raise
-    return Participant.of(resp.leader, True)
+    zxid = int(resp.header.zxid)
+    client._saw(zxid)
+    return Participant.of(resp.leader, True), zxid
+
+
+async def _deposed(client: Client, name: str, p: Participant, since: int) -> Participant | None:
+    """Follows election ``name``'s leader on the server's Observe stream until a state
+    at zxid ``since`` or later (``p`` led at ``since``) shows another leader, or none:
+    then returns ``p`` (its candidacy was resigned by someone else, or its node is
+    gone). Earlier states (a server that lags behind) are skipped. A broken stream is
+    opened again with back-off, on the next host after a transport failure; None if
+    an error no retry fixes ends it (the caller leads on, as without observation)."""
+    failures = 0
+    while True:
+        await asyncio.sleep(_retry_delay(failures))
+        failures += 1
+        index = client._current
+        try:
+            ep = client._endpoint()
+        except ConcordError:
+            return None
+        call = _election_stub(ep).Observe(election_pb2.ObserveRequest(election=name))
+        try:
+            while True:
+                resp = await call.read()
+                if resp is grpc.aio.EOF:
+                    break  # the server ended it (stopping): follow on another
+                failures = 0
+                zxid = int(resp.header.zxid)
+                client._saw(zxid)
+                if zxid < since:
+                    continue
+                leader = resp.leader if resp.HasField("leader") else None
+                if leader is None or leader.key != p.key or int(leader.term) != p.term:
+                    return p
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=False)
+            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT) and client._current == index:
+                client._rotate()
+            if not err.retry_safe:
+                logging.getLogger("concord").warning(
+                    "cannot observe election %r (%s): its leader is not followed", name, err
+                )
+                return None
+        finally:
+            call.cancel()
 
 
 async def _flush_campaign(client: Client, name: str, session_id: int, pid: str) -> None:
@@ -789,9 +916,13 @@ class _Base:
             "won",
             self._delayed(
                 _retry_delay(failures),
-                lambda: _campaign(self.client, self.name, self._session_id, self._id, b""),
+                lambda: _campaign_at(self.client, self.name, self._session_id, self._id, b""),
             ),
         )
+
+    def _observe_task(self, p: Participant, since: int) -> asyncio.Task[Any]:
+        """Follows the leader while ``p`` leads: "deposed" (``p``) when it no longer does."""
+        return self._later("deposed", _deposed(self.client, self.name, p, since))
 
     def _check_task(self, p: Participant, failures: int) -> asyncio.Task[Any]:
         async def check() -> bool:
@@ -840,7 +971,9 @@ class LeaderLatch(_Base):
     loop; ``fence`` while leading; ``await close()`` resigns. On SUSPENDED it stops
     leading at once and keeps its place; on RECONNECTED it leads again only if the
     server says its candidacy (key and term) still leads, else it campaigns again; on
-    LOST it ends (``wait`` raises SessionExpiredError). ``async with`` starts and
+    LOST it ends (``wait`` raises SessionExpiredError). While it leads it follows the
+    election on the server's Observe stream: if someone else resigns its candidacy
+    it stops leading (NOT_LEADER) and campaigns again. ``async with`` starts and
     closes it. ``id`` must be unique among the recipes of one session in one election
     (``start`` raises NodeExistsError otherwise); None: one is made up.
     """
@@ -901,9 +1034,25 @@ class LeaderLatch(_Base):
         assert self._inbox is not None
         conn = state
         won: Participant | None = None
+        won_at = 0  # the zxid at which ``won`` led
+        observer: asyncio.Task[Any] | None = None
         checking = False
         campaign_failures = check_failures = 0
         tasks: list[asyncio.Task[Any]] = []
+
+        def lead(p: Participant) -> None:
+            nonlocal observer
+            self._lead(p)
+            if observer is None or observer.done():
+                observer = self._observe_task(p, won_at)
+                tasks.append(observer)
+
+        def unobserve() -> None:
+            nonlocal observer
+            if observer is not None:
+                observer.cancel()
+                observer = None
+
         try:
             if conn.ended:
                 self._end(_session_lost())
@@ -914,6 +1063,7 @@ class LeaderLatch(_Base):
                 if what == "state":
                     conn = value
                     if conn is State.SUSPENDED:
+                        unobserve()
                         self._unlead()
                     elif conn.connected:
                         if won is not None and self._leading is None and not checking:
@@ -936,9 +1086,9 @@ class LeaderLatch(_Base):
                         self._end(err)
                         return
                     campaign_failures = 0
-                    won = p
+                    won, won_at = p
                     if conn.connected:
-                        self._lead(p)
+                        lead(won)
                 elif what == "checked":
                     checking = False
                     try:
@@ -956,7 +1106,16 @@ class LeaderLatch(_Base):
                         won = None
                         tasks.append(self._campaign_task(0))
                     elif conn.connected:
-                        self._lead(won)
+                        lead(won)
+                elif what == "deposed":
+                    gone = None if value.exception() is not None else value.result()
+                    if gone is None or won is None or gone.key != won.key or gone.term != won.term:
+                        continue  # could not observe, or about an older win
+                    # Someone else resigned our candidacy (or its node went): Curator's
+                    # latch queues again when its node is gone.
+                    observer, won = None, None
+                    self._unlead()
+                    tasks.append(self._campaign_task(0))
                 tasks = [t for t in tasks if not t.done()]
         finally:
             await _cancel_all(tasks)
@@ -1053,7 +1212,8 @@ class LeaderSelector(_Base):
     the selector resigns, and queues again if ``auto_requeue`` or ``requeue()`` was
     called. An ``async def`` runs as a task (cancelled when leadership must end); a
     plain function runs on a thread of its own and checks ``leadership.is_cancelled()``
-    or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop; after
+    or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop, and when the
+    election's Observe stream shows another leader (someone else resigned it); after
     RECONNECTED the place is resigned and queued again if auto_requeue / requeue();
     LOST ends the selector. ``async with`` starts and closes it.
     """
@@ -1127,7 +1287,9 @@ class LeaderSelector(_Base):
         assert self._inbox is not None
         conn = state
         won: Participant | None = None  # a win not yet running (seen while suspended)
+        won_at = 0  # the zxid at which the last win led
         running: Participant | None = None
+        observer: asyncio.Task[Any] | None = None
         take_task: asyncio.Task[Any] | None = None
         to_resign: Participant | None = None  # a cancelled leadership's place
         campaign_failures = 0
@@ -1140,12 +1302,18 @@ class LeaderSelector(_Base):
             tasks.append(self._campaign_task(campaign_failures))
 
         def take(p: Participant) -> None:
-            nonlocal running, take_task
+            nonlocal running, take_task, observer
             running = p
             self._leadership = Leadership(p)
             take_task = self._run_take(self._leadership)
+            observer = self._observe_task(p, won_at)
+            tasks.append(observer)
 
         def stop_take() -> None:
+            nonlocal observer
+            if observer is not None:
+                observer.cancel()
+                observer = None
             if self._leadership is not None:
                 self._leadership._cancel()
             if take_task is not None and inspect.iscoroutinefunction(self.take_leadership):
@@ -1183,7 +1351,7 @@ class LeaderSelector(_Base):
                         return
                 elif what == "won":
                     try:
-                        p = value.result()
+                        p, won_at = value.result()
                     except ConcordError as err:
                         if _transient(err):
                             campaign_failures += 1
@@ -1197,8 +1365,17 @@ class LeaderSelector(_Base):
                         take(p)
                     else:
                         won = p
+                elif what == "deposed":
+                    gone = None if value.exception() is not None else value.result()
+                    if gone is not None and running is not None and gone.key == running.key:
+                        # Someone else resigned the candidacy: leadership must end
+                        # (then "took" resigns, which finds it gone, and queues again).
+                        stop_take()
                 elif what == "took":
                     ran, running, take_task = running, None, None
+                    if observer is not None:
+                        observer.cancel()
+                        observer = None
                     self._leadership = None
                     assert ran is not None
                     if conn.connected:
