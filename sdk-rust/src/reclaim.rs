@@ -1,10 +1,13 @@
-//! Reclaiming the place of an Acquire or Campaign whose call was dropped in flight.
+//! Reclaiming the place of an Acquire or Campaign whose call was dropped in flight,
+//! or failed with its outcome unknown.
 //!
 //! The server leaves no waiter behind a cancelled call, but it cannot know that an
 //! answer it sent was never read: an Acquire (or Campaign) dropped just as the server
 //! granted it leaves its place holding the lock (or leading) for nobody, until the
-//! session ends. So a recipe sends each such call inside [`Reclaim::guard`]: if the
-//! call is dropped before it returns, the same call is sent once more from a task on
+//! session ends. The same holds for a call that failed after it was sent (a lost
+//! connection, the client's own deadline). So a recipe sends each such call inside
+//! [`Reclaim::guard`]: if the call is dropped before it returns, or fails with its
+//! outcome unknown, the same call is sent once more from a task on
 //! the current tokio runtime, with the same session and owner (participant) id and a
 //! 1 ms timeout. The server adopts the existing place (or makes one):
 //!
@@ -27,6 +30,8 @@ use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::client::Client;
+use crate::error::{Error, Origin};
+use crate::proto::ErrorCode;
 use crate::recipes::LockOptions;
 
 /// The timeout of the reclaiming call: the server answers at once if the place holds
@@ -111,9 +116,10 @@ impl Reclaim {
         }
     }
 
-    /// Awaits `call`; if it is dropped before it returns, reclaims its place from a
-    /// task on the current runtime (kept in `waited`, if given, for `close`).
-    pub(crate) async fn guard<F: Future>(
+    /// Awaits `call`; if it is dropped before it returns, or returns a failure whose
+    /// outcome is unknown (see [`outcome_unknown`]), reclaims its place from a task
+    /// on the current runtime (kept in `waited`, if given, for `close`).
+    pub(crate) async fn guard<T, F: Future<Output = Result<T, Error>>>(
         self,
         waited: Option<Arc<Reclaims>>,
         call: F,
@@ -123,7 +129,9 @@ impl Reclaim {
             waited,
         };
         let answer = call.await;
-        armed.reclaim = None;
+        if !matches!(&answer, Err(e) if outcome_unknown(e)) {
+            armed.reclaim = None;
+        }
         answer
     }
 
@@ -168,7 +176,16 @@ impl Reclaim {
     }
 }
 
-/// Spawns its reclaim when dropped still armed (the call did not return).
+/// True for a failed Acquire or Campaign that may have been granted all the same: a
+/// failure after the call was sent (a lost connection, the client's own deadline)
+/// whose answer, had it come, could have been "held". The server's own TIMEOUT (it
+/// removed the waiter) and refusals are not.
+fn outcome_unknown(e: &Error) -> bool {
+    e.is_indeterminate() && !(e.origin() == Origin::Server && e.code() == ErrorCode::Timeout)
+}
+
+/// Spawns its reclaim when dropped still armed (the call did not return, or its
+/// outcome is unknown).
 struct Armed {
     reclaim: Option<Reclaim>,
     waited: Option<Arc<Reclaims>>,
@@ -210,18 +227,40 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_returns_is_not_reclaimed() {
         let reclaims = Arc::new(Reclaims::default());
-        let answer = reclaim(&nowhere())
-            .guard(Some(Arc::clone(&reclaims)), async { 42 })
+        let answer: Result<u32, Error> = reclaim(&nowhere())
+            .guard(Some(Arc::clone(&reclaims)), async { Ok(42) })
             .await;
-        assert_eq!(answer, 42);
+        assert_eq!(answer.ok(), Some(42));
         assert_eq!(kept(&reclaims), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failure_of_unknown_outcome_is_reclaimed_and_the_servers_timeout_is_not() {
+        let reclaims = Arc::new(Reclaims::default());
+        let deadline = Error::deadline(crate::CallKind::Write, Duration::from_secs(1));
+        let answer: Result<(), Error> = reclaim(&nowhere())
+            .guard(Some(Arc::clone(&reclaims)), async { Err(deadline) })
+            .await;
+        assert_eq!(answer.expect_err("failed").code(), ErrorCode::Timeout);
+        assert_eq!(kept(&reclaims), 1, "the client's deadline: granted or not?");
+        reclaims.wait().await;
+        let status = tonic::Status::deadline_exceeded("TIMEOUT: no permit within 5 ms");
+        let server = Error::from_status(&status, crate::CallKind::Write);
+        assert_eq!(server.origin(), Origin::Server);
+        let answer: Result<(), Error> = reclaim(&nowhere())
+            .guard(Some(Arc::clone(&reclaims)), async { Err(server) })
+            .await;
+        assert!(answer.is_err());
+        assert_eq!(kept(&reclaims), 0, "the server removed its waiter itself");
     }
 
     #[tokio::test]
     async fn a_call_dropped_in_flight_is_reclaimed_and_close_can_wait_for_it() {
         let reclaims = Arc::new(Reclaims::default());
-        let call =
-            reclaim(&nowhere()).guard(Some(Arc::clone(&reclaims)), std::future::pending::<()>());
+        let call = reclaim(&nowhere()).guard(
+            Some(Arc::clone(&reclaims)),
+            std::future::pending::<Result<(), Error>>(),
+        );
         // Polled once (in flight), then dropped.
         assert!(tokio::time::timeout(Duration::from_millis(1), call)
             .await
