@@ -41,31 +41,8 @@ fi
 
 scratch=$(mktemp -d /tmp/concord-peers.XXXXXX)
 results=$scratch/results.jsonl
-started=()   # every pid this script started, and only those
-
-stop_pids() {  # TERM, wait up to 10 s, then KILL; only pids we started
-  local p
-  for p in "$@"; do kill "$p" 2>/dev/null || true; done
-  for _ in $(seq 100); do
-    local alive=0
-    for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ $alive = 0 ] && return 0
-    sleep 0.1
-  done
-  for p in "$@"; do kill -9 "$p" 2>/dev/null || true; done
-}
-cleanup() {
-  local rc=$?
-  [ ${#started[@]} -gt 0 ] && stop_pids "${started[@]}"
-  if [ "${KEEP_SCRATCH:-0}" = 1 ] || [ $rc != 0 ]; then
-    echo "scratch kept in $scratch" >&2
-  else
-    rm -rf "$scratch"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# stop_pids, the EXIT trap, wait_for, start_concord, start_zookeeper
+. bench/lib.sh
 
 # ---- tools ---------------------------------------------------------------------------
 install_missing() {
@@ -93,66 +70,7 @@ if [ -z "${BENCH_BIN:-}" ]; then
   BENCH_BIN=$root/target/release/concord-bench
 fi
 
-wait_for() {  # wait_for SECONDS CMD...: retry CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -ge $deadline ] && { echo "timed out: $*" >&2; return 1; }
-    sleep 0.2
-  done
-}
-
 # ---- servers: each start_* sets $pids (space-separated) and $endpoints ---------------
-start_concord() {  # start_concord DIR N
-  local dir=$1 n=$2 port=17191 i
-  mkdir -p "$dir"
-  if [ "$n" -gt 1 ]; then
-    # scripts/ensemble.sh: server i on 17191 + 10 (i - 1); returns once one leads.
-    ENSEMBLE_DIR=$dir BASE_PORT=$port CONCORD_BIN=$(dirname "$CONCORD_BIN") \
-      scripts/ensemble.sh start "$n" >&2
-    pids="" endpoints=""
-    for i in $(seq "$n"); do
-      started+=($(cat "$dir/server-$i.pid")); pids="$pids $(cat "$dir/server-$i.pid")"
-      endpoints="$endpoints${endpoints:+,}http://127.0.0.1:$((port + 10 * (i - 1)))"
-    done
-    return 0
-  fi
-  "$CONCORD_BIN" --listen 127.0.0.1:$port --data-dir "$dir/data" > "$dir/out" 2> "$dir/log" &
-  started+=($!); pids=$!
-  endpoints=http://127.0.0.1:$port
-  wait_for 60 grep -q listening "$dir/out"
-}
-
-zk_mode() {  # zk_mode PORT: prints the server's mode (standalone, leader, follower)
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; echo srvr >&3; cat <&3" 2>/dev/null \
-    | sed -n 's/^Mode: //p'
-}
-zk_serving() { [ -n "$(zk_mode "$1")" ]; }
-
-start_zookeeper() {  # start_zookeeper DIR N
-  local dir=$1 n=$2 i
-  pids="" endpoints=""
-  for i in $(seq "$n"); do
-    local d=$dir/zk$i port=$((22180 + i))
-    mkdir -p "$d/data"
-    {
-      echo "tickTime=2000"; echo "initLimit=10"; echo "syncLimit=5"
-      echo "dataDir=$d/data"; echo "clientPort=$port"; echo "clientPortAddress=127.0.0.1"
-      echo "admin.enableServer=false"; echo "4lw.commands.whitelist=srvr,ruok"
-      echo "maxClientCnxns=0"
-      if [ "$n" -gt 1 ]; then
-        local j
-        for j in $(seq "$n"); do echo "server.$j=127.0.0.1:$((22880 + j)):$((23880 + j))"; done
-      fi
-    } > "$d/zoo.cfg"
-    echo "$i" > "$d/data/myid"
-    java -Dzookeeper.log.dir="$d" -cp /etc/zookeeper/conf_example:/usr/share/java/zookeeper.jar \
-      org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg" > "$d/log" 2>&1 &
-    started+=($!); pids="$pids $!"
-    endpoints="$endpoints${endpoints:+,}127.0.0.1:$port"
-  done
-  for i in $(seq "$n"); do wait_for 90 zk_serving $((22180 + i)); done
-}
-
 start_etcd() {  # start_etcd DIR N
   local dir=$1 n=$2 i cluster=""
   pids="" endpoints=""
