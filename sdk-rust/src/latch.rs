@@ -264,18 +264,9 @@ impl Shared {
 
     /// Resigns every candidacy of this latch (its session and id) the server lists.
     async fn resign_all(&self) -> Result<(), Error> {
-        let mine = self.client.participants(&self.name).await?;
-        for p in mine
-            .into_iter()
-            .filter(|p| p.session_id == self.session_id && p.participant_id == self.id)
-        {
-            match self.client.resign(&p.key, p.term).await {
-                Ok(_) => {}
-                Err(e) if e.code() == ErrorCode::NoNode => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+        self.client
+            .resign_candidacies(&self.name, self.session_id, &self.id)
+            .await
     }
 }
 

@@ -231,6 +231,28 @@ impl Client {
         Ok(self.saw(&resp.header))
     }
 
+    /// Resigns every candidacy of `participant_id` on `session_id` in election `name`
+    /// that the server lists (a recipe's close); one already gone is not an error.
+    pub(crate) async fn resign_candidacies(
+        &self,
+        name: &str,
+        session_id: u64,
+        participant_id: &str,
+    ) -> Result<(), Error> {
+        let all = self.participants(name).await?;
+        for p in all
+            .into_iter()
+            .filter(|p| p.session_id == session_id && p.participant_id == participant_id)
+        {
+            match self.resign(&p.key, p.term).await {
+                Ok(_) => {}
+                Err(e) if e.code() == ErrorCode::NoNode => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// The current leader of election `name`, if any.
     pub async fn leader(&self, name: &str) -> Result<Option<Participant>, Error> {
         let req = LeaderRequest {

@@ -285,15 +285,11 @@ impl Drop for LeaderSelector {
 }
 
 impl Shared {
+    /// Resigns every candidacy of this selector (its session and id) the server lists.
     async fn resign_all(&self) -> Result<(), Error> {
-        let all = self.client.participants(&self.name).await?;
-        for p in all
-            .into_iter()
-            .filter(|p| p.session_id == self.session_id && p.participant_id == self.id)
-        {
-            self.resign(&p).await?;
-        }
-        Ok(())
+        self.client
+            .resign_candidacies(&self.name, self.session_id, &self.id)
+            .await
     }
 
     async fn resign(&self, p: &Participant) -> Result<(), Error> {
