@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::Error;
+use crate::lock;
 use crate::proto::ErrorCode;
 use crate::reclaim::{Reclaim, Reclaims};
 use crate::session::{ConnectionState, Session, StateListener};
@@ -634,10 +635,6 @@ impl Drop for Claim {
     fn drop(&mut self) {
         lock(&CLAIMS).retain(|k| *k != self.key);
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -55,6 +55,12 @@ pub mod tls;
 pub mod types;
 pub mod watch;
 
+/// Locks `m`, going on past a panic of another holder: the SDK's shared state stays
+/// consistent under its locks (each critical section is a few assignments).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The generated `concord.v1` messages and clients.
 pub use concord_proto::v1 as proto;
 

@@ -68,14 +68,14 @@ pub(crate) struct Reclaims {
 impl Reclaims {
     /// Waits for every reclaim spawned so far.
     pub(crate) async fn wait(&self) {
-        let tasks = std::mem::take(&mut *crate::latch::lock(&self.tasks));
+        let tasks = std::mem::take(&mut *crate::lock(&self.tasks));
         for task in tasks {
             let _ = task.await;
         }
     }
 
     fn keep(&self, task: JoinHandle<()>) {
-        let mut tasks = crate::latch::lock(&self.tasks);
+        let mut tasks = crate::lock(&self.tasks);
         tasks.retain(|t| !t.is_finished());
         tasks.push(task);
     }
@@ -221,7 +221,7 @@ mod tests {
     }
 
     fn kept(reclaims: &Reclaims) -> usize {
-        crate::latch::lock(&reclaims.tasks).len()
+        crate::lock(&reclaims.tasks).len()
     }
 
     #[tokio::test]

@@ -28,7 +28,8 @@ use tokio::task::JoinHandle;
 
 use crate::client::Client;
 use crate::error::Error;
-use crate::latch::{is_transient, lock, retry_delay, unique_id, Claim, LatchState};
+use crate::latch::{is_transient, retry_delay, unique_id, Claim, LatchState};
+use crate::lock;
 use crate::proto::ErrorCode;
 use crate::reclaim::{Reclaim, Reclaims};
 use crate::session::{ConnectionState, Session, StateListener};

@@ -355,18 +355,12 @@ struct Contact {
 
 impl Contact {
     fn last(&self) -> Instant {
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        *crate::lock(&self.last)
     }
 
     /// A ping was answered: the session lives.
     fn answered(&self) {
-        *self
-            .last
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Instant::now();
+        *crate::lock(&self.last) = Instant::now();
         if self.state.get() == ConnectionState::Suspended {
             self.state.publish(ConnectionState::Reconnected);
         }

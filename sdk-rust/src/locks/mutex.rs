@@ -103,9 +103,7 @@ impl Exclusive {
     }
 
     fn holds(&self) -> std::sync::MutexGuard<'_, Holds> {
-        self.holds
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.holds)
     }
 
     /// Waits without a time limit (only the session's end stops it).
