@@ -346,13 +346,7 @@ class Client:
         req = tree_pb2.CreateRequest(
             path=path, data=bytes(value), mode=create_mode(ephemeral, sequence), fence=_fence(fence)
         )
-        dedup = False
-        if ephemeral:
-            # The session owns the node; a request id makes a retry of a create whose
-            # outcome is unknown safe (the server applies it at most once).
-            req.session_id = self._live_session_id()
-            req.request_id = next(self._request_ids)
-            dedup = True
+        dedup = self._own_by_session(req) if ephemeral else False
         try:
             resp = await self._call(lambda ep: ep.tree.Create, req, write=True, dedup=dedup)
         except NoNodeError:
@@ -420,11 +414,7 @@ class Client:
 
     async def _commit(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> list[OpResult]:
         req = tree_pb2.MultiRequest(ops=ops, fence=_fence(fence))
-        dedup = False
-        if ephemeral:
-            req.session_id = self._live_session_id()
-            req.request_id = next(self._request_ids)
-            dedup = True
+        dedup = self._own_by_session(req) if ephemeral else False
         try:
             resp = await self._call(lambda ep: ep.tree.Multi, req, write=True, dedup=dedup)
         except ConcordError as err:
@@ -562,6 +552,14 @@ class Client:
         return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue)
 
     # -- internals ----------------------------------------------------------------
+
+    def _own_by_session(self, req: Any) -> bool:
+        """Gives a write (a create or multi with ephemerals) to the session, with a
+        request id that makes a retry of it safe when its outcome is unknown (the
+        server applies it at most once). Returns True: the write is deduplicated."""
+        req.session_id = self._live_session_id()
+        req.request_id = next(self._request_ids)
+        return True
 
     def _live_session_id(self) -> int:
         if self._session is None:
