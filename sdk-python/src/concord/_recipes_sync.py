@@ -7,10 +7,13 @@ own; latch listeners on the latch's listener thread: never on the I/O loop."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .aio import recipes as _r
+from .aio.observe import LeaderChange
+from .aio.observe import Observer as _AioObserver
 from .aio.recipes import LatchEvent, Leadership, Lease, Participant, RecipeState
+from .errors import ConcordError
 from .types import Fence
 
 if TYPE_CHECKING:
@@ -19,11 +22,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Election",
     "LatchEvent",
+    "LeaderChange",
     "LeaderLatch",
     "LeaderSelector",
     "Leadership",
     "Lease",
     "Lock",
+    "Observer",
     "Participant",
     "RecipeState",
     "Semaphore",
@@ -161,9 +166,21 @@ class Election:
     """kazoo's Election: ``run(func, *args)`` campaigns, runs ``func`` on the caller's
     thread once elected, then resigns (also if it raises)."""
 
-    def __init__(self, client: Client, name: str, identifier: str | None = None) -> None:
+    def __init__(
+        self, client: Client, name: str, identifier: str | None = None, value: bytes | None = None
+    ) -> None:
         self._client = client
-        self._aio = _r.Election(client.aio, name, identifier)
+        self._aio = _r.Election(client.aio, name, identifier, value)
+
+    @property
+    def value(self) -> bytes | None:
+        """What the candidacy announces (None: the identifier's bytes)."""
+        return self._aio.value
+
+    def proclaim(self, value: bytes) -> bool:
+        """Announces ``value`` while ``func`` runs (call it from ``func``): True once
+        the server has it; False if not leading, and then it is the next run's value."""
+        return self._client._io.run(self._aio.proclaim(value))
 
     @property
     def leader(self) -> Participant | None:
@@ -190,9 +207,19 @@ class Election:
 class LeaderLatch:
     """Curator's LeaderLatch, blocking (see ``concord.aio.LeaderLatch``)."""
 
-    def __init__(self, client: Client, name: str, id: str | None = None) -> None:
+    def __init__(self, client: Client, name: str, id: str | None = None, value: bytes = b"") -> None:
         self._client = client
-        self._aio = _r.LeaderLatch(client.aio, name, id)
+        self._aio = _r.LeaderLatch(client.aio, name, id, value)
+
+    @property
+    def value(self) -> bytes:
+        """What its candidacy announces while it leads."""
+        return self._aio.value
+
+    def proclaim(self, value: bytes) -> bool:
+        """Makes ``value`` what it announces: at once while it leads (True once the
+        server has it), else at its next leadership (False)."""
+        return self._client._io.run(self._aio.proclaim(value))
 
     @property
     def id(self) -> str:
@@ -257,9 +284,21 @@ class LeaderSelector:
         take_leadership: Callable[[Leadership], Any],
         id: str | None = None,
         auto_requeue: bool = False,
+        value: bytes = b"",
     ) -> None:
         self._client = client
-        self._aio = _r.LeaderSelector(client.aio, name, take_leadership, id, auto_requeue)
+        self._aio = _r.LeaderSelector(client.aio, name, take_leadership, id, auto_requeue, value)
+
+    @property
+    def value(self) -> bytes:
+        """What its candidacy announces while it leads."""
+        return self._aio.value
+
+    def proclaim(self, value: bytes) -> bool:
+        """Makes ``value`` what it announces (call it from take_leadership's thread,
+        or any other): at once while it leads (True once the server has it), else at
+        its next leadership (False)."""
+        return self._client._io.run(self._aio.proclaim(value))
 
     @property
     def id(self) -> str:
@@ -304,3 +343,60 @@ class LeaderSelector:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class Observer:
+    """The blocking twin of ``concord.aio.Observer``: ``for change in observer``
+    yields ``LeaderChange``s; ``next(timeout=None)``, ``cancel()`` (any thread),
+    ``with c.observe(name) as changes:``. Open at return (``Client.observe``)."""
+
+    def __init__(self, client: Client, observer: _AioObserver) -> None:
+        self._client = client
+        self._aio = observer
+
+    @property
+    def name(self) -> str:
+        return self._aio.name
+
+    @property
+    def last(self) -> LeaderChange | None:
+        """The last state delivered (None before the first)."""
+        return self._aio.last
+
+    @property
+    def resumes(self) -> int:
+        """How many times the stream was opened again after the first."""
+        return self._aio.resumes
+
+    @property
+    def last_error(self) -> ConcordError | None:
+        return self._aio.last_error
+
+    def next(self, timeout: float | None = None) -> LeaderChange | None:
+        """The next state; None once ended; raises the error that ended it, or
+        ``concord.TimeoutError`` after ``timeout`` s, losing nothing."""
+        return self._client._io.run(self._aio.next(timeout))
+
+    def __iter__(self) -> Iterator[LeaderChange]:
+        return self
+
+    def __next__(self) -> LeaderChange:
+        change = self.next()
+        if change is None:
+            raise StopIteration
+        return change
+
+    def cancel(self) -> None:
+        """Ends the observer; an iteration waiting in another thread stops. Any thread."""
+        try:
+            self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
+        except RuntimeError:
+            pass  # the client's loop is closed: the observer ended with it
+
+    def __enter__(self) -> Observer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.cancel()

@@ -321,13 +321,16 @@ class Client:
         """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
         return recipes.Semaphore(self, name, max_leases, identifier)
 
-    def Election(self, name: str, identifier: str | None = None) -> recipes.Election:
-        """kazoo's Election: ``run(func)`` campaigns, runs func while leader, resigns."""
-        return recipes.Election(self, name, identifier)
+    def Election(
+        self, name: str, identifier: str | None = None, *, value: bytes | None = None
+    ) -> recipes.Election:
+        """kazoo's Election: ``run(func)`` campaigns, runs func while leader, resigns;
+        ``value`` (default: the identifier's bytes) is what it announces."""
+        return recipes.Election(self, name, identifier, value)
 
-    def LeaderLatch(self, name: str, id: str | None = None) -> recipes.LeaderLatch:
-        """Curator's LeaderLatch on election ``name``."""
-        return recipes.LeaderLatch(self, name, id)
+    def LeaderLatch(self, name: str, id: str | None = None, *, value: bytes = b"") -> recipes.LeaderLatch:
+        """Curator's LeaderLatch on election ``name``, announcing ``value`` while it leads."""
+        return recipes.LeaderLatch(self, name, id, value)
 
     def LeaderSelector(
         self,
@@ -335,9 +338,21 @@ class Client:
         take_leadership: Callable[[recipes.Leadership], Any],
         id: str | None = None,
         auto_requeue: bool = False,
+        *,
+        value: bytes = b"",
     ) -> recipes.LeaderSelector:
-        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``."""
-        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue)
+        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``,
+        announcing ``value``."""
+        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue, value)
+
+    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> recipes.Observer:
+        """The leader changes of election ``name``, open at return (the server's
+        refusal is raised here): ``for change in c.observe(name):`` yields each
+        ``LeaderChange(zxid, leader)``, the current state first, resuming by itself;
+        ``cancel()`` from any thread. See ``concord.aio.Client.observe``."""
+        o = self._aio.observe(name, resume=resume)
+        self._io.run(o.start())
+        return recipes.Observer(self, o)
 
 
 class Transaction(TransactionOps):

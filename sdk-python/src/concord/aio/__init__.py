@@ -15,6 +15,7 @@ from .recipes import (
     Semaphore,
     SemaphoreMutex,
 )
+from .observe import LeaderChange, Observer
 from .watch import Watch
 
 __all__ = [
@@ -25,12 +26,14 @@ __all__ = [
     "DataWatch",
     "Election",
     "LatchEvent",
+    "LeaderChange",
     "LeaderLatch",
     "LeaderSelector",
     "Leadership",
     "Lease",
     "Lock",
     "NodeCache",
+    "Observer",
     "Participant",
     "RecipeState",
     "Semaphore",

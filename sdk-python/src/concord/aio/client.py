@@ -52,6 +52,7 @@ from ..types import TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
 from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
+from .observe import Observer
 from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
@@ -533,13 +534,16 @@ class Client:
         """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
         return recipes.Semaphore(self, name, max_leases, identifier)
 
-    def Election(self, name: str, identifier: str | None = None) -> recipes.Election:
-        """kazoo's Election: ``await run(func)`` campaigns, runs func while leader, resigns."""
-        return recipes.Election(self, name, identifier)
+    def Election(
+        self, name: str, identifier: str | None = None, *, value: bytes | None = None
+    ) -> recipes.Election:
+        """kazoo's Election: ``await run(func)`` campaigns, runs func while leader,
+        resigns; ``value`` (default: the identifier's bytes) is what it announces."""
+        return recipes.Election(self, name, identifier, value)
 
-    def LeaderLatch(self, name: str, id: str | None = None) -> recipes.LeaderLatch:
-        """Curator's LeaderLatch on election ``name``."""
-        return recipes.LeaderLatch(self, name, id)
+    def LeaderLatch(self, name: str, id: str | None = None, *, value: bytes = b"") -> recipes.LeaderLatch:
+        """Curator's LeaderLatch on election ``name``, announcing ``value`` while it leads."""
+        return recipes.LeaderLatch(self, name, id, value)
 
     def LeaderSelector(
         self,
@@ -547,9 +551,24 @@ class Client:
         take_leadership: Callable[[recipes.Leadership], Any],
         id: str | None = None,
         auto_requeue: bool = False,
+        *,
+        value: bytes = b"",
     ) -> recipes.LeaderSelector:
-        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``."""
-        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue)
+        """Curator's LeaderSelector: runs ``take_leadership`` while it leads ``name``,
+        announcing ``value``."""
+        return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue, value)
+
+    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> Observer:
+        """The leader changes of election ``name`` (the Rust SDK's ``observe``):
+        ``async for change in c.observe(name)`` yields ``LeaderChange(zxid,
+        leader)``, the current leader (a Participant with its value, or None) first,
+        then each change of leader or of its value, resuming by itself after a broken
+        stream or a move to another host (``resume``: the retry policy of those
+        reopens; None ends it at the first break). It never reports a state older
+        than one it reported, or than the client has seen. Opens at the first use
+        (``async with``, ``async for``, ``next()``, ``start()``), which raises the
+        server's refusal. Needs no session."""
+        return Observer(self, name, resume)
 
     # -- internals ----------------------------------------------------------------
 

@@ -33,19 +33,17 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-import grpc
-
 from .._listeners import Listeners
 from .._proto import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 from ..errors import (
     BadArgumentsError,
     ConcordError,
     ErrorCode,
+    FencedError,
     NodeExistsError,
     NoNodeError,
     Origin,
     SessionExpiredError,
-    from_rpc_error,
     make_error,
 )
 from ..types import Fence, State
@@ -668,46 +666,26 @@ async def _campaign_at(
 
 
 async def _deposed(client: Client, name: str, p: Participant, since: int) -> Participant | None:
-    """Follows election ``name``'s leader on the server's Observe stream until a state
-    at zxid ``since`` or later (``p`` led at ``since``) shows another leader, or none:
-    then returns ``p`` (its candidacy was resigned by someone else, or its node is
-    gone). Earlier states (a server that lags behind) are skipped. A broken stream is
-    opened again with back-off, on the next host after a transport failure; None if
-    an error no retry fixes ends it (the caller leads on, as without observation)."""
-    failures = 0
-    while True:
-        await asyncio.sleep(_retry_delay(failures))
-        failures += 1
-        index = client._current
-        try:
-            ep = client._endpoint()
-        except ConcordError:
-            return None
-        call = _election_stub(ep).Observe(election_pb2.ObserveRequest(election=name))
-        try:
-            while True:
-                resp = await call.read()
-                if resp is grpc.aio.EOF:
-                    break  # the server ended it (stopping): follow on another
-                failures = 0
-                zxid = int(resp.header.zxid)
-                client._saw(zxid)
-                if zxid < since:
-                    continue
-                leader = resp.leader if resp.HasField("leader") else None
-                if leader is None or leader.key != p.key or int(leader.term) != p.term:
-                    return p
-        except grpc.RpcError as e:
-            err = from_rpc_error(e, write=False)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT) and client._current == index:
-                client._rotate()
-            if not err.retry_safe:
-                logging.getLogger("concord").warning(
-                    "cannot observe election %r (%s): its leader is not followed", name, err
-                )
-                return None
-        finally:
-            call.cancel()
+    """Follows election ``name``'s leader (the public ``Observer``, from zxid
+    ``since``, at which ``p`` led) until a state shows another leader, or none: then
+    returns ``p`` (its candidacy was resigned by someone else, or its node is gone).
+    The observer resumes by itself; None if an error no retry fixes ends it (the
+    caller leads on, as without observation)."""
+    from .observe import Observer
+
+    obs = Observer(client, name, since=since, _patient=True)
+    try:
+        async for change in obs:
+            leader = change.leader
+            if leader is None or leader.key != p.key or leader.term != p.term:
+                return p
+    except ConcordError as err:
+        logging.getLogger("concord").warning(
+            "cannot observe election %r (%s): its leader is not followed", name, err
+        )
+    finally:
+        obs.cancel()
+    return None
 
 
 async def _flush_campaign(client: Client, name: str, session_id: int, pid: str) -> None:
@@ -753,6 +731,18 @@ async def _resign(client: Client, key: str, term: int) -> None:
         pass
 
 
+async def _proclaim(client: Client, key: str, term: int, value: bytes) -> None:
+    """Announces ``value`` for the leadership (key, term). Errors: FencedError when it
+    no longer leads. Sent again after a transport failure (announcing a value twice
+    is announcing it once)."""
+    await client._call(
+        lambda ep: _election_stub(ep).Proclaim,
+        election_pb2.ProclaimRequest(key=key, term=term, value=bytes(value)),
+        write=True,
+        dedup=True,
+    )
+
+
 async def _resign_all(client: Client, name: str, session_id: int, pid: str) -> None:
     """Resigns every candidacy of (session, id) the server lists."""
     for p in await _participants(client, name):
@@ -767,10 +757,14 @@ class Election:
     ``func`` is not stopped on SUSPENDED or LOST: use LeaderSelector for that, or write
     with ``leader.fence`` (``Election.leader`` while ``func`` runs)."""
 
-    def __init__(self, client: Client, name: str, identifier: str | None = None) -> None:
+    def __init__(
+        self, client: Client, name: str, identifier: str | None = None, value: bytes | None = None
+    ) -> None:
         self.client = client
         self.name = name
         self.identifier = identifier
+        #: What the candidacy announces while it leads (None: the identifier's bytes).
+        self.value = None if value is None else bytes(value)
         #: The candidacy while ``func`` runs.
         self.leader: Participant | None = None
         self._campaign: asyncio.Task[Participant] | None = None
@@ -784,7 +778,9 @@ class Election:
             if self._cancelled:
                 raise asyncio.CancelledError()
             self._campaign = asyncio.ensure_future(
-                _campaign_retrying(self.client, self.name, session_id, pid, pid.encode())
+                _campaign_retrying(
+                    self.client, self.name, session_id, pid, pid.encode() if self.value is None else self.value
+                )
             )
             p = await self._campaign
         except BaseException:
@@ -814,6 +810,22 @@ class Election:
             return await asyncio.to_thread(func, *args, **kwargs)
         finally:
             await self._resign(p, claim)
+
+    async def proclaim(self, value: bytes) -> bool:
+        """Announces ``value`` (``get_leader()`` and observers show it) while ``func``
+        runs: True once the server has it; False if not leading now (or no longer: the
+        server refused it), and then it is the value of the next ``run``."""
+        self.value = bytes(value)
+        p = self.leader
+        if p is None:
+            return False
+        try:
+            await _proclaim(self.client, p.key, p.term, self.value)
+        except FencedError:
+            return False
+        if self.leader is p:
+            self.leader = dataclasses.replace(p, value=self.value)
+        return True
 
     def cancel(self) -> None:
         """Stops a campaign that waits (kazoo's): ``run`` raises CancelledError."""
@@ -860,10 +872,12 @@ class _Base:
 
     _kind = "latch"
 
-    def __init__(self, client: Client, name: str, id: str | None) -> None:
+    def __init__(self, client: Client, name: str, id: str | None, value: bytes = b"") -> None:
         self.client = client
         self.name = name
         self._id = id or ""
+        self._value = bytes(value)
+        self._announcing: asyncio.Lock | None = None
         self.state = RecipeState.LATENT
         self._session_id = 0
         self._claim: tuple[int, str, str] | None = None
@@ -916,7 +930,7 @@ class _Base:
             "won",
             self._delayed(
                 _retry_delay(failures),
-                lambda: _campaign_at(self.client, self.name, self._session_id, self._id, b""),
+                lambda: _campaign_at(self.client, self.name, self._session_id, self._id, self._value),
             ),
         )
 
@@ -953,6 +967,58 @@ class _Base:
             except SessionExpiredError:
                 pass
 
+    @property
+    def value(self) -> bytes:
+        """What its candidacy announces while it leads (``proclaim`` changes it)."""
+        return self._value
+
+    def _leading_now(self) -> Participant | None:
+        """The leadership it has now (None: not leading)."""
+        raise NotImplementedError
+
+    def _led_with(self, p: Participant) -> None:
+        """Records that the server announces ``p.value`` for the leadership ``p``."""
+        raise NotImplementedError
+
+    async def proclaim(self, value: bytes) -> bool:
+        """Makes ``value`` what its candidacy announces (Election.Proclaim: the
+        server's Leader, Participants and Observe show it): at once while it leads
+        (True once the server has it), else at its next leadership (False). A
+        leadership that ended as this was sent (the server refused it: FENCED) is
+        False too; its next one announces the value."""
+        self._value = bytes(value)
+        return await self._announce(force=True)
+
+    async def _announce(self, force: bool = False) -> bool:
+        """Sends the recipe's value for the leadership it has now, unless the server
+        has it already (``force``: send it anyway). One at a time, each sending the
+        newest value, so the last announced is the last asked for."""
+        if self._announcing is None:
+            self._announcing = asyncio.Lock()
+        async with self._announcing:
+            p = self._leading_now()
+            if p is None:
+                return False
+            value = self._value
+            if p.value == value and not force:
+                return True
+            try:
+                await _proclaim(self.client, p.key, p.term, value)
+            except FencedError:
+                return False
+            self._led_with(dataclasses.replace(p, value=value))
+            return True
+
+    async def _announce_quietly(self) -> None:
+        """``_announce`` when a leadership begins: failures are logged (a leadership
+        that ends meanwhile is not one)."""
+        try:
+            await self._announce()
+        except ConcordError as err:
+            logging.getLogger("concord").warning(
+                "could not announce the value of a candidacy of election %r: %s", self.name, err
+            )
+
     async def get_leader(self) -> Participant | None:
         """The election's leader, or None."""
         return await _leader(self.client, self.name)
@@ -980,8 +1046,8 @@ class LeaderLatch(_Base):
 
     _kind = "latch"
 
-    def __init__(self, client: Client, name: str, id: str | None = None) -> None:
-        super().__init__(client, name, id)
+    def __init__(self, client: Client, name: str, id: str | None = None, value: bytes = b"") -> None:
+        super().__init__(client, name, id, value)
         self._leading: Participant | None = None
         self._changed = asyncio.Event()
         self._listeners = Listeners()
@@ -995,6 +1061,14 @@ class LeaderLatch(_Base):
     def has_leadership(self) -> bool:
         """Whether it leads now."""
         return self._leading is not None
+
+    def _leading_now(self) -> Participant | None:
+        return self._leading
+
+    def _led_with(self, p: Participant) -> None:
+        now = self._leading
+        if now is not None and now.key == p.key and now.term == p.term:
+            self._leading = p
 
     @property
     def fence(self) -> Fence | None:
@@ -1043,6 +1117,8 @@ class LeaderLatch(_Base):
         def lead(p: Participant) -> None:
             nonlocal observer
             self._lead(p)
+            if p.value != self._value:
+                tasks.append(asyncio.ensure_future(self._announce_quietly()))
             if observer is None or observer.done():
                 observer = self._observe_task(p, won_at)
                 tasks.append(observer)
@@ -1227,8 +1303,9 @@ class LeaderSelector(_Base):
         take_leadership: Callable[[Leadership], Any],
         id: str | None = None,
         auto_requeue: bool = False,
+        value: bytes = b"",
     ) -> None:
-        super().__init__(client, name, id)
+        super().__init__(client, name, id, value)
         self.take_leadership = take_leadership
         self.auto_requeue = auto_requeue
         self._requeue = False
@@ -1239,6 +1316,15 @@ class LeaderSelector(_Base):
         """Whether ``take_leadership`` runs now (and has not been told to stop)."""
         lead = self._leadership
         return lead is not None and not lead.is_cancelled()
+
+    def _leading_now(self) -> Participant | None:
+        lead = self._leadership
+        return None if lead is None or lead.is_cancelled() else lead.participant
+
+    def _led_with(self, p: Participant) -> None:
+        lead = self._leadership
+        if lead is not None and lead.key == p.key and lead.term == p.term:
+            lead.participant = p
 
     async def start(self) -> None:
         """Queues. Errors: BAD_STATE if started before, NodeExistsError if its id is in
@@ -1308,6 +1394,8 @@ class LeaderSelector(_Base):
             take_task = self._run_take(self._leadership)
             observer = self._observe_task(p, won_at)
             tasks.append(observer)
+            if p.value != self._value:
+                tasks.append(asyncio.ensure_future(self._announce_quietly()))
 
         def stop_take() -> None:
             nonlocal observer
