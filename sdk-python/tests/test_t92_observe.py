@@ -3,8 +3,9 @@ leader observer (``c.observe(name)``), against real servers, on both clients: th
 value shown by get_leader / get_participants and by observers; proclaim while leading
 and while waiting (announced at the next leadership); Election's value; an observer's
 states in order, none repeated, None while there is no leader; one resumed across a
-server restart (nothing repeated, later changes delivered); cancel() from another
-thread; refusals at open."""
+server restart (nothing repeated, later changes delivered); a server behind what the
+client has seen not believed until it catches up; a stalled first host skipped at
+open; cancel() from another thread; refusals at open."""
 
 from __future__ import annotations
 
@@ -267,3 +268,77 @@ def test_refusals_are_raised_at_open(server: Server, kind: str) -> None:
             await observe(c, "a/b")  # a name is one path segment
 
     run_with(kind, server.addr, body)
+
+
+def test_an_observer_does_not_believe_a_server_behind_what_the_client_has_seen(
+    server: Server, kind: str
+) -> None:
+    """The client is made to have seen a zxid 5 txns ahead of the server (as after
+    answers from a server ahead of this one): the state a stream begins with is older,
+    so the observer reports nothing and asks again, until the server has applied 5
+    more txns; then it reports the leader, at a zxid at or past what was seen."""
+
+    async def body(c: Any) -> None:
+        name = _name()
+        latch = make(c, "LeaderLatch", name, id="l", value=b"v")
+        await latch.start()
+        assert await latch.wait(5)
+        await c.create(f"/{name}", b"0")
+        ahead = raw(c).last_zxid + 5
+        core = raw(c).aio if isinstance(c, SyncAdapter) else raw(c)
+        core._saw(ahead)
+        o = await observe(c, name)
+        with pytest.raises(concord.TimeoutError):
+            await nxt(o, 0.3)
+        assert aio_of(o).last_error is not None and "behind" in aio_of(o).last_error.message
+        assert aio_of(o).resumes >= 1  # asked again
+        for i in range(5):  # writes carry no min_zxid: the server applies them
+            await c.set(f"/{name}", str(i).encode())
+        change = await nxt(o, 10)
+        assert who(change) == ("l", b"v") and change.zxid >= ahead
+        o.cancel()
+        await c.delete(f"/{name}")
+        await latch.close()
+
+    run_with(kind, server.addr, body)
+
+
+def test_a_stalled_first_host_is_skipped_at_open(server: Server, own_server: Server, kind: str) -> None:
+    """The first host is connected to, then SIGSTOPped: the observer's first stream
+    there sends nothing, so after its open wait (OPEN_WAIT_S) it moves to the next
+    host. No session (not started)."""
+    from concord.aio.observe import OPEN_WAIT_S
+
+    name = _name()
+    hosts = f"{own_server.addr},{server.addr}"
+    took: list[float] = []
+    try:
+        if kind == "sync":
+            c = concord.Client(hosts)
+            try:
+                c.exists("/")  # connected to the first host
+                own_server.stop()
+                started = time.monotonic()
+                with c.observe(name) as o:
+                    took.append(time.monotonic() - started)
+                    assert who(o.next(5)) is None
+            finally:
+                c.close()
+        else:
+
+            async def main() -> None:
+                c = concord.aio.Client(hosts)
+                try:
+                    await c.exists("/")
+                    own_server.stop()
+                    started = time.monotonic()
+                    async with c.observe(name) as o:
+                        took.append(time.monotonic() - started)
+                        assert who(await o.next(5)) is None
+                finally:
+                    await c.close()
+
+            asyncio.run(asyncio.wait_for(main(), 15))
+    finally:
+        own_server.cont()
+    assert OPEN_WAIT_S - 0.2 <= took[0] < OPEN_WAIT_S + 2, took

@@ -41,13 +41,16 @@ from .._proto import election_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..types import Retry, State
 from .recipes import Participant, _election_stub, _states
-from .watch import QUEUE_MAX, RESUME_FOREVER
+from .watch import QUEUE_MAX, RESUME_FOREVER, _read_within, silence_limit
 
 if TYPE_CHECKING:
     from .client import Client
 
 log = logging.getLogger("concord")
 _END = object()
+#: How long a new stream may take to send its first state (the current leader, sent
+#: at once by a server that answers) before its host counts as stalled.
+OPEN_WAIT_S = silence_limit(0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +219,15 @@ class Observer:
         ep = client._endpoint()
         call = _election_stub(ep).Observe(election_pb2.ObserveRequest(election=self.name))
         try:
-            first = await call.read()
+            first = await _read_within(call, OPEN_WAIT_S)
+        except asyncio.TimeoutError:
+            # A stalled server keeps its connection open: try the next host next time.
+            call.cancel()
+            if client._current == index:
+                client._rotate()
+            raise make_error(
+                ErrorCode.TIMEOUT, "the observe stream did not start in time", origin=Origin.TRANSPORT
+            ) from None
         except grpc.RpcError as e:
             call.cancel()
             err = from_rpc_error(e, write=False)

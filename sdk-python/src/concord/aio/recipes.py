@@ -8,10 +8,14 @@
     Election        ─ kazoo's: Campaign, run func, Resign
     LeaderLatch     ─ a task: Campaign ─▶ leading ─SUSPENDED─▶ not leading ─RECONNECTED─▶
                       Leader(name) still ours? lead again : Campaign again; LOST ends it;
-                      while leading, Observe(name) shows another leader ─▶ Campaign again
+                      while leading, an Observer (observe.py) shows another leader ─▶
+                      Campaign again
     LeaderSelector  ─ a task: Campaign ─▶ take_leadership (a task, or a thread for a plain
                       function) ─returns─▶ Resign, queue again if auto_requeue / requeue();
-                      Observe(name) shows another leader ─▶ take_leadership told to stop
+                      the Observer shows another leader ─▶ take_leadership told to stop
+    values          ─ sent with each Campaign; proclaim() sends Proclaim(key, term, value)
+                      while leading, and a leadership won with another value proclaims
+                      the recipe's as it begins
 
 Nothing here polls: waits are the server's (a Campaign or Acquire that answers when
 the place leads or holds). The recipes hear the session's states through an ``async
@@ -755,7 +759,9 @@ class Election:
     runs ``func`` once elected, then resigns (also if ``func`` raises). ``func`` may be
     an ``async def`` (awaited) or a plain function (run on a thread, off the loop).
     ``func`` is not stopped on SUSPENDED or LOST: use LeaderSelector for that, or write
-    with ``leader.fence`` (``Election.leader`` while ``func`` runs)."""
+    with ``leader.fence`` (``Election.leader`` while ``func`` runs). The candidacy
+    announces ``value`` (None: the identifier's bytes, which kazoo's contenders read);
+    ``await proclaim(value)`` while ``func`` runs changes it."""
 
     def __init__(
         self, client: Client, name: str, identifier: str | None = None, value: bytes | None = None
@@ -1038,9 +1044,10 @@ class LeaderLatch(_Base):
     leading at once and keeps its place; on RECONNECTED it leads again only if the
     server says its candidacy (key and term) still leads, else it campaigns again; on
     LOST it ends (``wait`` raises SessionExpiredError). While it leads it follows the
-    election on the server's Observe stream: if someone else resigns its candidacy
-    it stops leading (NOT_LEADER) and campaigns again. ``async with`` starts and
-    closes it. ``id`` must be unique among the recipes of one session in one election
+    election on an Observer (``Client.observe``): if someone else resigns its
+    candidacy it stops leading (NOT_LEADER) and campaigns again. ``value`` is what
+    its candidacy announces while it leads (``await proclaim(value)`` changes it).
+    ``async with`` starts and closes it. ``id`` must be unique among the recipes of one session in one election
     (``start`` raises NodeExistsError otherwise); None: one is made up.
     """
 
@@ -1289,9 +1296,11 @@ class LeaderSelector(_Base):
     called. An ``async def`` runs as a task (cancelled when leadership must end); a
     plain function runs on a thread of its own and checks ``leadership.is_cancelled()``
     or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop, and when the
-    election's Observe stream shows another leader (someone else resigned it); after
+    election's Observer shows another leader (someone else resigned it); after
     RECONNECTED the place is resigned and queued again if auto_requeue / requeue();
-    LOST ends the selector. ``async with`` starts and closes it.
+    LOST ends the selector. ``value`` is what its candidacy announces while it leads
+    (``await proclaim(value)`` changes it, from take_leadership too). ``async with``
+    starts and closes it.
     """
 
     _kind = "selector"
