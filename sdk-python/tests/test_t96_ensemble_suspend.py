@@ -13,9 +13,11 @@ RECONNECTED, the same session. The latch then asks the server whether its
 candidacy, key and term, still leads: it does (the followers elect a new leader,
 which gives every session a full TTL), so it leads again with the same term
 (docs/sdk.md "LeaderLatch": SUSPENDED stops leading and keeps the place; RECONNECTED
-leads again only if the server says it still leads). The other two participants,
-on clients that prefer the followers, never lead meanwhile. The observer, silent on
-the stopped server, moves with the keep-alives and reports a value proclaimed after.
+leads again only if the server says it still leads), and announces the value
+proclaimed while it was SUSPENDED (refused then: not leading). The other two
+participants, on clients that prefer the followers, never lead meanwhile. The
+observer, silent on the stopped server, moves with the keep-alives and reports those
+values.
 The stopped server is sent SIGCONT (and killed) in the finalizer whatever happens."""
 
 from __future__ import annotations
@@ -133,6 +135,8 @@ def test_a_latch_whose_server_stops_is_suspended_and_leads_again(ensemble: Ensem
             # By the suspend share of the TTL after its last answered ping (before the stop).
             assert t_suspended - stopped_at <= SHARE * TTL_S + SLACK_S, t_suspended - stopped_at
             assert p0_down[0] - stopped_at <= SHARE * TTL_S + SLACK_S, p0_down[0] - stopped_at
+            # Not leading now: the value waits for the next leadership.
+            assert await latches[0].proclaim(b"during") is False
 
             async def reconnected() -> bool:
                 with lock:
@@ -154,10 +158,19 @@ def test_a_latch_whose_server_stops_is_suspended_and_leads_again(ensemble: Ensem
             await _eventually("p0 leads alone", alone, 5)
             leader_now = await latches[1].get_leader()
             assert (leader_now.id, leader_now.term) == ("p0", term)
+
+            # Leading again, it announced the value proclaimed while SUSPENDED.
+            async def announced() -> bool:
+                p = await latches[1].get_leader()
+                return p is not None and p.value == b"during"
+
+            await _eventually("the value proclaimed while suspended is announced", announced, 5)
             # The new leader accepts p0's fence: its leadership is real.
             await c.create(f"/{name}", b"p0", fence=latches[0].fence)
 
             # The observer left the silent server with the keep-alives.
+            change = await nxt(o, 5)
+            assert who(change) == ("p0", b"during") and change.leader.term == term
             assert await latches[0].proclaim(b"after")
             change = await nxt(o, 5)
             assert who(change) == ("p0", b"after") and change.leader.term == term
