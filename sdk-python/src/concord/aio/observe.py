@@ -308,18 +308,23 @@ class Observer:
         the session's keep-alives moved to another host than the stream's."""
         assert self._moved is not None
         read = asyncio.ensure_future(call.read())
-        while True:
-            moved = asyncio.ensure_future(self._moved.wait())
-            try:
-                await asyncio.wait({read, moved}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                moved.cancel()
-            if read.done():
-                break
-            self._moved.clear()
-            if self._client._current != index:
-                read.cancel()
-                raise _Moved()
+        try:
+            while True:
+                moved = asyncio.ensure_future(self._moved.wait())
+                try:
+                    await asyncio.wait({read, moved}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    moved.cancel()
+                if read.done():
+                    break
+                self._moved.clear()
+                if self._client._current != index:
+                    raise _Moved()
+        except BaseException:
+            # Cancelled, or moved: a grpc read waited on after its call's
+            # cancellation may never return, so it is not left running.
+            read.cancel()
+            raise
         try:
             msg = read.result()
         except grpc.RpcError as e:
