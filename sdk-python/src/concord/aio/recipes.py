@@ -945,9 +945,12 @@ class _Base:
         return self._later("deposed", _deposed(self.client, self.name, p, since))
 
     def _check_task(self, p: Participant, failures: int) -> asyncio.Task[Any]:
-        async def check() -> bool:
+        async def check() -> Participant | None:
+            """The server's leader if it is ``p``'s candidacy (with the value the
+            server announces for it), else None."""
             leader = await _leader(self.client, self.name)
-            return leader is not None and leader.key == p.key and leader.term == p.term
+            ours = leader is not None and leader.key == p.key and leader.term == p.term
+            return leader if ours else None
 
         return self._later("checked", self._delayed(_retry_delay(failures), check))
 
@@ -1185,10 +1188,12 @@ class LeaderLatch(_Base):
                     check_failures = 0
                     if won is None:
                         continue
-                    if not still:
+                    if still is None:
                         won = None
                         tasks.append(self._campaign_task(0))
                     elif conn.connected:
+                        if still.key == won.key and still.term == won.term:
+                            won = still  # with the value the server has now
                         lead(won)
                 elif what == "deposed":
                     gone = None if value.exception() is not None else value.result()
