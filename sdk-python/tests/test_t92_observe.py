@@ -43,13 +43,13 @@ async def observe(c: Any, name: str, **kw: Any) -> Any:
 
 
 async def nxt(o: Any, timeout: float = 10.0) -> LeaderChange | None:
-    if isinstance(o, concord.Observer):
+    if isinstance(o, concord.LeaderObserver):
         return await asyncio.to_thread(o.next, timeout)
     return await o.next(timeout)
 
 
-def aio_of(o: Any) -> concord.aio.Observer:
-    return o._aio if isinstance(o, concord.Observer) else o
+def aio_of(o: Any) -> concord.aio.LeaderObserver:
+    return o._aio if isinstance(o, concord.LeaderObserver) else o
 
 
 def who(change: LeaderChange | None) -> tuple[str, bytes] | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .aio import recipes as _r
 from .aio.observe import LeaderChange
-from .aio.observe import Observer as _AioObserver
+from .aio.observe import LeaderObserver as _AioLeaderObserver
 from .aio.recipes import LatchEvent, Leadership, Lease, Participant, RecipeState
 from .errors import ConcordError
 from .types import Fence
@@ -24,11 +24,11 @@ __all__ = [
     "LatchEvent",
     "LeaderChange",
     "LeaderLatch",
+    "LeaderObserver",
     "LeaderSelector",
     "Leadership",
     "Lease",
     "Lock",
-    "Observer",
     "Participant",
     "RecipeState",
     "Semaphore",
@@ -345,12 +345,12 @@ class LeaderSelector:
         self.close()
 
 
-class Observer:
-    """The blocking twin of ``concord.aio.Observer``: ``for change in observer``
+class LeaderObserver:
+    """The blocking twin of ``concord.aio.LeaderObserver``: ``for change in observer``
     yields ``LeaderChange``s; ``next(timeout=None)``, ``cancel()`` (any thread),
     ``with c.observe(name) as changes:``. Open at return (``Client.observe``)."""
 
-    def __init__(self, client: Client, observer: _AioObserver) -> None:
+    def __init__(self, client: Client, observer: _AioLeaderObserver) -> None:
         self._client = client
         self._aio = observer
 
@@ -393,7 +393,7 @@ class Observer:
         except RuntimeError:
             pass  # the client's loop is closed: the observer ended with it
 
-    def __enter__(self) -> Observer:
+    def __enter__(self) -> LeaderObserver:
         return self
 
     def __exit__(

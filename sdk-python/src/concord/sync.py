@@ -345,14 +345,14 @@ class Client:
         announcing ``value``."""
         return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue, value)
 
-    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> recipes.Observer:
+    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> recipes.LeaderObserver:
         """The leader changes of election ``name``, open at return (the server's
         refusal is raised here): ``for change in c.observe(name):`` yields each
         ``LeaderChange(zxid, leader)``, the current state first, resuming by itself;
         ``cancel()`` from any thread. See ``concord.aio.Client.observe``."""
         o = self._aio.observe(name, resume=resume)
         self._io.run(o.start())
-        return recipes.Observer(self, o)
+        return recipes.LeaderObserver(self, o)
 
 
 class Transaction(TransactionOps):

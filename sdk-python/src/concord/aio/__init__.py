@@ -15,7 +15,7 @@ from .recipes import (
     Semaphore,
     SemaphoreMutex,
 )
-from .observe import LeaderChange, Observer
+from .observe import LeaderChange, LeaderObserver
 from .watch import Watch
 
 __all__ = [
@@ -28,12 +28,12 @@ __all__ = [
     "LatchEvent",
     "LeaderChange",
     "LeaderLatch",
+    "LeaderObserver",
     "LeaderSelector",
     "Leadership",
     "Lease",
     "Lock",
     "NodeCache",
-    "Observer",
     "Participant",
     "RecipeState",
     "Semaphore",

@@ -52,7 +52,7 @@ from ..types import TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
 from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
-from .observe import Observer
+from .observe import LeaderObserver
 from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
@@ -558,7 +558,7 @@ class Client:
         announcing ``value``."""
         return recipes.LeaderSelector(self, name, take_leadership, id, auto_requeue, value)
 
-    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> Observer:
+    def observe(self, name: str, *, resume: Retry | None = RESUME_FOREVER) -> LeaderObserver:
         """The leader changes of election ``name`` (the Rust SDK's ``observe``):
         ``async for change in c.observe(name)`` yields ``LeaderChange(zxid,
         leader)``, the current leader (a Participant with its value, or None) first,
@@ -568,7 +568,7 @@ class Client:
         than one it reported, or than the client has seen. Opens at the first use
         (``async with``, ``async for``, ``next()``, ``start()``), which raises the
         server's refusal. Needs no session."""
-        return Observer(self, name, resume)
+        return LeaderObserver(self, name, resume)
 
     # -- internals ----------------------------------------------------------------
 

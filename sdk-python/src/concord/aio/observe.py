@@ -1,4 +1,4 @@
-"""``Observer``: an election's leader changes, on the server's Observe stream, resumed
+"""``LeaderObserver``: an election's leader changes, on the server's Observe stream, resumed
 by itself across broken streams and moves to another host (the Rust SDK's
 ``Client::observe``, which ends at the first break, plus the resume a watch has).
 
@@ -68,7 +68,7 @@ class _Moved(Exception):
     """The session's keep-alives moved to another host: follow there."""
 
 
-class Observer:
+class LeaderObserver:
     """The leader changes of election ``name``: ``async for change in observer``
     yields ``LeaderChange``s, the current state first, each newer than the last, and
     none equal to the one before it. Made by ``Client.observe``. The stream opens at
@@ -115,7 +115,7 @@ class Observer:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    async def start(self) -> Observer:
+    async def start(self) -> LeaderObserver:
         """Opens the stream (once) and reads its first state; raises the server's
         refusal. A dead host of the list is skipped, as a watch's open does."""
         if self._starting is None:
@@ -198,7 +198,7 @@ class Observer:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
 
-    async def __aenter__(self) -> Observer:
+    async def __aenter__(self) -> LeaderObserver:
         return await self.start()
 
     async def __aexit__(

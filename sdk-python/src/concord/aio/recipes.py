@@ -8,11 +8,11 @@
     Election        ─ kazoo's: Campaign, run func, Resign
     LeaderLatch     ─ a task: Campaign ─▶ leading ─SUSPENDED─▶ not leading ─RECONNECTED─▶
                       Leader(name) still ours? lead again : Campaign again; LOST ends it;
-                      while leading, an Observer (observe.py) shows another leader ─▶
+                      while leading, a LeaderObserver (observe.py) shows another leader ─▶
                       Campaign again
     LeaderSelector  ─ a task: Campaign ─▶ take_leadership (a task, or a thread for a plain
                       function) ─returns─▶ Resign, queue again if auto_requeue / requeue();
-                      the Observer shows another leader ─▶ take_leadership told to stop
+                      the LeaderObserver shows another leader ─▶ take_leadership told to stop
     values          ─ sent with each Campaign; proclaim() sends Proclaim(key, term, value)
                       while leading, and a leadership won with another value proclaims
                       the recipe's as it begins
@@ -670,14 +670,14 @@ async def _campaign_at(
 
 
 async def _deposed(client: Client, name: str, p: Participant, since: int) -> Participant | None:
-    """Follows election ``name``'s leader (the public ``Observer``, from zxid
+    """Follows election ``name``'s leader (the public ``LeaderObserver``, from zxid
     ``since``, at which ``p`` led) until a state shows another leader, or none: then
     returns ``p`` (its candidacy was resigned by someone else, or its node is gone).
     The observer resumes by itself; None if an error no retry fixes ends it (the
     caller leads on, as without observation)."""
-    from .observe import Observer
+    from .observe import LeaderObserver
 
-    obs = Observer(client, name, since=since, _patient=True)
+    obs = LeaderObserver(client, name, since=since, _patient=True)
     try:
         async for change in obs:
             leader = change.leader
@@ -1047,7 +1047,7 @@ class LeaderLatch(_Base):
     leading at once and keeps its place; on RECONNECTED it leads again only if the
     server says its candidacy (key and term) still leads, else it campaigns again; on
     LOST it ends (``wait`` raises SessionExpiredError). While it leads it follows the
-    election on an Observer (``Client.observe``): if someone else resigns its
+    election on a LeaderObserver (``Client.observe``): if someone else resigns its
     candidacy it stops leading (NOT_LEADER) and campaigns again. ``value`` is what
     its candidacy announces while it leads (``await proclaim(value)`` changes it).
     ``async with`` starts and closes it. ``id`` must be unique among the recipes of one session in one election
@@ -1301,7 +1301,7 @@ class LeaderSelector(_Base):
     called. An ``async def`` runs as a task (cancelled when leadership must end); a
     plain function runs on a thread of its own and checks ``leadership.is_cancelled()``
     or ``leadership.wait()``. On SUSPENDED and LOST it is told to stop, and when the
-    election's Observer shows another leader (someone else resigned it); after
+    election's LeaderObserver shows another leader (someone else resigned it); after
     RECONNECTED the place is resigned and queued again if auto_requeue / requeue();
     LOST ends the selector. ``value`` is what its candidacy announces while it leads
     (``await proclaim(value)`` changes it, from take_leadership too). ``async with``
