@@ -19,7 +19,7 @@ use concord_proto::v1::ErrorCode;
 use tonic::{Request, Status};
 
 use super::error::{at_op, error};
-use crate::recipes::RecipeError;
+use crate::recipes::{Needs, RecipeError};
 use crate::security::{self, Access, Caller, Denied, Grants, Namespace, Perms};
 use crate::tree::path::clip;
 use crate::tree::TreeError;
@@ -146,6 +146,7 @@ impl View {
             E::LockHeld { queue } => E::LockHeld { queue: out(queue) },
             // Names the team, never a path.
             e @ E::QuotaExceeded { .. } => e,
+            e @ E::GrantsChanged { .. } => e,
             E::MultiOp { index, source } => E::MultiOp {
                 index,
                 source: Box::new(self.tree_error_out(*source)),
@@ -186,7 +187,20 @@ impl View {
 
     /// The status of a recipe error, keys mapped out.
     pub(crate) fn recipe_status(&self, e: RecipeError) -> Status {
-        self.recipe_error_out(e).into()
+        match e {
+            RecipeError::Denied(d) => self.denied(&d, None),
+            e => self.recipe_error_out(e).into(),
+        }
+    }
+
+    /// What a queue write of this caller needs at its namespace root when it is
+    /// proposed (None for an admin).
+    pub(crate) fn needs_on_root(&self, perms: Perms) -> Option<Needs> {
+        (!self.is_admin()).then(|| Needs {
+            caller: self.caller.clone(),
+            path: self.ns.root().to_string(),
+            perms,
+        })
     }
 
     /// The status of a tree error, paths mapped out.

@@ -85,6 +85,7 @@ impl Election for ElectionService {
             owner_id: r.participant_id.clone(),
             value: value.clone(),
             permits: 1,
+            needs: view.needs_on_root(Perms::WRITE),
         };
         let holding = self
             .recipes
@@ -126,7 +127,12 @@ impl Election for ElectionService {
         .await?;
         let zxid = self
             .recipes
-            .update(&key, r.term, value)
+            .update(
+                &key,
+                r.term,
+                value,
+                view.needs_on_root(Perms::WRITE).as_ref(),
+            )
             .await
             .map_err(|e| view.recipe_status(e))?;
         Ok(Response::new(pb::ProclaimResponse {

@@ -172,6 +172,8 @@ pub fn tree_code(e: &TreeError) -> ErrorCode {
         TreeError::LockHeld { .. } => ErrorCode::LockHeld,
         TreeError::MultiOp { source, .. } => tree_code(source),
         TreeError::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+        // Nothing was done and the client may send it again at once.
+        TreeError::GrantsChanged { .. } => ErrorCode::NotLeader,
     }
 }
 
@@ -193,6 +195,7 @@ impl From<RecipeError> for Status {
             RecipeError::Timeout { .. } => error(ErrorCode::Timeout, e),
             RecipeError::Lost { expired: true, .. } => error(ErrorCode::SessionExpired, e),
             RecipeError::Lost { .. } => error(ErrorCode::NoNode, e),
+            RecipeError::Denied(_) => error(ErrorCode::PermissionDenied, e),
             RecipeError::Unexpected(_) => error(ErrorCode::Internal, e),
         }
     }

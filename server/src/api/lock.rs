@@ -81,6 +81,7 @@ pub(super) fn join_spec(
         owner_id: r.owner_id,
         value: bytes::Bytes::new(),
         permits: r.permits.max(1),
+        needs: view.needs_on_root(Perms::WRITE),
     };
     Ok((spec, timeout))
 }

@@ -842,3 +842,54 @@ async fn locks_and_elections_need_w_to_act_and_r_to_observe_on_the_namespace_roo
             .valid
     );
 }
+
+/// A join carries what its caller needs when it is proposed (`recipes::Needs`), so a
+/// permission lost after the service's own check still stops it: PERMISSION_DENIED
+/// naming the root as the caller sees it, and no member joins.
+#[tokio::test]
+async fn a_join_is_checked_again_when_it_is_proposed() {
+    use crate::api::authz::View;
+    use crate::recipes::{lock_queue, JoinSpec, Needs, RecipeError};
+    use crate::security::{Namespace, Perms};
+    let s = start().await;
+    let admin = s.caller("admin");
+    let reader = s.caller("pay-1");
+    let session = s.open(&reader).await;
+    s.revoke(&admin, "/teams/pay", To::Team("pay"), "w")
+        .await
+        .unwrap();
+    let spec = JoinSpec {
+        queue: lock_queue("pay:l").unwrap(),
+        session_id: session,
+        owner_id: String::new(),
+        value: Bytes::new(),
+        permits: 1,
+        needs: Some(Needs {
+            caller: reader.clone(),
+            path: "/teams/pay".into(),
+            perms: Perms::WRITE,
+        }),
+    };
+    let recipes = Recipes::new(s.replica.clone());
+    let e = recipes.acquire(&spec, Some(WAIT)).await.unwrap_err();
+    let RecipeError::Denied(d) = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!((d.path.as_str(), d.missing), ("/teams/pay", Perms::WRITE));
+    let view = View {
+        ns: Namespace::of(&reader),
+        caller: reader,
+    };
+    let status = view.recipe_status(e);
+    assert_eq!(code(&status), "PERMISSION_DENIED");
+    assert!(status.message().contains("on /"), "{}", status.message());
+    assert!(!status.message().contains("/teams"), "{}", status.message());
+    let members: Vec<String> = s.replica.read(|t| {
+        t.walk("/concord", true)
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| p.starts_with("/concord/locks/pay:l/"))
+            .collect()
+    });
+    assert!(members.is_empty(), "{members:?}");
+}

@@ -12,7 +12,7 @@ use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
 use crate::security::{Grants, Perms};
 use crate::tree::path::{self, clip};
-use crate::tree::{OpResult, TxnResult};
+use crate::tree::{DataTree, OpResult, TxnResult};
 use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
@@ -64,13 +64,22 @@ impl TreeService {
         if let Some(f) = fence.as_mut() {
             f.key = view.ns.key_in(&f.key);
         }
-        if !view.is_admin() {
-            self.replica.read(|t| check_op(view, t.grants(), &op))?;
+        if view.is_admin() {
+            check_session(&self.replica, &view.caller, session_id, "write with it").await?;
+            let Committed { zxid, result } = self
+                .replica
+                .submit_fenced(session_id, request_id, fence, op)
+                .await?;
+            return Ok((zxid, result.map_err(|e| view.tree_status(e))?));
         }
+        // Checked here first, so that a refusal comes before any session error, and
+        // again by submit_checked, against the grants the leader has when it proposes.
+        let check = |t: &DataTree| check_op(view, t.grants(), &op);
+        self.replica.read(check)?;
         check_session(&self.replica, &view.caller, session_id, "write with it").await?;
         let Committed { zxid, result } = self
             .replica
-            .submit_fenced(session_id, request_id, fence, op)
+            .submit_checked(session_id, request_id, fence, op.clone(), check)
             .await?;
         Ok((zxid, result.map_err(|e| view.tree_status(e))?))
     }

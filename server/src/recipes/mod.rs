@@ -26,7 +26,7 @@ mod queue;
 
 pub use election::{election_queue, Observer};
 pub use lock::lock_queue;
-pub use queue::{Holding, JoinSpec};
+pub use queue::{Holding, JoinSpec, Needs};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +62,9 @@ pub enum RecipeError {
     /// The server could not watch the queue.
     #[error("watch: {0}")]
     Watch(#[from] WatchError),
+    /// The caller lost a permission the write needs (checked when it was proposed).
+    #[error("no {} permission on {}", .0.missing.names(), crate::tree::path::clip(&.0.path))]
+    Denied(crate::security::Denied),
     /// A result of the wrong kind: a server bug.
     #[error("unexpected result: {0}")]
     Unexpected(String),

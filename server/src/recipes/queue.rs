@@ -11,7 +11,8 @@ use futures::future::select_all;
 use futures::FutureExt;
 
 use super::{RecipeError, Recipes};
-use crate::tree::{EventKind, TxnResult};
+use crate::security::{Caller, Perms};
+use crate::tree::{DataTree, EventKind, TxnResult};
 use crate::txn::{Fence, QueueOp, TxnOp, Zxid};
 use crate::watch::{WatchReceiver, WatchSpec};
 
@@ -25,6 +26,47 @@ pub struct JoinSpec {
     pub owner_id: String,
     pub value: Bytes,
     pub permits: u32,
+    /// What the caller must still be allowed when the join is proposed (None: an
+    /// admin, who may do anything).
+    pub needs: Option<Needs>,
+}
+
+/// A permission a queue write needs when it is proposed: `perms` at the tree path
+/// `path` for `caller`, checked by `Replica::submit_checked` (so a revocation
+/// applied on the leader stops every later join, whichever server it came through).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Needs {
+    pub caller: Caller,
+    pub path: String,
+    pub perms: Perms,
+}
+
+impl Needs {
+    fn check(&self, tree: &DataTree) -> Result<(), RecipeError> {
+        tree.grants()
+            .check(&self.caller, &self.path, self.perms)
+            .map_err(RecipeError::Denied)
+    }
+}
+
+impl Recipes {
+    /// Submits a queue write, checked against `needs` if given.
+    async fn submit_queue_op(
+        &self,
+        session_id: u64,
+        fence: Option<Fence>,
+        op: TxnOp,
+        needs: Option<&Needs>,
+    ) -> Result<crate::replica::Committed, RecipeError> {
+        match needs {
+            None => Ok(self.replica.submit_fenced(session_id, 0, fence, op).await?),
+            Some(n) => {
+                self.replica
+                    .submit_checked(session_id, 0, fence, op, |t| n.check(t))
+                    .await
+            }
+        }
+    }
 }
 
 /// A member that holds its queue.
@@ -180,7 +222,9 @@ impl Recipes {
             permits: spec.permits,
             only_if_free,
         });
-        let committed = self.replica.submit(spec.session_id, 0, op).await?;
+        let committed = self
+            .submit_queue_op(spec.session_id, None, op, spec.needs.as_ref())
+            .await?;
         match committed.result? {
             TxnResult::Created { path, stat } => Ok((path, stat.czxid)),
             other => Err(RecipeError::Unexpected(format!("{other:?}"))),
@@ -198,8 +242,15 @@ impl Recipes {
         Ok(committed.zxid)
     }
 
-    /// Replaces the value of member `key`, fenced: only while `token` holds.
-    pub async fn update(&self, key: &str, token: Zxid, value: Bytes) -> Result<Zxid, RecipeError> {
+    /// Replaces the value of member `key`, fenced: only while `token` holds; checked
+    /// against `needs` if given.
+    pub async fn update(
+        &self,
+        key: &str,
+        token: Zxid,
+        value: Bytes,
+        needs: Option<&Needs>,
+    ) -> Result<Zxid, RecipeError> {
         let op = TxnOp::Queue(QueueOp::Update {
             path: key.to_string(),
             token,
@@ -209,7 +260,7 @@ impl Recipes {
             key: key.to_string(),
             token,
         };
-        let committed = self.replica.submit_fenced(0, 0, Some(fence), op).await?;
+        let committed = self.submit_queue_op(0, Some(fence), op, needs).await?;
         committed.result?;
         Ok(committed.zxid)
     }

@@ -87,6 +87,11 @@ pub(super) struct Write {
     pub(super) request_id: u64,
     pub(super) fence: Option<Fence>,
     pub(super) op: TxnOp,
+    /// The zxid of the tree its permissions were checked on (0: not checked; see
+    /// `Replica::submit_checked`). On the wire beside the write
+    /// (`SubmitRequest.checked_at`), so servers of either version decode it.
+    #[serde(skip)]
+    pub(super) checked_at: Zxid,
 }
 
 /// The calling side: a queue of writes that a batcher task forwards, and the
@@ -380,6 +385,7 @@ impl Calls {
         let mut request = Request::new(pb::SubmitRequest {
             caller: Some(self.caller),
             writes: batch.iter().map(|q| encode(&q.write).into()).collect(),
+            checked_at: batch.iter().map(|q| q.write.checked_at).collect(),
         });
         request.set_timeout(CALL_TIMEOUT);
         let mut client = match self.client(leader) {
@@ -645,12 +651,15 @@ impl Forward for ForwardService {
         let authenticated = crate::security::peers::authenticated(&request);
         let request = request.into_inner();
         let replica = self.leader(request.caller.as_ref(), authenticated)?;
-        let writes: Vec<Write> = request
+        let mut writes: Vec<Write> = request
             .writes
             .iter()
             .map(|w| decode(w))
             .collect::<Result<_, _>>()
             .map_err(|e| Status::invalid_argument(format!("bad write: {e}")))?;
+        for (w, &at) in writes.iter_mut().zip(&request.checked_at) {
+            w.checked_at = at;
+        }
         // All queued before any is awaited, so they share a proposal batch.
         let results = join_all(writes.into_iter().map(|w| replica.submit_local(w))).await;
         let outcomes = results
@@ -734,6 +743,7 @@ mod tests {
             request_id: 0,
             fence: None,
             op: TxnOp::OpenSession { ttl_ms: 1000 },
+            checked_at: 0,
         }
     }
 
@@ -927,6 +937,7 @@ mod tests {
         let submit = |from| pb::SubmitRequest {
             caller: caller(from),
             writes: vec![],
+            checked_at: vec![],
         };
         let codes = [
             service.touch(as_member(Request::new(touch(3)), 1)).await,

@@ -22,6 +22,8 @@ mod recovery;
 mod supervise;
 
 #[cfg(test)]
+mod grants_tests;
+#[cfg(test)]
 mod quota_tests;
 #[cfg(test)]
 mod tests;
@@ -88,6 +90,12 @@ fn not_leader_message(leader: Option<u64>, addr: Option<SocketAddr>, why: &str) 
 /// How many times one write is handed to a leader before the caller hears NotLeader
 /// (each time it was certainly not applied).
 const ROUTE_ATTEMPTS_MAX: usize = 8;
+
+/// How many times `submit_checked` checks one write again after the leader's grant
+/// table changed under it.
+const GRANT_RECHECKS_MAX: usize = 4;
+/// How long `submit_checked` waits for this server to apply the leader's grant change.
+const GRANTS_CHANGE_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Where a write goes now.
 enum Route<'a> {
@@ -261,7 +269,53 @@ impl Replica {
             request_id,
             fence,
             op,
+            checked_at: 0,
         };
+        self.submit_write(write).await
+    }
+
+    /// Submits a write whose caller's permissions `check` decides, on this server's
+    /// applied tree, so that a grant or revocation is in force for it whichever
+    /// server it came through: the write carries the zxid of the tree it was checked
+    /// on, and the leader refuses it unproposed if its grant table changed after
+    /// that zxid (`TreeError::GrantsChanged`). It is then checked again here once
+    /// this server has applied the change, and sent again (at most
+    /// `GRANT_RECHECKS_MAX` times, then the client hears GrantsChanged: retry-safe).
+    pub async fn submit_checked<E>(
+        &self,
+        session_id: u64,
+        request_id: u64,
+        fence: Option<Fence>,
+        op: TxnOp,
+        check: impl Fn(&DataTree) -> Result<(), E>,
+    ) -> Result<Committed, E>
+    where
+        E: From<ReplicaError>,
+    {
+        let mut rechecks = 0;
+        loop {
+            let checked_at = self.read(|t| check(t).map(|()| t.last_zxid()))?;
+            let write = Write {
+                session_id,
+                request_id,
+                fence: fence.clone(),
+                op: op.clone(),
+                checked_at,
+            };
+            let c = self.submit_write(write).await?;
+            match c.result {
+                Err(TreeError::GrantsChanged { zxid }) if rechecks < GRANT_RECHECKS_MAX => {
+                    self.wait_applied(zxid, GRANTS_CHANGE_WAIT_MAX).await?;
+                    rechecks += 1;
+                }
+                _ => return Ok(c),
+            }
+        }
+    }
+
+    /// Hands `write` to the leader (itself, or forwarded) and waits until it is
+    /// committed and applied here.
+    async fn submit_write(&self, write: Write) -> Result<Committed, ReplicaError> {
         let mut deadline = None;
         let mut avoid = None;
         let mut why = String::new();

@@ -308,7 +308,8 @@ impl Pipeline {
     /// Hands a batch of client writes to the core, remembering each caller. On a
     /// serving leader whose log is full (`SnapshotPolicy::log_bytes_max`), the rest
     /// of the batch stays in `batch` until a snapshot makes room. A write that would
-    /// exceed its team's quota is answered QuotaExceeded and never proposed.
+    /// exceed its team's quota is answered QuotaExceeded and never proposed, and so is
+    /// one checked on a tree older than the last grant change (GrantsChanged).
     fn propose(&mut self, batch: &mut Vec<Proposal>) {
         self.last_time_ms = self.last_time_ms.max(super::wall_ms());
         let serving = *self.shared.serving.borrow();
@@ -325,6 +326,16 @@ impl Pipeline {
                 continue;
             }
             let w = &p.write;
+            if w.checked_at != 0 && tree.grants_zxid() > w.checked_at {
+                let committed = Committed {
+                    zxid: 0,
+                    result: Err(TreeError::GrantsChanged {
+                        zxid: tree.grants_zxid(),
+                    }),
+                };
+                let _ = p.reply.send(Ok(committed));
+                continue;
+            }
             let reservation = match self.quota.check(&tree, w.session_id, w.request_id, &w.op) {
                 Ok(reservation) => reservation,
                 Err(refused) => {

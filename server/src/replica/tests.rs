@@ -192,6 +192,7 @@ async fn writes_wait_for_their_share_of_the_proposal_byte_budget() {
         request_id: 0,
         fence: None,
         op: heavy_txn(1, bytes).op,
+        checked_at: 0,
     };
     let first = admit(&budget, &write(6000)).await.unwrap();
     assert!(budget.available() < 4000, "{}", budget.available());
@@ -425,7 +426,7 @@ fn byte_budget(dir: &std::path::Path) -> Config {
 }
 
 /// `writers` concurrent writers each Set `/big` `per_writer` times with 128 KiB.
-async fn write_big(r: &Replica, writers: usize, per_writer: usize) -> Zxid {
+pub(super) async fn write_big(r: &Replica, writers: usize, per_writer: usize) -> Zxid {
     let mut tasks = Vec::new();
     for w in 0..writers {
         let r = r.clone();
@@ -475,7 +476,7 @@ async fn the_in_memory_log_stays_within_its_byte_budget() {
 
 /// Three voters with small byte budgets (`byte_budget`), patient with a machine busy
 /// with other builds: no election mid-test.
-fn patient_byte_budgets(dirs: &[tempfile::TempDir]) -> Vec<Config> {
+pub(super) fn patient_byte_budgets(dirs: &[tempfile::TempDir]) -> Vec<Config> {
     let members = three_voters();
     (0..3)
         .map(|i| {
@@ -528,22 +529,26 @@ async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     }
 }
 
-/// A follower whose own snapshot is stalled (a slow disk) stops reading its leader
-/// once its in-memory log is full, instead of appending every proposal it is sent;
-/// the leader and the other follower go on meanwhile, and once the snapshot is
-/// written the follower catches up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
+/// Two replicas, and a third whose snapshots are held back until `stall` sends false,
+/// with 8 MiB written (four times its log's bound, by two writers: a proposal
+/// carries at most two txns of 128 KiB) and its in-memory log full.
+pub(super) struct StalledFollower {
+    pub(super) replicas: Vec<Replica>,
+    pub(super) leader: Replica,
+    pub(super) slow: Replica,
+    pub(super) stall: tokio::sync::watch::Sender<bool>,
+    /// The zxid of the last write.
+    pub(super) last: Zxid,
+}
+
+pub(super) async fn stalled_follower(configs: &[Config]) -> StalledFollower {
     use super::housekeeping::stall::SNAPSHOTS;
-    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let configs = patient_byte_budgets(&dirs);
     let mut replicas = Vec::new();
     for config in &configs[..2] {
         replicas.push(Replica::start(config).await.unwrap());
     }
     let leader = leader_of(&replicas).await;
     let c = leader.submit(0, 0, create("/big")).await.unwrap();
-    // Server 3 follows with its snapshots held back until `stall` says false.
     let (stall, gate) = tokio::sync::watch::channel(true);
     let slow = SNAPSHOTS
         .scope(gate, Replica::start(&configs[2]))
@@ -552,11 +557,8 @@ async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
     slow.wait_applied(c.zxid, Duration::from_secs(20))
         .await
         .unwrap();
-    // 8 MiB, four times the bound, by two writers: a proposal carries at most two
-    // txns of 128 KiB.
     let last = write_big(&leader, 2, 32).await;
     let cap = configs[2].log_memory_bytes_max;
-    let bound = cap + 2 * (129 << 10);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while slow.log_bytes().0 < cap {
         assert!(
@@ -566,6 +568,32 @@ async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    StalledFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+        last,
+    }
+}
+
+/// A follower whose own snapshot is stalled (a slow disk) stops reading its leader
+/// once its in-memory log is full, instead of appending every proposal it is sent;
+/// the leader and the other follower go on meanwhile, and once the snapshot is
+/// written the follower catches up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let configs = patient_byte_budgets(&dirs);
+    let StalledFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+        last,
+    } = stalled_follower(&configs).await;
+    let cap = configs[2].log_memory_bytes_max;
+    let bound = cap + 2 * (129 << 10);
     // Every proposal is queued for it by now: without the bound it takes them all
     // in within moments. Give it a bounded while to do so (this only makes the test
     // able to fail; with the bound nothing changes until the snapshot is released).
@@ -727,6 +755,7 @@ async fn a_group_commit_batch_closes_at_its_byte_bound() {
             request_id: 0,
             fence: None,
             op: heavy_txn(1, 1000).op,
+            checked_at: 0,
         };
         let bytes = admit(&budget, &write).await.unwrap();
         let (reply, _) = tokio::sync::oneshot::channel();

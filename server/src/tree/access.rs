@@ -44,6 +44,7 @@ impl DataTree {
                 self.grants.revoke(&g.path, &g.to, g.perms);
             }
         }
+        self.grants_zxid = ctx.zxid;
         Ok(TxnResult::AccessChanged)
     }
 
@@ -73,6 +74,13 @@ impl DataTree {
     /// The grant table as of the last applied txn (an O(1) clone keeps it).
     pub fn grants(&self) -> &Grants {
         &self.grants
+    }
+
+    /// The zxid of the last txn that changed the grant table (at most
+    /// `last_zxid()`): a permission checked on this tree at `last_zxid()` still holds
+    /// on any tree whose `grants_zxid()` is not above it.
+    pub fn grants_zxid(&self) -> Zxid {
+        self.grants_zxid
     }
 }
 

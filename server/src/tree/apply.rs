@@ -66,6 +66,7 @@ impl DataTree {
             last_zxid: 0,
             reap_candidates: imbl::OrdSet::new(),
             grants: Grants::new(),
+            grants_zxid: 0,
             usage: imbl::OrdMap::new(),
         }
     }

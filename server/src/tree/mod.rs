@@ -181,6 +181,12 @@ pub enum TreeError {
         limit: u64,
         adds: u64,
     },
+    /// Refused by the leader before it proposed the write (never the outcome of
+    /// applying a txn): the write's permissions were checked against the grant table
+    /// as of a zxid before `zxid`, the leader's last change to it. Nothing was done;
+    /// the server that checked it checks it again once it has applied `zxid`.
+    #[error("the grant table changed at zxid {zxid:#x}, after this write was checked; retry")]
+    GrantsChanged { zxid: Zxid },
 }
 
 /// Result and events of applying one txn.
@@ -254,6 +260,9 @@ pub struct DataTree {
     pub(crate) reap_candidates: imbl::OrdSet<String>,
     /// Who may do what where (`security::acl`); changed only by `TxnOp::Access`.
     pub(crate) grants: Grants,
+    /// The zxid of the last txn that changed `grants` (`grants_zxid`). Not in
+    /// snapshots: a decoded tree takes the snapshot's zxid, which is never below it.
+    pub(crate) grants_zxid: Zxid,
     /// Nodes and data bytes under each quota root (`track_usage`; usage.rs).
     /// Derived from `nodes`; not in snapshots.
     pub(crate) usage: imbl::OrdMap<String, Usage>,

@@ -235,6 +235,7 @@ impl DataTree {
             last_zxid,
             reap_candidates: imbl::OrdSet::new(),
             grants,
+            grants_zxid: last_zxid,
             usage: imbl::OrdMap::new(),
         };
         tree.decode_nodes(rest)?;

@@ -141,7 +141,9 @@ impl LeafError {
             // Unwrapped by the caller; kept total without recursing.
             TreeError::MultiOp { .. } => LeafError::BadArguments("nested multi error".into()),
             // Never the outcome of an applied txn, so never stored; kept total.
-            e @ TreeError::QuotaExceeded { .. } => LeafError::BadArguments(e.to_string()),
+            e @ (TreeError::QuotaExceeded { .. } | TreeError::GrantsChanged { .. }) => {
+                LeafError::BadArguments(e.to_string())
+            }
         }
     }
 
