@@ -290,8 +290,10 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<impl Stream<Item = Result<LeaderChange, Error>> + Send + 'static, Error> {
+        // No progress messages: every item is a change.
         let req = ObserveRequest {
             election: name.into(),
+            progress_interval_ms: 0,
         };
         let mut elections = ElectionClient::new(self.channel().clone());
         let resp = elections.observe(req).await.map_err(read_err)?;

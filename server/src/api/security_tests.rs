@@ -807,6 +807,7 @@ async fn locks_and_elections_need_w_to_act_and_r_to_observe_on_the_namespace_roo
     // An open Observe ends with PERMISSION_DENIED once its `r` is revoked.
     let observe = pb::ObserveRequest {
         election: "e".into(),
+        ..Default::default()
     };
     denied(s.election.observe(req(&nobody, observe.clone())).await);
     let mut stream = s

@@ -47,8 +47,8 @@ use crate::watch::{self, SnapshotWalk, WatchBatch, WatchError, WatchFeed, WatchS
 const STREAM_BUFFER_MAX: usize = 4;
 /// Progress interval when the request leaves it at 0.
 const PROGRESS_DEFAULT: Duration = Duration::from_millis(1000);
-/// Shortest progress interval accepted.
-const PROGRESS_MIN: Duration = Duration::from_millis(10);
+/// Shortest progress interval accepted (also for Election.Observe).
+pub(super) const PROGRESS_MIN: Duration = Duration::from_millis(10);
 
 pub struct WatchService {
     replica: Replica,
