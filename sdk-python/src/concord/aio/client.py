@@ -4,13 +4,16 @@
 
     Client ── one grpc.aio channel per host; calls go to the current one, and move
       │       to the next host after a transport failure or a silent keep-alive stream
-      ├─ _call(): a deadline per attempt, retries of retry-safe failures (Retry)
+      ├─ unary calls are plans (concord._plan: _get, _create, ... over _unary: a
+      │   deadline per attempt, retries of retry-safe failures), driven by _drive
       ├─ every answer's zxid recorded; every read asks for at least it (min_zxid)
       ├─ start(): opens the session ─▶ _session.Session (keep-alive task, states)
       └─ states ─▶ _listeners.Listeners (an executor, never the loop)
 
 The sync ``concord.Client`` drives this same class on a private loop thread, so
-nothing here may block: every wait is an await.
+nothing here may block: every wait is an await. Only the plans of unary calls it
+carries out itself, on its callers' threads over blocking channels (``_failed`` and
+``_saw`` are shared with them, so ``_saw`` takes a lock).
 """
 
 from __future__ import annotations
