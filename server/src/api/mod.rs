@@ -128,3 +128,6 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
 #[cfg(test)]
 #[path = "security_tests.rs"]
 mod security_tests;
+#[cfg(test)]
+#[path = "watch_tests.rs"]
+mod watch_tests;

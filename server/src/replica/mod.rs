@@ -26,7 +26,7 @@ mod grants_tests;
 #[cfg(test)]
 mod quota_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
