@@ -316,7 +316,10 @@ def test_a_stalled_first_host_is_skipped_at_open(server: Server, own_server: Ser
         if kind == "sync":
             c = concord.Client(hosts)
             try:
-                c.exists("/")  # connected to the first host
+                # Connected to the first host: streams have their own channel
+                # (unary calls go over a blocking one), so open one stream there.
+                with c.observe(_name()) as warm:
+                    warm.next(5)
                 own_server.stop()
                 started = time.monotonic()
                 with c.observe(name) as o:
