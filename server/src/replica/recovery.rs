@@ -473,6 +473,7 @@ fn launch(
         sessions: Mutex::new(sessions),
         started,
         stop: watch::Sender::new(None),
+        progress: Mutex::new(super::members::Progress::default()),
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     #[cfg(test)]
