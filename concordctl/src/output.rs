@@ -1,6 +1,7 @@
 //! How `concordctl` prints things: pure formatting functions, no IO.
 
-use concord::{Event, Grant, Grantee, ServerStatus, SessionInfo, Stat, WhoAmI};
+use concord::backup::BackupInfo;
+use concord::{Event, Grant, Grantee, Members, ServerStatus, SessionInfo, Stat, WhoAmI};
 
 /// One watch event: `zxid KIND path`, then the data (lossy UTF-8) when asked for.
 pub fn event_line(event: &Event, with_data: bool) -> String {
@@ -119,6 +120,49 @@ pub fn whoami_lines(me: &WhoAmI) -> Vec<String> {
         };
         format!("quota {} {} of {limit}", u.resource, u.used)
     }));
+    lines
+}
+
+/// `snapshot save` and `snapshot status`: one `name = value` line per field.
+pub fn backup_lines(info: &BackupInfo) -> Vec<String> {
+    vec![
+        format!("zxid = {:#x}", info.header.zxid),
+        format!("nodes = {}", info.header.node_count),
+        format!("sessions = {}", info.header.session_count),
+        format!("snapshot_bytes = {}", info.snapshot_bytes),
+        format!("server_id = {}", info.header.server_id),
+        format!("checksum = ok (crc32 {:#010x})", info.crc32),
+    ]
+}
+
+/// `members`: a header line, then one tab-separated line per member.
+pub fn members_lines(m: &Members) -> Vec<String> {
+    let mut lines = vec![format!(
+        "# answered by server {}; leader {}",
+        m.server_id,
+        if m.leader_id == 0 {
+            "unknown".to_string()
+        } else {
+            m.leader_id.to_string()
+        }
+    )];
+    lines.push("id\trole\tvoter\tzxid\tlag_txns\theard_ms_ago\tclient_addr\tpeer_addr".into());
+    for s in &m.members {
+        let (zxid, lag) = if s.known {
+            (format!("{:#x}", s.zxid), s.lag_txns.to_string())
+        } else {
+            ("-".into(), "-".into())
+        };
+        lines.push(format!(
+            "{}\t{}\t{}\t{zxid}\t{lag}\t{}\t{}\t{}",
+            s.id,
+            s.role.name(),
+            if s.voter { "voter" } else { "observer" },
+            s.heard_ms_ago,
+            s.client_addr,
+            s.peer_addr
+        ));
+    }
     lines
 }
 

@@ -29,7 +29,7 @@ use crate::security::Caller;
 use crate::tree::SnapshotError;
 use crate::zab::Role;
 
-/// Bytes of snapshot per stream message (a message may hold one record more).
+/// Most bytes of snapshot in one stream message.
 pub(crate) const SNAPSHOT_CHUNK_BYTES: usize = 1 << 20;
 /// Chunks encoded ahead of the client, per stream.
 const SNAPSHOT_CHUNKS_QUEUED: usize = 2;
@@ -85,13 +85,22 @@ pub(crate) fn snapshot(
         .map_err(|e| error(ErrorCode::Internal, e))?;
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        // A chunk may run one record over its size: cut it so that no message
+        // carries more than SNAPSHOT_CHUNK_BYTES (zero-copy slices).
         let mut send = |data: Vec<u8>| {
-            let chunk = pb::SnapshotChunk {
-                info: None,
-                data: data.into(),
-            };
-            tx.blocking_send(Ok(chunk))
-                .map_err(|_| SnapshotError::Stopped("the caller went away".into()))
+            let data = bytes::Bytes::from(data);
+            let mut at = 0;
+            while at < data.len() {
+                let end = data.len().min(at + SNAPSHOT_CHUNK_BYTES);
+                let chunk = pb::SnapshotChunk {
+                    info: None,
+                    data: data.slice(at..end),
+                };
+                tx.blocking_send(Ok(chunk))
+                    .map_err(|_| SnapshotError::Stopped("the caller went away".into()))?;
+                at = end;
+            }
+            Ok(())
         };
         match tree.encode_snapshot_chunks(SNAPSHOT_CHUNK_BYTES, &mut send) {
             Ok(()) => tracing::info!(zxid = format_args!("{zxid:#x}"), "snapshot streamed"),

@@ -925,7 +925,7 @@ async fn snapshot_and_members_are_for_admins_only() {
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.unwrap();
         assert!(chunk.info.is_none());
-        assert!(chunk.data.len() <= 2 * super::backup::SNAPSHOT_CHUNK_BYTES);
+        assert!(chunk.data.len() <= super::backup::SNAPSHOT_CHUNK_BYTES);
         bytes.extend_from_slice(&chunk.data);
     }
     let tree = crate::tree::DataTree::decode_snapshot(&bytes).unwrap();

@@ -20,6 +20,7 @@ mod members;
 mod persist;
 mod pipeline;
 mod recovery;
+mod restore;
 mod supervise;
 
 #[cfg(test)]
@@ -47,6 +48,7 @@ use forward::{Forwarder, Write};
 
 pub use members::Progress;
 pub use recovery::{discard_local_state, StartError};
+pub use restore::{restore, RestoreError, RestoreReport};
 #[cfg(test)]
 pub(crate) use supervise::crash;
 

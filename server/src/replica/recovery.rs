@@ -44,7 +44,7 @@ pub(crate) const CURRENT_EPOCH: &str = "current_epoch";
 pub(crate) const MUST_RESYNC: &str = "must_resync";
 
 /// The store's file in the data folder.
-const STORE_FILE: &str = "concord.redb";
+pub(crate) const STORE_FILE: &str = "concord.redb";
 
 /// How many log entries recovery reads at a time.
 const REPLAY_CHUNK_TXNS: usize = 10_000;
