@@ -17,7 +17,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use concord_proto::v1 as pb;
 use concord_tests::{
-    bin, code_of, config_file, config_flags, get_req, Background, Server, ServerOptions,
+    bin, code_of, config_file, config_flags, create_at, eventually, get_req, Background, Ensemble,
+    Server, ServerOptions,
 };
 
 /// Longest any command or wait may take.
@@ -274,4 +275,51 @@ async fn t46_a_team_caller_may_neither_snapshot_nor_list_members() {
     let out = ctl(Some(&server), &["members"]).await;
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("PERMISSION_DENIED"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn t46_a_new_ensemble_restored_from_one_file_serves_the_tree() {
+    let source = Server::start(ServerOptions::default());
+    for n in 0..5 {
+        create_at(&source.endpoint(), &format!("/kept-{n}"))
+            .await
+            .unwrap();
+    }
+    let before = tree_of(&source).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("b");
+    ok(
+        &ctl(Some(&source), &["snapshot", "save", file.to_str().unwrap()]).await,
+        "save",
+    );
+    drop(source);
+    // Three new members, each stopped, emptied and restored from the same file.
+    let mut ensemble = Ensemble::start(3, ServerOptions::default());
+    for server in &mut ensemble.servers {
+        assert!(server.terminate());
+        std::fs::remove_dir_all(&server.data_dir).unwrap();
+        ok(&restore(&file, &server.data_dir).await, "restore");
+    }
+    for server in &mut ensemble.servers {
+        server.restart();
+    }
+    let leader = ensemble.leader(WAIT).await;
+    for server in &ensemble.servers {
+        assert_eq!(tree_of(server).await, before, "server {}", server.addr);
+    }
+    let zxid = create_at(&ensemble.servers[leader].endpoint(), "/after")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        ensemble.caught_up(i, zxid, WAIT).await;
+    }
+    eventually("every member has /after", WAIT, || async {
+        for server in &ensemble.servers {
+            if !server.exists("/after").await {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
 }
