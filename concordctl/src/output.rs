@@ -184,6 +184,40 @@ mod tests {
     }
 
     #[test]
+    fn members_lines_show_unknown_progress_as_dashes() {
+        let member = |id, role, known| concord::MemberStatus {
+            id,
+            client_addr: format!("127.0.0.1:{id}1"),
+            peer_addr: format!("127.0.0.1:{id}2"),
+            voter: id != 3,
+            role,
+            zxid: 0x10000000005,
+            lag_txns: 2,
+            known,
+            heard_ms_ago: 40,
+        };
+        let m = Members {
+            server_id: 2,
+            leader_id: 1,
+            members: vec![
+                member(1, concord::Role::Leader, true),
+                member(2, concord::Role::Follower, true),
+                member(3, concord::Role::Unknown, false),
+            ],
+        };
+        let lines = members_lines(&m);
+        assert_eq!(lines[0], "# answered by server 2; leader 1");
+        assert_eq!(
+            lines[2],
+            "1\tleader\tvoter\t0x10000000005\t2\t40\t127.0.0.1:11\t127.0.0.1:12"
+        );
+        assert_eq!(
+            lines[4],
+            "3\tunknown\tobserver\t-\t-\t40\t127.0.0.1:31\t127.0.0.1:32"
+        );
+    }
+
+    #[test]
     fn session_lines_show_the_owner_when_the_server_does() {
         let mut info = SessionInfo {
             session_id: 5,
