@@ -98,7 +98,13 @@ pub enum SnapshotCommand {
     /// Stream a consistent snapshot of the server's applied state into FILE (written
     /// to a temporary file, fsynced, then renamed: FILE is whole or untouched), and
     /// check its crc. Restore it with `concord restore FILE --data-dir DIR`.
-    Save { file: PathBuf },
+    Save {
+        file: PathBuf,
+        /// Take it at the leader's quorum-confirmed commit point: it then holds
+        /// every write acknowledged before (without: the server's applied state).
+        #[arg(long)]
+        linearizable: bool,
+    },
     /// Check a backup file and print its zxid, node and session counts, size and
     /// checksum state; exits 1 if it is damaged.
     Status { file: PathBuf },

@@ -61,8 +61,14 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Elect(args) => super::locks::elect(&client, args).await,
         Command::Whoami => print_lines(output::whoami_lines(&client.who_am_i().await?)),
         Command::Acl(cmd) => acl(&client, cmd).await,
-        Command::Snapshot(SnapshotCommand::Save { file }) => {
-            print_lines(output::backup_lines(&client.save_snapshot(&file).await?))
+        Command::Snapshot(SnapshotCommand::Save { file, linearizable }) => {
+            let read = ReadOptions {
+                linearizable,
+                ..ReadOptions::default()
+            };
+            print_lines(output::backup_lines(
+                &client.save_snapshot(&file, read).await?,
+            ))
         }
         Command::Snapshot(SnapshotCommand::Status { file }) => {
             print_lines(output::backup_lines(&backup_status(&file)?))

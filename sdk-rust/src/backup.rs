@@ -20,7 +20,7 @@ pub use concord_proto::backup::{inspect, BackupError, BackupHeader, BackupInfo, 
 
 use crate::client::{read_err, Client};
 use crate::error::Error;
-use crate::ErrorCode;
+use crate::{ErrorCode, ReadOptions};
 
 /// An error about the local file (`path`).
 fn file_err(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
@@ -49,10 +49,16 @@ fn temp_path(path: &Path) -> PathBuf {
 impl Client {
     /// Streams a snapshot of the server's applied state into the backup file
     /// `path` (replaced if it exists, only once the new one is whole and durable).
-    /// Needs an admin. Returns what the file holds.
-    pub async fn save_snapshot(&self, path: &Path) -> Result<BackupInfo, Error> {
+    /// The server first waits until it has applied every zxid this client has
+    /// seen (`read.min_zxid` too), or with `read.linearizable` the leader's
+    /// commit point. Needs an admin. Returns what the file holds.
+    pub async fn save_snapshot(&self, path: &Path, read: ReadOptions) -> Result<BackupInfo, Error> {
         let temp = temp_path(path);
-        let written = self.write_snapshot(&temp).await;
+        let request = SnapshotRequest {
+            min_zxid: read.min_zxid.max(self.last_seen_zxid()),
+            linearizable: read.linearizable,
+        };
+        let written = self.write_snapshot(&temp, request).await;
         let info = match written {
             Ok(info) => info,
             Err(e) => {
@@ -77,10 +83,14 @@ impl Client {
     }
 
     /// Writes the backup into `temp` (created new), fsynced.
-    async fn write_snapshot(&self, temp: &Path) -> Result<BackupInfo, Error> {
+    async fn write_snapshot(
+        &self,
+        temp: &Path,
+        request: SnapshotRequest,
+    ) -> Result<BackupInfo, Error> {
         let mut stream = ClusterClient::new(self.channel().clone())
             .max_decoding_message_size(4 << 20)
-            .snapshot(SnapshotRequest {})
+            .snapshot(request)
             .await
             .map_err(read_err)?
             .into_inner();

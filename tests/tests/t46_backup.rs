@@ -254,7 +254,7 @@ async fn t46_a_team_caller_may_neither_snapshot_nor_list_members() {
     };
     let server = Server::start(options);
     let mut cluster = server.cluster().await;
-    let refused = match cluster.snapshot(pb::SnapshotRequest {}).await {
+    let refused = match cluster.snapshot(pb::SnapshotRequest::default()).await {
         Ok(mut stream) => stream.get_mut().message().await.unwrap_err(),
         Err(e) => e,
     };
@@ -289,7 +289,11 @@ async fn t46_a_new_ensemble_restored_from_one_file_serves_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("b");
     ok(
-        &ctl(Some(&source), &["snapshot", "save", file.to_str().unwrap()]).await,
+        &ctl(
+            Some(&source),
+            &["snapshot", "save", "--linearizable", file.to_str().unwrap()],
+        )
+        .await,
         "save",
     );
     drop(source);

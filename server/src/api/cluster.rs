@@ -56,6 +56,8 @@ impl Cluster for ClusterService {
     ) -> Result<Response<Self::SnapshotStream>, Status> {
         let caller = super::authz::caller_of(&request);
         super::backup::require_admin(&caller, "Snapshot")?;
+        let r = request.into_inner();
+        super::ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
         super::backup::snapshot(&self.replica, &self.snapshot_streams).map(Response::new)
     }
 

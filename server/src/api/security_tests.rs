@@ -908,13 +908,17 @@ async fn snapshot_and_members_are_for_admins_only() {
     let (pay, admin, stranger) = (s.caller("pay-1"), s.caller("admin"), s.caller("stranger"));
     s.create(&pay, "/a").await.unwrap();
     for who in [&pay, &stranger] {
-        let m = denied(s.cluster.snapshot(req(who, pb::SnapshotRequest {})).await);
+        let m = denied(
+            s.cluster
+                .snapshot(req(who, pb::SnapshotRequest::default()))
+                .await,
+        );
         assert!(m.contains("Cluster/Snapshot is for admins only"), "{m}");
         denied(s.cluster.members(req(who, pb::MembersRequest {})).await);
     }
     let mut stream = s
         .cluster
-        .snapshot(req(&admin, pb::SnapshotRequest {}))
+        .snapshot(req(&admin, pb::SnapshotRequest::default()))
         .await
         .unwrap()
         .into_inner();

@@ -95,8 +95,12 @@ class QuotaUsage(_message.Message):
     def __init__(self, resource: _Optional[str] = ..., used: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class SnapshotRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("min_zxid", "linearizable")
+    MIN_ZXID_FIELD_NUMBER: _ClassVar[int]
+    LINEARIZABLE_FIELD_NUMBER: _ClassVar[int]
+    min_zxid: int
+    linearizable: bool
+    def __init__(self, min_zxid: _Optional[int] = ..., linearizable: _Optional[bool] = ...) -> None: ...
 
 class SnapshotChunk(_message.Message):
     __slots__ = ("info", "data")
