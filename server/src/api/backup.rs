@@ -182,3 +182,86 @@ fn pb_role(role: Role) -> pb::Role {
         Role::Observing => pb::Role::Observer,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::txn::{CreateMode, CreateOp, TxnOp};
+
+    /// A replica holding 5 nodes of 900 KiB each (about 4.4 MiB of snapshot).
+    async fn big_replica(dir: &std::path::Path) -> Replica {
+        let config = Config {
+            data_dir: dir.to_path_buf(),
+            ..Config::default()
+        };
+        let replica = Replica::start(&config).await.unwrap();
+        for n in 0..5 {
+            let op = TxnOp::Create(CreateOp {
+                path: format!("/big-{n}"),
+                data: bytes::Bytes::from(vec![n as u8; 900 << 10]),
+                mode: CreateMode::Persistent,
+                ttl_ms: 0,
+            });
+            assert!(replica.submit(0, 0, op).await.unwrap().result.is_ok());
+        }
+        replica
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_snapshot_streams_in_bounded_messages_and_streams_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let replica = big_replica(dir.path()).await;
+        let streams = Arc::new(Semaphore::new(SNAPSHOT_STREAMS_MAX));
+        let mut stream = snapshot(&replica, &streams).unwrap();
+        let info = stream.next().await.unwrap().unwrap().info.unwrap();
+        let mut bytes = Vec::new();
+        let mut messages = 0;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.unwrap();
+            assert!(
+                chunk.data.len() <= SNAPSHOT_CHUNK_BYTES,
+                "{}",
+                chunk.data.len()
+            );
+            bytes.extend_from_slice(&chunk.data);
+            messages += 1;
+        }
+        assert!(
+            messages >= 5,
+            "{messages} messages for {} bytes",
+            bytes.len()
+        );
+        let tree = crate::tree::DataTree::decode_snapshot(&bytes).unwrap();
+        assert_eq!(tree.last_zxid(), info.zxid);
+        assert_eq!(tree.digest(), replica.read(|t| t.digest()));
+
+        // Streams nobody reads hold their permits; a third is refused until one
+        // of them is dropped.
+        let held: Vec<SnapshotStream> = (0..SNAPSHOT_STREAMS_MAX)
+            .map(|_| snapshot(&replica, &streams).unwrap())
+            .collect();
+        let refused = snapshot(&replica, &streams).err().unwrap();
+        assert_eq!(
+            crate::api::error::code_of(&refused),
+            Some(ErrorCode::Unavailable)
+        );
+        drop(held);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if snapshot(&replica, &streams).is_ok() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the permits never came back"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        replica.shutdown();
+    }
+}
