@@ -79,13 +79,14 @@ class ClusterServicer:
 
     def Snapshot(self, request, context):
         """A consistent snapshot of this server's applied state (the whole tree, the
-        sessions and the grant table at one zxid), streamed in chunks of at most about
-        1 MiB: first one message with `info` only, then the snapshot's bytes in `data`,
-        in order. The bytes are the server's own snapshot encoding, ending with its
-        crc32; `concordctl snapshot save` checks it and `concord restore` makes a data
-        folder from it (docs/operations.md, "Backup and restore"). Admins only
-        (PERMISSION_DENIED for anyone else). The server holds an O(1) copy of the tree
-        while the stream runs and a few chunks at a time, never the whole encoding.
+        sessions and the grant table at one zxid), streamed in chunks of at most 1 MiB:
+        first one message with `info` only, then the snapshot's bytes in `data`, in
+        order. The bytes are the server's own snapshot encoding, ending with its crc32;
+        `concordctl snapshot save` checks it and `concord restore` makes a data folder
+        from it (docs/operations.md, "Backup and restore"). Admins only
+        (PERMISSION_DENIED for anyone else); at most 2 streams at once per server
+        (UNAVAILABLE beyond). The server holds an O(1) copy of the tree while the
+        stream runs and a few chunks at a time, never the whole encoding.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
