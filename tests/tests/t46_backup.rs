@@ -172,6 +172,8 @@ async fn t46_save_restore_and_serve_the_same_tree() {
     let size = std::fs::metadata(&file).unwrap().len();
     assert_eq!(field(&status, "snapshot_bytes"), (size - 45).to_string());
 
+    let good_before_restore = std::fs::read(&file).unwrap();
+
     // A new server on a folder made from the file.
     assert!(server.terminate(), "the server did not stop cleanly");
     std::fs::remove_dir_all(&server.data_dir).unwrap();
@@ -203,6 +205,23 @@ async fn t46_save_restore_and_serve_the_same_tree() {
         .into_inner();
     assert_eq!(next.path, "/jobs/job-0000000003");
     assert!(next.header.unwrap().zxid > zxid);
+
+    // Saving over the old file replaces it whole, with nothing left beside it.
+    let again = ok(
+        &ctl(Some(&server), &["snapshot", "save", file_arg]).await,
+        "save again",
+    );
+    let newer = u64::from_str_radix(field(&again, "zxid").trim_start_matches("0x"), 16).unwrap();
+    assert!(newer > zxid, "{again}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    assert_eq!(
+        ok(
+            &ctl(None, &["snapshot", "status", file_arg]).await,
+            "status"
+        ),
+        again
+    );
+    std::fs::write(&file, &good_before_restore).unwrap();
 
     // Restoring into a used folder is refused (exit 4), and changes nothing.
     let used = restore(&file, &server.data_dir).await;
