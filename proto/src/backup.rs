@@ -42,6 +42,7 @@ pub struct BackupHeader {
 /// A backup file that checks out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackupInfo {
+    /// What the header says (its crc checked).
     pub header: BackupHeader,
     /// Bytes of the snapshot (the file less its header).
     pub snapshot_bytes: u64,

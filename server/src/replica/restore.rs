@@ -31,6 +31,7 @@ use crate::txn::{zxid_epoch, Zxid};
 /// Why a restore did not happen. `exit_code` tells them apart for scripts.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
+    /// The backup file cannot be read.
     #[error("cannot read {}: {source}", .file.display())]
     Read {
         file: PathBuf,
@@ -42,6 +43,7 @@ pub enum RestoreError {
     /// The data folder holds something already.
     #[error("{} is not empty (it holds {entry:?}): restore makes a new data folder and writes into an empty or missing one only", .dir.display())]
     NotEmpty { dir: PathBuf, entry: String },
+    /// Creating or writing the data folder failed (a half-written store is removed).
     #[error("cannot write the data folder {}: {reason}", .dir.display())]
     Write { dir: PathBuf, reason: String },
 }
@@ -61,8 +63,11 @@ impl RestoreError {
 /// What a restore wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RestoreReport {
+    /// The restored state is the one after every txn up to this zxid.
     pub zxid: Zxid,
+    /// Nodes in the restored tree, the root included.
     pub node_count: u64,
+    /// Sessions restored (each gets a fresh full TTL when the server starts).
     pub session_count: u64,
     /// The store written.
     pub store: PathBuf,

@@ -18,6 +18,7 @@ use crate::txn::{zxid_counter, zxid_epoch, Zxid};
 /// One learner as the leader sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LearnerProgress {
+    /// The learner's server id.
     pub id: ServerId,
     /// An observer (never acks; `zxid` is what was sent to it).
     pub observer: bool,
