@@ -7,6 +7,7 @@
 
 mod access;
 mod authz;
+mod backup;
 mod cluster;
 mod convert;
 mod election;
@@ -93,12 +94,11 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
     let recipes = Recipes::new(replica.clone());
-    let ensemble_size = u32::try_from(config.ensemble().len()).unwrap_or(u32::MAX);
     let cluster = ClusterServer::new(cluster::ClusterService::new(
         replica.clone(),
         recipes.clone(),
         security.clone(),
-        ensemble_size,
+        config.ensemble(),
     ))
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);

@@ -16,9 +16,11 @@
 
 mod forward;
 mod housekeeping;
+mod members;
 mod persist;
 mod pipeline;
 mod recovery;
+mod restore;
 mod supervise;
 
 #[cfg(test)]
@@ -44,7 +46,9 @@ use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
 use forward::{Forwarder, Write};
 
+pub use members::Progress;
 pub use recovery::{discard_local_state, StartError};
+pub use restore::{restore, RestoreError, RestoreReport};
 #[cfg(test)]
 pub(crate) use supervise::crash;
 
@@ -178,6 +182,9 @@ struct Shared {
     /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
     /// watches it and ends.
     stop: watch::Sender<Option<String>>,
+    /// The learners' progress and this server's newest zxid, as the core reported
+    /// them at its last tick (`members::publish`), for `Cluster/Members`.
+    progress: Mutex<members::Progress>,
 }
 
 /// The wall clock in milliseconds since the Unix epoch (leader txn times, TTL reaping).

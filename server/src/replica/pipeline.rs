@@ -270,6 +270,7 @@ impl Pipeline {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => if hear_peers {
                     self.node.tick();
+                    super::members::publish(&self.shared, &self.node);
                 },
                 first = inputs.proposals.recv(), if take => {
                     let Some(first) = first else { break };
