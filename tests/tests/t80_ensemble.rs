@@ -50,6 +50,27 @@ async fn t80_members_named_by_host_name_form_an_ensemble() {
     ensemble.caught_up(follower, zxid, LEADER_WAIT).await;
 }
 
+/// The same over mTLS peer links with `concord certs`' peer certificates, as in
+/// deploy/k8s: a member dialled by name is verified by its identity
+/// (`concord-peer-N`), not by the name it was dialled at.
+#[tokio::test]
+async fn t80_members_named_by_host_name_over_peer_mtls() {
+    let certs = concord_tests::Certs::generate(3, &["admin"]);
+    let options = ServerOptions {
+        extra: certs.peer_flags(),
+        ..ServerOptions::default()
+    };
+    let ensemble = Ensemble::start_named(3, options);
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let follower = (leader + 1) % 3;
+    let zxid = create_at(&ensemble.servers[follower].endpoint(), "/named-tls")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        ensemble.caught_up(i, zxid, LEADER_WAIT).await;
+    }
+}
+
 #[tokio::test]
 async fn t80_any_server_takes_writes_and_serves_consistent_reads() {
     let ensemble = Ensemble::start(3, ServerOptions::default());
