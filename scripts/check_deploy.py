@@ -12,7 +12,9 @@ a cluster (scripts/test.sh runs it; docs/operations.md, "Container image" and
   newest version we claim; then what the schemas cannot say: 3 replicas, the
   headless Service named by serviceName publishes not-ready pods, the PDB allows one
   member down, the probes hit /readyz and /healthz on the metrics port the server
-  binds, the members in the ConfigMap are the pods' stable DNS names, ...
+  binds, the members in the ConfigMap are the pods' stable DNS names, ...; and the
+  start script, run by /bin/sh with a stand-in `concord`, starts pod concord-N as
+  server N+1 with that member's certificate files.
 
 Usage: scripts/check_deploy.py [REPO_ROOT]   (exit status 1 and a list on failure)
 """
@@ -21,6 +23,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -262,6 +265,7 @@ def check_statefulset(sts, resources):
         check(get.get("path") == path, f"{probe} is not on {path}")
         check(port_number(container, get.get("port")) == METRICS_PORT, f"{probe} is not on the metrics port")
     check("--server-id" in script and "HOSTNAME" in script, "the server id is not derived from the pod's hostname")
+    check_start_script(container)
 
     mounts = {v["name"]: v for v in container.get("volumeMounts", [])}
     claims = {c["metadata"]["name"] for c in spec.get("volumeClaimTemplates", [])}
@@ -281,6 +285,34 @@ def check_statefulset(sts, resources):
             any(mounts.get(c, {}).get("mountPath") == data_dir for c in claims),
             f"data_dir {data_dir} is not on a volumeClaimTemplate",
         )
+
+
+def check_start_script(container):
+    """Runs the container's start command with /bin/sh (the image's shell is dash,
+    as here) and a stand-in `concord` that prints its arguments: pod concord-N must
+    start as server N+1 with member N+1's certificate files, and a hostname
+    without an ordinal must fail."""
+    command = container.get("command", []) + container.get("args", [])
+    if not check(command[:2] == ["/bin/sh", "-c"] and len(command) == 3, f"the start command is not `/bin/sh -c SCRIPT`: {command[:2]}"):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = Path(tmp) / "concord"
+        fake.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+        fake.chmod(0o755)
+        env = {"PATH": f"{tmp}:/usr/bin:/bin"}
+        for ordinal in range(3):
+            run = subprocess.run(command, env={**env, "HOSTNAME": f"concord-{ordinal}"}, capture_output=True, text=True)
+            args = run.stdout.splitlines()
+            want = ordinal + 1
+            if not check(run.returncode == 0, f"the start script fails for concord-{ordinal}: {run.stderr.strip()}"):
+                continue
+            pairs = dict(zip(args, args[1:]))
+            check(pairs.get("--server-id") == str(want), f"concord-{ordinal} starts as server {pairs.get('--server-id')}, not {want}")
+            for flag, name in (("--peer-cert-file", f"peer-{want}.pem"), ("--peer-key-file", f"peer-{want}-key.pem"),
+                               ("--cert-file", f"server-{want}.pem"), ("--key-file", f"server-{want}-key.pem")):
+                check(pairs.get(flag, "").endswith("/" + name), f"concord-{ordinal}: {flag} is {pairs.get(flag)}, not {name}")
+        bad = subprocess.run(command, env={**env, "HOSTNAME": "concord"}, capture_output=True, text=True)
+        check(bad.returncode != 0 and not bad.stdout, "the start script runs a server for a hostname without an ordinal")
 
 
 def check_config(resources, volumes, mounts, script, service, namespace):
