@@ -44,7 +44,7 @@ struct Load {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t87_rolling_restart_under_load_loses_no_acknowledged_write() {
+async fn t89_rolling_restart_under_load_loses_no_acknowledged_write() {
     let started = Instant::now();
     let options = ServerOptions {
         tick_ms: 100,
@@ -123,7 +123,7 @@ async fn t87_rolling_restart_under_load_loses_no_acknowledged_write() {
     for i in 0..3 {
         check_every_write(&ensemble, i, &acked).await;
     }
-    println!("t87 took {:?}", started.elapsed());
+    println!("t89 took {:?}", started.elapsed());
 }
 
 /// Creates `/roll/wW-N` for N = 0, 1, ... until told to stop, each with the
