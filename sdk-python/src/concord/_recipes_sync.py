@@ -9,6 +9,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from ._blocking_stream import BlockingStream
 from .aio import recipes as _r
 from .aio.observe import LeaderChange
 from .aio.observe import LeaderObserver as _AioLeaderObserver
@@ -17,7 +18,7 @@ from .errors import ConcordError
 from .types import Fence
 
 if TYPE_CHECKING:
-    from .sync import Client
+    from .sync import Client, _LoopThread
 
 __all__ = [
     "Election",
@@ -345,14 +346,13 @@ class LeaderSelector:
         self.close()
 
 
-class LeaderObserver:
+class LeaderObserver(BlockingStream[LeaderChange]):
     """The blocking twin of ``concord.aio.LeaderObserver``: ``for change in observer``
     yields ``LeaderChange``s; ``next(timeout=None)``, ``cancel()`` (any thread),
     ``with c.observe(name) as changes:``. Open at return (``Client.observe``)."""
 
-    def __init__(self, client: Client, observer: _AioLeaderObserver) -> None:
-        self._client = client
-        self._aio = observer
+    def __init__(self, io: _LoopThread, observer: _AioLeaderObserver) -> None:
+        super().__init__(io, observer)
 
     @property
     def name(self) -> str:
@@ -362,41 +362,3 @@ class LeaderObserver:
     def last(self) -> LeaderChange | None:
         """The last state delivered (None before the first)."""
         return self._aio.last
-
-    @property
-    def resumes(self) -> int:
-        """How many times the stream was opened again after the first."""
-        return self._aio.resumes
-
-    @property
-    def last_error(self) -> ConcordError | None:
-        return self._aio.last_error
-
-    def next(self, timeout: float | None = None) -> LeaderChange | None:
-        """The next state; None once ended; raises the error that ended it, or
-        ``concord.TimeoutError`` after ``timeout`` s, losing nothing."""
-        return self._client._io.run(self._aio.next(timeout))
-
-    def __iter__(self) -> Iterator[LeaderChange]:
-        return self
-
-    def __next__(self) -> LeaderChange:
-        change = self.next()
-        if change is None:
-            raise StopIteration
-        return change
-
-    def cancel(self) -> None:
-        """Ends the observer; an iteration waiting in another thread stops. Any thread."""
-        try:
-            self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
-        except RuntimeError:
-            pass  # the client's loop is closed: the observer ended with it
-
-    def __enter__(self) -> LeaderObserver:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.cancel()

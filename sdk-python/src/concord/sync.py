@@ -29,6 +29,7 @@ import grpc
 
 from . import _recipes_sync as recipes
 from . import aio
+from ._blocking_stream import BlockingStream
 from ._listeners import Listener
 from ._plan import Attempt, Plan, drive_blocking
 from ._transaction import OpResult, TransactionOps
@@ -424,7 +425,7 @@ class Client:
         ``cancel()`` from any thread. See ``concord.aio.Client.observe``."""
         o = self._aio.observe(name, resume=resume)
         self._io.run(o.start())
-        return recipes.LeaderObserver(self, o)
+        return recipes.LeaderObserver(self._io, o)
 
 
 class Transaction(TransactionOps):
@@ -451,13 +452,12 @@ class Transaction(TransactionOps):
             self.commit()
 
 
-class Watch:
+class Watch(BlockingStream[WatchEvent]):
     """The blocking twin of ``concord.aio.watch.Watch``: ``for event in watch``,
     ``next(timeout=None)``, ``cancel()``, ``with c.watch(path) as w:``."""
 
     def __init__(self, io: _LoopThread, watch: _AioWatch) -> None:
-        self._io = io
-        self._aio = watch
+        super().__init__(io, watch)
 
     @property
     def path(self) -> str:
@@ -467,47 +467,6 @@ class Watch:
     def last_zxid(self) -> int | None:
         """The newest zxid delivered or known complete."""
         return self._aio.last_zxid
-
-    @property
-    def resumes(self) -> int:
-        """How many times the stream was reopened after a break."""
-        return self._aio.resumes
-
-    @property
-    def last_error(self) -> ConcordError | None:
-        return self._aio.last_error
-
-    def next(self, timeout: float | None = None) -> WatchEvent | None:
-        """The next event; None once the watch has ended; raises the error that ended
-        it, or ``concord.TimeoutError`` after ``timeout`` s, losing nothing."""
-        return self._io.run(self._aio.next(timeout))
-
-    def __iter__(self) -> Iterator[WatchEvent]:
-        return self
-
-    def __next__(self) -> WatchEvent:
-        event = self.next()
-        if event is None:
-            raise StopIteration
-        return event
-
-    def cancel(self) -> None:
-        """Ends the watch; an iteration waiting in another thread stops. Any thread."""
-        try:
-            self._io.loop.call_soon_threadsafe(self._aio.cancel)
-        except RuntimeError:
-            pass  # the client's loop is closed: the watch ended with it
-
-    def __enter__(self) -> Watch:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cancel()
 
 
 class _SyncCache:

@@ -34,23 +34,21 @@ import asyncio
 import dataclasses
 import logging
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from .._proto import election_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..types import Retry, State
-from ._wait import within
+from ._stream import END, QueuedStream
 from .recipes import Participant, _election_stub, _states
-from .watch import QUEUE_MAX, RESUME_FOREVER, _read_within, silence_limit
+from .watch import RESUME_FOREVER, _read_within, silence_limit
 
 if TYPE_CHECKING:
     from .client import Client
 
 log = logging.getLogger("concord")
-_END = object()
 #: How long a new stream may take to send its first state (the current leader, sent
 #: at once by a server that answers) before its host counts as stalled.
 OPEN_WAIT_S = silence_limit(0)
@@ -76,13 +74,15 @@ class _Moved(Exception):
     """The session's keep-alives moved to another host: follow there."""
 
 
-class LeaderObserver:
+class LeaderObserver(QueuedStream[LeaderChange]):
     """The leader changes of election ``name``: ``async for change in observer``
     yields ``LeaderChange``s, the current state first, each newer than the last, and
     none equal to the one before it. Made by ``Client.observe``. The stream opens at
     the first ``async for``/``next()``, at ``async with`` or at ``await start()``,
     which raise the server's refusal (BAD_ARGUMENTS for a bad name,
     PERMISSION_DENIED)."""
+
+    _waits_for = "leader change"
 
     def __init__(
         self,
@@ -93,7 +93,7 @@ class LeaderObserver:
         since: int = 0,
         _patient: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client)
         #: A recipe's: an open that no host answers is retried (not raised).
         self._patient = _patient
         self.name = name
@@ -101,16 +101,7 @@ class LeaderObserver:
         #: The newest zxid delivered (or, before any, the floor the caller asked for).
         self._floor = since
         self._last: LeaderChange | None = None
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
-        self._task: asyncio.Task[None] | None = None
-        self._starting: asyncio.Lock | None = None
-        self._done = False
-        self._cancelled = False
         self._moved: asyncio.Event | None = None
-        #: How many times the stream was opened again after the first.
-        self.resumes = 0
-        #: The error that broke the stream last (the observer may have resumed since).
-        self.last_error: ConcordError | None = None
 
     # -- public -------------------------------------------------------------------
 
@@ -118,10 +109,6 @@ class LeaderObserver:
     def last(self) -> LeaderChange | None:
         """The last state delivered (None before the first)."""
         return self._last
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
 
     async def start(self) -> LeaderObserver:
         """Opens the stream (once) and reads its first state; raises the server's
@@ -158,61 +145,10 @@ class LeaderObserver:
         without resume); raises the error that ended it (once), or
         ``concord.TimeoutError`` after ``timeout`` seconds without a change (nothing is
         lost)."""
-        if self._task is None and not self._cancelled:
-            await self.start()
-        if self._done or self._cancelled:
-            return None
-        if timeout is None:
-            item = await self._queue.get()
-        else:
-            try:
-                item = await within(self._queue.get(), timeout)
-            except asyncio.TimeoutError:
-                raise make_error(ErrorCode.TIMEOUT, f"no leader change within {timeout} s") from None
-        if item is _END or self._cancelled:
-            self._done = True
-            return None
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        return item  # type: ignore[no-any-return]
+        return await self._take(timeout)  # type: ignore[no-any-return]
 
-    def __aiter__(self) -> AsyncIterator[LeaderChange]:
-        return self
-
-    async def __anext__(self) -> LeaderChange:
-        change = await self.next()
-        if change is None:
-            raise StopAsyncIteration
-        return change
-
-    def cancel(self) -> None:
-        """Ends the observer: the stream closes, and iteration stops (at once for a
-        reader waiting). Call it on the client's loop (the sync twin does)."""
-        if self._cancelled:
-            return
-        self._cancelled = True
+    def _cancelling(self) -> None:
         _states(self._client).unsubscribe(self._on_state)
-        if self._task is not None:
-            self._task.cancel()
-        try:
-            self._queue.put_nowait(_END)
-        except asyncio.QueueFull:
-            pass  # the reader is not waiting: it sees the flag first
-
-    async def aclose(self) -> None:
-        """``cancel()``, then waits for the stream to be closed."""
-        self.cancel()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def __aenter__(self) -> LeaderObserver:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     # -- the reader ---------------------------------------------------------------
 
@@ -312,7 +248,7 @@ class LeaderObserver:
             if call is not None:
                 call.cancel()
             _states(self._client).unsubscribe(self._on_state)
-        await self._queue.put(_END)
+        await self._queue.put(END)
 
     async def _read(self, call: Any, index: int) -> Any:
         """The stream's next message; raises the error that broke it, TIMEOUT after

@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -29,18 +28,14 @@ from .._proto import watch_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..events import WatchEvent
 from ..types import Retry
-from ._wait import within
+from ._stream import END, QueuedStream
 
 if TYPE_CHECKING:
     from .client import Client
 
-#: Messages a reader may be ahead of its consumer by; then it stops reading (and the
-#: server, past its own bounds, cuts the stream with SLOW_CONSUMER, which resumes).
-QUEUE_MAX = 1024
 #: A watch's default resume policy: never give up, 50 ms to 2 s between attempts.
 RESUME_FOREVER = Retry(max_tries=None, deadline=None, delay=0.05, max_delay=2.0)
 
-_END = object()
 log = logging.getLogger("concord")
 
 
@@ -67,14 +62,16 @@ def silence_limit(progress_interval_ms: int) -> float:
     return max(3 * interval, 2.0)
 
 
-class Watch:
+class Watch(QueuedStream[WatchEvent]):
     """An open (or about to open) watch; ``async for event in watch`` yields
     ``WatchEvent``s. Made by ``Client.watch``. The stream opens at the first
     ``async for``/``next()``, at ``async with`` or at ``await watch.start()``; a
     refusal (BAD_PATH, ZXID_COMPACTED, PERMISSION_DENIED...) is raised there."""
 
+    _waits_for = "watch event"
+
     def __init__(self, client: Client, request: watch_pb2.WatchRequest, resume: Retry | None) -> None:
-        self._client = client
+        super().__init__(client)
         self._request = request
         self._resume = resume
         self._cursor = Cursor(
@@ -82,16 +79,6 @@ class Watch:
             request.initial_snapshot,
         )
         self._silence = silence_limit(request.progress_interval_ms)
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_MAX)
-        self._task: asyncio.Task[None] | None = None
-        self._starting: asyncio.Lock | None = None
-        #: The consumer has seen the end (or the error).
-        self._done = False
-        self._cancelled = False
-        #: How many times the stream was reopened after a break.
-        self.resumes = 0
-        #: The error that broke the stream last (the watch may have resumed since).
-        self.last_error: ConcordError | None = None
 
     # -- public -------------------------------------------------------------------
 
@@ -103,10 +90,6 @@ class Watch:
     def last_zxid(self) -> int | None:
         """The newest zxid delivered or known complete: where a resume starts."""
         return self._cursor.last_zxid
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
 
     async def start(self) -> Watch:
         """Opens the stream (once); raises the server's refusal."""
@@ -144,67 +127,11 @@ class Watch:
             if msg.WhichOneof("msg") == EVENT:
                 return WatchEvent.of(msg.event)
 
-    def __aiter__(self) -> AsyncIterator[WatchEvent]:
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        event = await self.next()
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    def cancel(self) -> None:
-        """Ends the watch: the stream closes, and iteration stops (at once for a
-        reader waiting). Call it on the client's loop (the sync twin does)."""
-        if self._cancelled:
-            return
-        self._cancelled = True
-        if self._task is not None:
-            self._task.cancel()
-        try:
-            self._queue.put_nowait(_END)
-        except asyncio.QueueFull:
-            pass  # the reader is not waiting: it sees the flag first
-
-    async def aclose(self) -> None:
-        """``cancel()``, then waits for the stream to be closed."""
-        self.cancel()
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def __aenter__(self) -> Watch:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     # -- for the caches -----------------------------------------------------------
 
     async def _message(self, timeout: float | None = None) -> Any:
         """The next accepted message (a ``WatchResponse``), None at the end."""
-        if self._task is None and not self._cancelled:
-            await self.start()
-        if self._done or self._cancelled:
-            return None
-        if timeout is None:
-            item = await self._queue.get()
-        else:
-            try:
-                item = await within(self._queue.get(), timeout)
-            except asyncio.TimeoutError:
-                raise make_error(ErrorCode.TIMEOUT, f"no watch event within {timeout} s") from None
-        if item is _END or self._cancelled:
-            self._done = True
-            return None
-        if isinstance(item, BaseException):
-            self._done = True
-            raise item
-        return item
+        return await self._take(timeout)
 
     # -- the reader ---------------------------------------------------------------
 
@@ -282,7 +209,7 @@ class Watch:
         finally:
             if call is not None:
                 call.cancel()
-        await self._queue.put(_END)
+        await self._queue.put(END)
 
     async def _reconnect(
         self, failures: tuple[float, int] | None
