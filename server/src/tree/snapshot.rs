@@ -93,6 +93,22 @@ struct SessionRecord {
     recent: Vec<(u64, u64, StoredOutcome)>,
 }
 
+impl SessionRecord {
+    /// Session `id` as format 2 writes it.
+    fn of(id: u64, s: &SessionEntry) -> SessionRecord {
+        SessionRecord {
+            id,
+            ttl_ms: s.ttl_ms,
+            owner: s.owner.clone(),
+            recent: s
+                .recent
+                .iter()
+                .map(|r| (r.request_id, r.fingerprint, StoredOutcome::from(&r.result)))
+                .collect(),
+        }
+    }
+}
+
 /// A session as format 1 wrote it.
 #[derive(Deserialize)]
 struct SessionRecordV1 {
@@ -240,19 +256,7 @@ impl DataTree {
         // A sequence is its length then its elements (postcard), written one by one.
         out.put(&self.sessions.len())?;
         for (id, s) in self.sessions.iter() {
-            out.put(&SessionRecord {
-                id: *id,
-                ttl_ms: s.ttl_ms,
-                owner: s.owner.clone(),
-                recent: s
-                    .recent
-                    .iter()
-                    .map(|r| {
-                        let outcome = StoredOutcome::from(&r.result);
-                        (r.request_id, r.fingerprint, outcome)
-                    })
-                    .collect(),
-            })?;
+            out.put(&SessionRecord::of(*id, s))?;
         }
         let grants: Vec<Grant> = self.grants.all().collect();
         let seeded: Vec<&(String, Grantee)> = self.grants.seeded().collect();
@@ -550,16 +554,7 @@ mod tests {
     fn v2_sessions(tree: &DataTree) -> Vec<SessionRecord> {
         tree.sessions
             .iter()
-            .map(|(id, s)| SessionRecord {
-                id: *id,
-                ttl_ms: s.ttl_ms,
-                owner: s.owner.clone(),
-                recent: s
-                    .recent
-                    .iter()
-                    .map(|r| (r.request_id, r.fingerprint, StoredOutcome::from(&r.result)))
-                    .collect(),
-            })
+            .map(|(id, s)| SessionRecord::of(*id, s))
             .collect()
     }
 

@@ -208,7 +208,7 @@ impl Log {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::txn::{make_zxid, TxnOp};
 

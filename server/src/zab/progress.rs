@@ -87,18 +87,8 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::txn::{make_zxid, Txn, TxnOp};
-
-    fn txn(zxid: Zxid) -> Txn {
-        Txn {
-            zxid,
-            time_ms: 0,
-            session_id: 0,
-            request_id: 0,
-            fence: None,
-            op: TxnOp::Reap { path: "/x".into() },
-        }
-    }
+    use crate::txn::make_zxid;
+    use crate::zab::log::tests::txn;
 
     #[test]
     fn lag_counts_the_log_after_a_zxid_and_estimates_before_the_snapshot() {
