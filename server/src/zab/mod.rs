@@ -137,7 +137,7 @@ pub use log::Snapshot;
 pub use message::{
     Envelope, LeaderMsg, LearnerMsg, Message, Notification, PeerState, ServerId, SyncKind, Vote,
 };
-pub use node::{Node, Restored};
+pub use node::{LearnerProgress, Node, Restored};
 pub use ready::{PersistOp, ReadState, Ready, Role, Status};
 
 /// What a caller of the core can act on.
