@@ -16,6 +16,7 @@
 
 mod forward;
 mod housekeeping;
+pub mod observe;
 mod persist;
 mod pipeline;
 mod recovery;
@@ -30,7 +31,7 @@ mod tests;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -153,6 +154,15 @@ struct Shared {
     epoch: AtomicU32,
     /// Whether this server leads an established epoch (accepts writes and reads).
     serving: watch::Sender<bool>,
+    /// Whether the core reports its leadership established here: a leader's epoch
+    /// established, or a learner's sync with its leader done (UPTODATE received).
+    synced: AtomicBool,
+    /// On a leader, where each learner stands, as of the last tick (empty elsewhere).
+    learners: Mutex<Vec<crate::zab::LearnerProgress>>,
+    /// What this server records as it goes (counters and histograms).
+    metrics: Arc<crate::telemetry::Metrics>,
+    /// The bytes queued for the persister (its queue's depth).
+    persist_backlog: Arc<persist::Backlog>,
     /// The server this one follows or leads, as the core last reported it (0: none).
     leader: AtomicU64,
     /// Hands requests to the leader when this server follows (None: an ensemble of one).
@@ -608,6 +618,11 @@ impl Replica {
     /// The configured tick.
     pub fn tick_ms(&self) -> u64 {
         self.shared.tick_ms
+    }
+
+    /// What this server records as it goes (the RPC layer records into it too).
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        &self.shared.metrics
     }
 }
 

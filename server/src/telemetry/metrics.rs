@@ -15,8 +15,6 @@
 //! Labels are bounded sets only: an RPC's method (a method of Concord's services,
 //! or `unknown`) and its Concord code. Never a path, a session id or an identity.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -67,9 +65,6 @@ pub struct Metrics {
     pub snapshot_duration: Seconds,
     /// The newest snapshot's size in bytes (0 before the first).
     pub snapshot_size: Gauge,
-    /// The most the in-memory log held since start (bytes), mirrored here so the
-    /// collector reads one place.
-    pub log_bytes_peak: AtomicU64,
 }
 
 impl Metrics {
@@ -89,7 +84,6 @@ impl Metrics {
             backend_commit,
             snapshot_duration: Seconds::new(SNAPSHOT_BUCKETS),
             snapshot_size: Gauge::default(),
-            log_bytes_peak: AtomicU64::new(0),
         }
     }
 
@@ -98,11 +92,6 @@ impl Metrics {
         let labels = RpcLabels { method, code };
         self.rpc_requests.get_or_create(&labels).inc();
         self.rpc_duration.get_or_create(&labels).observe(elapsed);
-    }
-
-    /// The peak of the in-memory log, in bytes.
-    pub fn log_bytes_peak(&self) -> u64 {
-        self.log_bytes_peak.load(Ordering::Relaxed)
     }
 
     /// Registers every metric here under its documented name (docs/operations.md,

@@ -229,7 +229,11 @@ pub(super) fn check_invariants(tree: &DataTree) {
     }
     let data_bytes: usize = tree.nodes.values().map(|n| n.data.len()).sum();
     assert_eq!(tree.data_bytes(), data_bytes as u64, "the data bytes total");
-    let ephemerals = tree.nodes.values().filter(|n| n.mode.is_ephemeral()).count();
+    let ephemerals = tree
+        .nodes
+        .values()
+        .filter(|n| n.mode.is_ephemeral())
+        .count();
     assert_eq!(tree.ephemeral_count(), ephemerals, "the ephemeral count");
 }
 
