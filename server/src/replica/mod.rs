@@ -163,6 +163,8 @@ struct Shared {
     metrics: Arc<crate::telemetry::Metrics>,
     /// The bytes queued for the persister (its queue's depth).
     persist_backlog: Arc<persist::Backlog>,
+    /// The peer transport, for its queues' depths (None: an ensemble of one).
+    peer_transport: Option<crate::peer::PeerHandle>,
     /// The server this one follows or leads, as the core last reported it (0: none).
     leader: AtomicU64,
     /// Hands requests to the leader when this server follows (None: an ensemble of one).

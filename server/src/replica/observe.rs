@@ -342,6 +342,22 @@ impl Gauges {
             "Writes queued on this follower to be forwarded to the leader (bound: 4096)",
             forward as u64,
         )?;
+        let (peer_out, peer_in) = shared
+            .peer_transport
+            .as_ref()
+            .map_or((0, 0), |p| p.queued_bytes());
+        gauge(
+            e,
+            "concord_queue_peer_outbound_bytes",
+            "Bytes of messages waiting to go to the other members, all together (bound: peer_queue_bytes_max each)",
+            peer_out as u64,
+        )?;
+        gauge(
+            e,
+            "concord_queue_peer_inbound_bytes",
+            "Bytes of messages received from the other members, not yet taken by the pipeline (bound: peer_inbound_bytes_max)",
+            peer_in as u64,
+        )?;
         let watch = self.replica.hub().stats();
         gauge(
             e,

@@ -460,6 +460,7 @@ fn launch(
         learners: Mutex::new(Vec::new()),
         metrics,
         persist_backlog: persist.backlog(),
+        peer_transport: peers.as_ref().map(|(handle, _)| handle.clone()),
         leader: AtomicU64::new(0),
         forwarder: peers.is_some().then(|| {
             // A path to the leader that answers no Touch (sent every tick) for two
