@@ -3,7 +3,9 @@
 #
 #   scripts/ensemble.sh start [N]   # N voters (default 3); returns once one leads
 #   scripts/ensemble.sh start --tls [N]   # the same over mTLS, clients and peers
+#   scripts/ensemble.sh start --observers M [N]   # N voters and M observers after them
 #   scripts/ensemble.sh status      # each server's role, leader and zxid
+#   scripts/ensemble.sh members     # Cluster/Members as the leader sees it
 #   scripts/ensemble.sh stop        # SIGTERM to every server it started, then waits
 #
 # With --tls, certificates come from `concord certs ENSEMBLE_DIR/certs --members N`
@@ -103,14 +105,23 @@ tls_help() {
 }
 
 start() {
-  local n=3 tls=false arg
-  for arg in "$@"; do
-    case $arg in
+  local n=3 tls=false observers=0 voters
+  while (($#)); do
+    case $1 in
       --tls) tls=true ;;
-      *) n=$arg ;;
+      --observers)
+        shift
+        observers=${1:-}
+        [[ $observers =~ ^[0-9]+$ ]] || die "--observers needs a number, not '$observers'"
+        ;;
+      *) n=$1 ;;
     esac
+    shift
   done
   [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || die "N must be a positive number, not '$n'"
+  # Voters 1..N, then observers N+1..N+M; from here on n counts every member.
+  voters=$n
+  n=$((voters + observers))
   if compgen -G "$dir/*.pid" >/dev/null; then
     die "$dir already holds pid files: run '$0 stop' first"
   fi
@@ -121,13 +132,15 @@ start() {
     make_certs "$n"
     touch "$dir/tls"
   fi
-  local members="" i
+  local members="" i role
   for ((i = 1; i <= n; i++)); do
+    role=voter
+    ((i <= voters)) || role=observer
     members+="[[members]]
 id = $i
 client_addr = \"127.0.0.1:$(client_port "$i")\"
 peer_addr = \"127.0.0.1:$(($(client_port "$i") + 1))\"
-role = \"voter\"
+role = \"$role\"
 "
   done
   for ((i = 1; i <= n; i++)); do
@@ -159,7 +172,7 @@ EOF
       if grep "^leader_serving = true" >/dev/null <<<"$out"; then leader=$i; fi
     done
     if ((answering == n)) && [[ -n $leader ]]; then
-      echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)"): server $leader leads; clients on ports $(client_port 1) to $(client_port "$n")"
+      echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)")$( ((observers)) && echo " ($observers observers)"): server $leader leads; clients on ports $(client_port 1) to $(client_port "$n")"
       if $tls; then tls_help; fi
       return 0
     fi
@@ -178,6 +191,12 @@ status() {
     echo "server $i (pid $(cat "$pidfile")):"
     ctl "$i" status || echo "  not answering"
   done
+}
+
+members() {
+  binaries
+  [[ -e $dir/server-1.pid ]] || die "nothing started in $dir"
+  ctl 1 members
 }
 
 stop() {
@@ -200,6 +219,7 @@ stop() {
 case ${1:-} in
   start) shift; start "$@" ;;
   status) status ;;
+  members) members ;;
   stop) stop ;;
-  *) die "usage: $0 start [--tls] [N] | status | stop" ;;
+  *) die "usage: $0 start [--tls] [--observers M] [N] | status | members | stop" ;;
 esac

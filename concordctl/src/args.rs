@@ -84,6 +84,38 @@ pub enum Command {
     /// Grant, revoke and list permissions (rwcda) on subtrees.
     #[command(subcommand)]
     Acl(AclCommand),
+    /// Save a backup of the server's state, or check a backup file (admins).
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// List the ensemble's members: id, role, voter, applied zxid, lag in txns,
+    /// ms since heard, client and peer addresses (admins). Asks the leader when the
+    /// server named by --endpoint follows one (only the leader knows every member).
+    Members(MembersArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Stream a consistent snapshot of the server's applied state into FILE (written
+    /// to a temporary file, fsynced, then renamed: FILE is whole or untouched), and
+    /// check its crc. Restore it with `concord restore FILE --data-dir DIR`.
+    Save {
+        file: PathBuf,
+        /// Take it at the leader's quorum-confirmed commit point: it then holds
+        /// every write acknowledged before (without: the server's applied state).
+        #[arg(long)]
+        linearizable: bool,
+    },
+    /// Check a backup file and print its zxid, node and session counts, size and
+    /// checksum state; exits 1 if it is damaged.
+    Status { file: PathBuf },
+}
+
+#[derive(Debug, Args)]
+pub struct MembersArgs {
+    /// Print the answer of the server named by --endpoint even when it follows a
+    /// leader (it knows only itself and its leader).
+    #[arg(long)]
+    pub no_redirect: bool,
 }
 
 #[derive(Debug, Subcommand)]

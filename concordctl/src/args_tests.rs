@@ -233,3 +233,32 @@ fn whoami_and_acl_subcommands() {
         "i"
     ]));
 }
+
+#[test]
+fn snapshot_and_members_parse() {
+    match parse(&["snapshot", "save", "/tmp/b"]).command {
+        Command::Snapshot(SnapshotCommand::Save { file, linearizable }) => {
+            assert_eq!(file, PathBuf::from("/tmp/b"));
+            assert!(!linearizable);
+        }
+        other => panic!("not a snapshot save: {other:?}"),
+    }
+    match parse(&["snapshot", "status", "b"]).command {
+        Command::Snapshot(SnapshotCommand::Status { file }) => assert_eq!(file, PathBuf::from("b")),
+        other => panic!("not a snapshot status: {other:?}"),
+    }
+    assert!(fails(&["snapshot", "save"]), "a file is needed");
+    match parse(&["snapshot", "save", "--linearizable", "f"]).command {
+        Command::Snapshot(SnapshotCommand::Save { linearizable, .. }) => assert!(linearizable),
+        other => panic!("not a snapshot save: {other:?}"),
+    }
+    assert!(fails(&["snapshot"]));
+    match parse(&["members"]).command {
+        Command::Members(m) => assert!(!m.no_redirect),
+        other => panic!("not members: {other:?}"),
+    }
+    match parse(&["members", "--no-redirect"]).command {
+        Command::Members(m) => assert!(m.no_redirect),
+        other => panic!("not members: {other:?}"),
+    }
+}

@@ -12,7 +12,8 @@ use concord::{
 };
 
 use crate::args::{
-    AclCommand, Cli, Command, CreateArgs, GrantArgs, LsArgs, SessionCommand, WatchArgs,
+    AclCommand, Cli, Command, CreateArgs, GrantArgs, LsArgs, SessionCommand, SnapshotCommand,
+    WatchArgs,
 };
 use crate::output;
 
@@ -23,7 +24,8 @@ pub const STDOUT_CLOSED: &str = "stdout closed";
 
 /// Runs `cli.command`.
 pub async fn run(cli: Cli) -> Result<(), Error> {
-    let client = Client::connect_lazy_with(&cli.endpoint, &cli.connect_options())?;
+    let options = cli.connect_options();
+    let client = Client::connect_lazy_with(&cli.endpoint, &options)?;
     match cli.command {
         Command::Create(args) => create(&client, args).await,
         Command::Get(args) => {
@@ -59,7 +61,62 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Elect(args) => super::locks::elect(&client, args).await,
         Command::Whoami => print_lines(output::whoami_lines(&client.who_am_i().await?)),
         Command::Acl(cmd) => acl(&client, cmd).await,
+        Command::Snapshot(SnapshotCommand::Save { file, linearizable }) => {
+            let read = ReadOptions {
+                linearizable,
+                ..ReadOptions::default()
+            };
+            print_lines(output::backup_lines(
+                &client.save_snapshot(&file, read).await?,
+            ))
+        }
+        Command::Snapshot(SnapshotCommand::Status { file }) => {
+            print_lines(output::backup_lines(&backup_status(&file)?))
+        }
+        Command::Members(args) => members(&client, &options, args.no_redirect).await,
     }
+}
+
+/// Checks a backup file; a damaged one is an error naming what is wrong.
+fn backup_status(file: &std::path::Path) -> Result<concord::backup::BackupInfo, Error> {
+    let f = std::fs::File::open(file).map_err(|e| {
+        Error::client(
+            ErrorCode::BadArguments,
+            format!("cannot open {}: {e}", file.display()),
+        )
+    })?;
+    concord::backup::inspect(std::io::BufReader::new(f)).map_err(|e| {
+        let code = match e {
+            concord::backup::BackupError::Io(_) => ErrorCode::BadArguments,
+            _ => ErrorCode::BadState,
+        };
+        Error::client(code, format!("{}: {e}", file.display()))
+    })
+}
+
+/// `members`: the answer of the leader when the server asked follows one.
+async fn members(
+    client: &Client,
+    options: &concord::ConnectOptions,
+    no_redirect: bool,
+) -> Result<(), Error> {
+    let mut answer = client.members().await?;
+    let leader = answer
+        .members
+        .iter()
+        .find(|m| m.id == answer.leader_id && m.id != answer.server_id)
+        .map(|m| m.client_addr.clone());
+    if let (Some(addr), false) = (leader, no_redirect) {
+        let leader = Client::connect_lazy_with(&addr, options)?;
+        match leader.members().await {
+            Ok(from_leader) => answer = from_leader,
+            Err(e) => eprintln!(
+                "warning: the leader at {addr} did not answer ({e}); server {}'s view follows",
+                answer.server_id
+            ),
+        }
+    }
+    print_lines(output::members_lines(&answer))
 }
 
 async fn acl(client: &Client, cmd: AclCommand) -> Result<(), Error> {

@@ -1,6 +1,7 @@
 //! How `concordctl` prints things: pure formatting functions, no IO.
 
-use concord::{Event, Grant, Grantee, ServerStatus, SessionInfo, Stat, WhoAmI};
+use concord::backup::BackupInfo;
+use concord::{Event, Grant, Grantee, Members, ServerStatus, SessionInfo, Stat, WhoAmI};
 
 /// One watch event: `zxid KIND path`, then the data (lossy UTF-8) when asked for.
 pub fn event_line(event: &Event, with_data: bool) -> String {
@@ -122,6 +123,49 @@ pub fn whoami_lines(me: &WhoAmI) -> Vec<String> {
     lines
 }
 
+/// `snapshot save` and `snapshot status`: one `name = value` line per field.
+pub fn backup_lines(info: &BackupInfo) -> Vec<String> {
+    vec![
+        format!("zxid = {:#x}", info.header.zxid),
+        format!("nodes = {}", info.header.node_count),
+        format!("sessions = {}", info.header.session_count),
+        format!("snapshot_bytes = {}", info.snapshot_bytes),
+        format!("server_id = {}", info.header.server_id),
+        format!("checksum = ok (crc32 {:#010x})", info.crc32),
+    ]
+}
+
+/// `members`: a header line, then one tab-separated line per member.
+pub fn members_lines(m: &Members) -> Vec<String> {
+    let mut lines = vec![format!(
+        "# answered by server {}; leader {}",
+        m.server_id,
+        if m.leader_id == 0 {
+            "unknown".to_string()
+        } else {
+            m.leader_id.to_string()
+        }
+    )];
+    lines.push("id\trole\tvoter\tzxid\tlag_txns\theard_ms_ago\tclient_addr\tpeer_addr".into());
+    for s in &m.members {
+        let (zxid, lag) = if s.known {
+            (format!("{:#x}", s.zxid), s.lag_txns.to_string())
+        } else {
+            ("-".into(), "-".into())
+        };
+        lines.push(format!(
+            "{}\t{}\t{}\t{zxid}\t{lag}\t{}\t{}\t{}",
+            s.id,
+            s.role.name(),
+            if s.voter { "voter" } else { "observer" },
+            s.heard_ms_ago,
+            s.client_addr,
+            s.peer_addr
+        ));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +181,40 @@ mod tests {
         };
         assert_eq!(event_line(&event, false), "12 DATA_CHANGED /a");
         assert_eq!(event_line(&event, true), "12 DATA_CHANGED /a v2");
+    }
+
+    #[test]
+    fn members_lines_show_unknown_progress_as_dashes() {
+        let member = |id, role, known| concord::MemberStatus {
+            id,
+            client_addr: format!("127.0.0.1:{id}1"),
+            peer_addr: format!("127.0.0.1:{id}2"),
+            voter: id != 3,
+            role,
+            zxid: 0x10000000005,
+            lag_txns: 2,
+            known,
+            heard_ms_ago: 40,
+        };
+        let m = Members {
+            server_id: 2,
+            leader_id: 1,
+            members: vec![
+                member(1, concord::Role::Leader, true),
+                member(2, concord::Role::Follower, true),
+                member(3, concord::Role::Unknown, false),
+            ],
+        };
+        let lines = members_lines(&m);
+        assert_eq!(lines[0], "# answered by server 2; leader 1");
+        assert_eq!(
+            lines[2],
+            "1\tleader\tvoter\t0x10000000005\t2\t40\t127.0.0.1:11\t127.0.0.1:12"
+        );
+        assert_eq!(
+            lines[4],
+            "3\tunknown\tobserver\t-\t-\t40\t127.0.0.1:31\t127.0.0.1:32"
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod peer {
     }
 }
 
+pub mod backup;
+
 /// Encoded `FileDescriptorSet` of every Concord proto, for gRPC server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("concord_descriptor");
 

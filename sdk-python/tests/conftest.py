@@ -96,9 +96,25 @@ class Server:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def stop(self) -> None:
-        """SIGSTOP: the process keeps its connections open but answers nothing."""
+        """SIGSTOP: the process keeps its connections open but answers nothing. Returns
+        once every thread of it is stopped (a call sent right after the signal could
+        otherwise still be answered)."""
         self.proc.send_signal(signal.SIGSTOP)
         self.stopped = True
+        deadline = time.monotonic() + 5
+        while not self._all_threads_stopped():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server {self.addr} did not stop within 5 s")
+            time.sleep(0.001)
+
+    def _all_threads_stopped(self) -> bool:
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        try:
+            # The state follows the parenthesised command name: T is stopped.
+            states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        return all(state in ("T", "t") for state in states)
 
     def cont(self) -> None:
         self.proc.send_signal(signal.SIGCONT)

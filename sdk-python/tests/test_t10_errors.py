@@ -115,64 +115,115 @@ class FakeResponse:
         zxid = 42
 
 
-def _scripted(failures: list[FakeRpcError]) -> tuple[Any, list[int]]:
-    """A method that fails with ``failures`` in turn, then answers; and its call count."""
-    calls = [0]
+class _Driver:
+    """A client whose calls are scripted, and a way to make one through its
+    ``driver``: the aio core's (``_call`` awaited on a loop) or the sync client's
+    (the same plan carried out on this thread by ``_BlockingCalls``)."""
 
-    async def send(_request: Any) -> FakeResponse:
-        calls[0] += 1
-        if calls[0] <= len(failures):
-            raise failures[calls[0] - 1]
-        return FakeResponse()
+    def __init__(self, driver: str, hosts: str = "127.0.0.1:1") -> None:
+        self.driver = driver
+        retry = concord.Retry(max_tries=5, delay=0.001, max_delay=0.002)
+        if driver == "aio":
+            self.core = concord.aio.Client(hosts, retry=retry)
+            self.core._endpoint = lambda: None  # type: ignore[method-assign,assignment,return-value]
+            self.sync: concord.Client | None = None
+        else:
+            self.sync = concord.Client(hosts, retry=retry)
+            self.core = self.sync.aio
+            self.sync._calls._endpoint = lambda: None  # type: ignore[method-assign,assignment,return-value]
 
-    return (lambda _ep: send), calls
+    def scripted(self, failures: list[FakeRpcError]) -> tuple[Any, list[int]]:
+        """A method that fails with ``failures`` in turn, then answers; and its call count."""
+        calls = [0]
+
+        def answer(_request: Any) -> FakeResponse:
+            calls[0] += 1
+            if calls[0] <= len(failures):
+                raise failures[calls[0] - 1]
+            return FakeResponse()
+
+        if self.driver == "aio":
+
+            async def send(request: Any) -> FakeResponse:
+                return answer(request)
+
+            return (lambda _ep: send), calls
+        return (lambda _ep: lambda request, timeout=None: answer(request)), calls
+
+    def call(self, method: Any, *, write: bool, dedup: bool = False, limit: float | None = None) -> Any:
+        if self.sync is None:
+            return asyncio.run(self.core._call(method, None, write=write, dedup=dedup, limit=limit))
+        return self.sync._calls.run(self.core._unary(method, None, write=write, dedup=dedup, limit=limit))
+
+    def close(self) -> None:
+        if self.sync is not None:
+            self.sync.close()
 
 
-def _retrying_client() -> concord.aio.Client:
-    c = concord.aio.Client("127.0.0.1:1", retry=concord.Retry(max_tries=5, delay=0.001, max_delay=0.002))
-    c._endpoint = lambda: None  # type: ignore[method-assign,assignment,return-value]
-    return c
-
-
-def test_retry_safe_failures_are_retried_and_others_are_not() -> None:
-    async def main() -> None:
-        c = _retrying_client()
+@pytest.mark.parametrize("driver", ["aio", "blocking"])
+def test_retry_safe_failures_are_retried_and_others_are_not(driver: str) -> None:
+    d = _Driver(driver)
+    try:
         lost = FakeRpcError(S.UNAVAILABLE, "Socket closed")
-        method, calls = _scripted([lost, lost])
-        await c._call(method, None, write=False)  # a read: retried
-        assert calls[0] == 3 and c.last_zxid == 42
+        method, calls = d.scripted([lost, lost])
+        d.call(method, write=False)  # a read: retried
+        assert calls[0] == 3 and d.core.last_zxid == 42
 
-        method, calls = _scripted([lost])
+        method, calls = d.scripted([lost])
         with pytest.raises(concord.ConnectionLossError):
-            await c._call(method, None, write=True)  # outcome unknown: not retried
+            d.call(method, write=True)  # outcome unknown: not retried
         assert calls[0] == 1
 
-        method, calls = _scripted([lost])
-        await c._call(method, None, write=True, dedup=True)  # deduplicated: retried
+        method, calls = d.scripted([lost])
+        d.call(method, write=True, dedup=True)  # deduplicated: retried
         assert calls[0] == 2
 
         not_leader = FakeRpcError(S.UNAVAILABLE, "NOT_LEADER: x", "NOT_LEADER")
-        method, calls = _scripted([not_leader])
-        await c._call(method, None, write=True)  # the server did nothing: retried
+        method, calls = d.scripted([not_leader])
+        d.call(method, write=True)  # the server did nothing: retried
         assert calls[0] == 2
 
-        method, calls = _scripted([FakeRpcError(S.NOT_FOUND, "NO_NODE: /a", "NO_NODE")])
+        method, calls = d.scripted([FakeRpcError(S.NOT_FOUND, "NO_NODE: /a", "NO_NODE")])
         with pytest.raises(concord.NoNodeError):
-            await c._call(method, None, write=False)
+            d.call(method, write=False)
         assert calls[0] == 1
 
-        method, calls = _scripted([lost] * 10)
+        method, calls = d.scripted([lost] * 10)
         with pytest.raises(concord.ConnectionLossError):
-            await c._call(method, None, write=False)
+            d.call(method, write=False)
         assert calls[0] == 6  # the first attempt and max_tries retries
 
-        c.retry = None
-        method, calls = _scripted([lost])
+        d.core.retry = None
+        method, calls = d.scripted([lost])
         with pytest.raises(concord.ConnectionLossError):
-            await c._call(method, None, write=False)  # no policy: sent once
+            d.call(method, write=False)  # no policy: sent once
         assert calls[0] == 1
+    finally:
+        d.close()
 
-    asyncio.run(main())
+
+def test_the_blocking_driver_fails_as_the_aio_core_does() -> None:
+    """The sync client's attempts map a missed deadline to the aio core's TimeoutError
+    (indeterminate for a write) and move to the next host after it, and follow a
+    NOT_LEADER hint to the host it names, through the core's bookkeeping."""
+    d = _Driver("blocking", hosts="127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+    try:
+        d.core.retry = None
+        late = FakeRpcError(S.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        method, _ = d.scripted([late])
+        with pytest.raises(concord.TimeoutError) as e:
+            d.call(method, write=True, limit=0.25)
+        assert e.value.indeterminate and "deadline of 250 ms" in e.value.message
+        assert d.core._current == 1  # a stalled server: the next host next time
+
+        hint = FakeRpcError(S.UNAVAILABLE, "NOT_LEADER: ask the leader", "NOT_LEADER")
+        hint._md += (("concord-leader-addr", "127.0.0.1:3"),)
+        method, _ = d.scripted([hint])
+        with pytest.raises(concord.ConcordError) as e2:
+            d.call(method, write=True)
+        assert e2.value.code is ErrorCode.NOT_LEADER and d.core._current == 2
+    finally:
+        d.close()
 
 
 def test_hosts_lists_parse_as_kazoo_connection_strings() -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-
 import re
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -310,5 +311,69 @@ def test_calls_move_past_a_stalled_host_of_the_list(server: Server, own_server: 
             assert c.get(root)[0] == b"x"
         finally:
             own_server.cont()
+    finally:
+        c.close()
+
+
+def test_sync_calls_do_not_wait_for_the_io_loop(server: Server, root: str) -> None:
+    """The sync client's unary calls go out on the caller's thread: they are answered
+    while the client's I/O loop is held up (they would wait for it through the loop)."""
+    c = concord.Client(server.addr)
+    held, release = threading.Event(), threading.Event()
+    try:
+        c.start()
+        c.aio_loop.call_soon_threadsafe(lambda: (held.set(), release.wait(10)))
+        assert held.wait(5)
+        started = time.monotonic()
+        assert c.create(root, b"x", ephemeral=True) == root
+        assert c.get(root, linearizable=True)[0] == b"x"
+        assert c.set(root, b"y").version == 1
+        with c.transaction() as t:
+            t.check(root, 1)
+            t.create(f"{root}-e", ephemeral=True)
+        assert c.exists(f"{root}-e") is not None and c.get_children("/")
+        assert time.monotonic() - started < 5, "the calls waited for the loop"
+    finally:
+        release.set()
+        c.close()
+
+
+def test_threads_share_one_sync_client(server: Server, root: str) -> None:
+    """8 threads on one sync client: every write lands, the ephemerals (a create and a
+    transaction's, retried with their request ids) are the session's, and the client's
+    zxid is the newest any answer carried."""
+    threads, rounds = 8, 25
+    c = concord.Client(server.addr, retry=concord.Retry(deadline=5.0))
+    newest = [0] * threads
+    failures: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            path = f"{root}/n{i}"
+            c.create(path, b"0", makepath=True)
+            for n in range(1, rounds + 1):
+                stat = c.set(path, str(n).encode(), version=n - 1)
+                newest[i] = max(newest[i], stat.mzxid)
+                assert c.get(path)[0] == str(n).encode()
+            c.create(f"{path}-e", ephemeral=True)
+            with c.transaction() as t:
+                t.create(f"{path}-t", ephemeral=True)
+        except BaseException as e:  # reported by the main thread
+            failures.append(e)
+
+    try:
+        c.start()
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(30)
+        assert not failures, failures
+        assert c.last_zxid >= max(newest)
+        owned = [c.exists(f"{root}/n{i}-{s}") for i in range(threads) for s in "et"]
+        assert all(st is not None and st.ephemeral_owner == c.session_id for st in owned)
+        c.stop()  # the session's ephemerals go with it
+        with concord.Client(server.addr) as other:
+            assert sorted(other.get_children(root)) == sorted(f"n{i}" for i in range(threads))
     finally:
         c.close()

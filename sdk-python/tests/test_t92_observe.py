@@ -316,7 +316,10 @@ def test_a_stalled_first_host_is_skipped_at_open(server: Server, own_server: Ser
         if kind == "sync":
             c = concord.Client(hosts)
             try:
-                c.exists("/")  # connected to the first host
+                # Connected to the first host: streams have their own channel
+                # (unary calls go over a blocking one), so open one stream there.
+                with c.observe(_name()) as warm:
+                    warm.next(5)
                 own_server.stop()
                 started = time.monotonic()
                 with c.observe(name) as o:
@@ -342,3 +345,21 @@ def test_a_stalled_first_host_is_skipped_at_open(server: Server, own_server: Ser
     finally:
         own_server.cont()
     assert OPEN_WAIT_S - 0.2 <= took[0] < OPEN_WAIT_S + 2, took
+
+
+def test_a_quiet_election_keeps_its_stream(server: Server, kind: str) -> None:
+    """Nothing changes for longer than SILENCE_S: the server's progress messages keep
+    the stream alive (no resume), and none is reported as a change."""
+    from concord.aio.observe import SILENCE_S
+
+    name = _name()
+
+    async def body(c: Any) -> None:
+        o = await observe(c, name)
+        assert who(await nxt(o)) is None
+        with pytest.raises(concord.TimeoutError):
+            await nxt(o, SILENCE_S + 1.0)
+        assert aio_of(o).resumes == 0, aio_of(o).last_error
+        o.cancel()
+
+    run_with(kind, server.addr, body)

@@ -34,11 +34,11 @@ import concord
 import concord.aio
 from concord import LatchEvent, State
 
-from conftest import run_with
+from conftest import SyncAdapter, run_with
 from recipe_util import Async, make, raw
 from test_t50_ensemble import SIZE, Ensemble
 from test_t90_elections import Events
-from test_t92_observe import nxt, observe, who
+from test_t92_observe import aio_of, nxt, observe, who
 
 TTL_S = 2.0
 SHARE = 0.3
@@ -205,3 +205,46 @@ async def _eventually(what: str, cond: Any, timeout_s: float) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def test_an_observer_leaves_a_server_that_goes_silent(ensemble: Ensemble, kind: str) -> None:
+    """An observer on a client with no session (so no keep-alives to follow) whose
+    stream's server, a follower, is SIGSTOPped: the stream asks for progress, so after
+    SILENCE_S with nothing it moves to the next host and reports the leader elected
+    meanwhile there."""
+    from concord.aio.observe import SILENCE_S
+
+    leader = ensemble.leader(list(range(SIZE)))
+    silent = next(i for i in range(SIZE) if i != leader)
+    order = [silent] + [i for i in range(SIZE) if i != silent]
+    hosts = ",".join(ensemble.servers[i].addr for i in order)
+    name = f"silent-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> None:
+        async with concord.aio.Client(ensemble.servers[leader].addr, **CLIENT) as other:  # type: ignore[arg-type]
+            latch = other.LeaderLatch(name, id="b", value=b"b")
+            if kind == "sync":
+                c = concord.Client(hosts, **CLIENT)  # type: ignore[arg-type]
+            else:
+                c = concord.aio.Client(hosts, **CLIENT)  # type: ignore[arg-type]
+            try:
+                o = await observe(SyncAdapter(c) if kind == "sync" else c, name)
+                assert who(await nxt(o)) is None
+                stopped_at = time.monotonic()
+                ensemble.servers[silent].stop()
+                await latch.start()
+                assert await latch.wait(10)
+                change = await nxt(o, SILENCE_S + 5)
+                took = time.monotonic() - stopped_at
+                assert who(change) == ("b", b"b")
+                assert SILENCE_S - 0.5 <= took < SILENCE_S + 3, took
+                assert aio_of(o).resumes >= 1
+                o.cancel()
+            finally:
+                await latch.close()
+                if kind == "sync":
+                    await asyncio.to_thread(c.close)
+                else:
+                    await c.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -183,6 +183,17 @@ impl Core {
         }
     }
 
+    /// While it leads, the election showed another leader (someone resigned our
+    /// candidacy, or its node is gone): it stops leading and campaigns again.
+    pub(crate) fn on_deposed(&mut self) -> Vec<Step> {
+        if !self.leading {
+            return Vec::new();
+        }
+        self.leading = false;
+        self.won = None;
+        vec![Step::Unlead, Step::Campaign]
+    }
+
     /// A check failed (no answer): ask again if still connected.
     pub(crate) fn on_check_failed(&mut self) -> Vec<Step> {
         self.checking = false;
@@ -508,12 +519,15 @@ async fn run(shared: Arc<Shared>, state: ConnectionState, mut listener: StateLis
     let (mut core, mut steps) = Core::new(state);
     let mut campaign: Pending<Participant> = None;
     let mut check: Pending<bool> = None;
+    // While it leads: follows the election until someone else leads.
+    let mut deposed: Option<Pin<Box<dyn Future<Output = ()> + Send>>> = None;
     let mut campaign_failures = 0u32;
     let mut check_failures = 0u32;
     loop {
         for step in steps.drain(..) {
             match step {
                 Step::Campaign => {
+                    deposed = None;
                     let delay = retry_delay(campaign_failures);
                     campaign = Some(Box::pin(Arc::clone(&shared).campaign(delay)));
                 }
@@ -521,8 +535,18 @@ async fn run(shared: Arc<Shared>, state: ConnectionState, mut listener: StateLis
                     let delay = retry_delay(check_failures);
                     check = Some(Box::pin(Arc::clone(&shared).check(p, delay)));
                 }
-                Step::Lead(p) => shared.lead(p),
-                Step::Unlead => shared.unlead(true),
+                Step::Lead(p) => {
+                    let since = shared.client.last_seen_zxid();
+                    let (follow, leader) = (Arc::clone(&shared), p.clone());
+                    deposed = Some(Box::pin(async move {
+                        follow.client.deposed(&follow.name, &leader, since).await
+                    }));
+                    shared.lead(p);
+                }
+                Step::Unlead => {
+                    deposed = None;
+                    shared.unlead(true);
+                }
                 Step::End => {
                     shared.end(
                         ErrorCode::SessionExpired,
@@ -554,6 +578,10 @@ async fn run(shared: Arc<Shared>, state: ConnectionState, mut listener: StateLis
                         return;
                     }
                 }
+            }
+            () = pending(&mut deposed) => {
+                deposed = None;
+                steps = core.on_deposed();
             }
             checked = pending(&mut check) => {
                 check = None;

@@ -51,6 +51,20 @@ fn a_latch_no_longer_first_in_line_campaigns_again() {
 }
 
 #[test]
+fn a_deposed_leader_stops_leading_and_campaigns_again() {
+    let (mut core, _) = Core::new(Connected);
+    core.on_won(candidacy(7));
+    assert_eq!(core.on_deposed(), vec![Step::Unlead, Step::Campaign]);
+    // Its place is forgotten: nothing to check after a suspension.
+    assert_eq!(core.on_state(Suspended), vec![]);
+    assert_eq!(core.on_state(Reconnected), vec![]);
+    // Not leading (suspended): a late report changes nothing.
+    core.on_won(candidacy(9));
+    core.on_state(Suspended);
+    assert_eq!(core.on_deposed(), vec![]);
+}
+
+#[test]
 fn a_win_seen_while_suspended_is_checked_after_reconnected() {
     let (mut core, _) = Core::new(Connected);
     core.on_state(Suspended);

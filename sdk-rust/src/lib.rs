@@ -34,6 +34,7 @@
 #![deny(missing_docs)]
 
 pub mod access;
+pub mod backup;
 pub mod builder;
 pub mod cache;
 mod call;
@@ -43,6 +44,7 @@ pub mod discovery;
 pub mod error;
 pub mod latch;
 pub mod locks;
+pub mod members;
 pub mod naming;
 pub mod op;
 pub mod options;
@@ -76,6 +78,7 @@ pub use discovery::{ServiceDiscovery, ServiceEvent, ServiceInstance, ServiceList
 pub use error::{CallKind, Error, LeaderHint, Origin};
 pub use latch::{CloseMode, LatchEvent, LatchListener, LatchState, LeaderLatch};
 pub use locks::{Lease, LockGuard, Mutex, Semaphore, SemaphoreMutex};
+pub use members::{MemberStatus, Members};
 pub use naming::{IdGenerator, IdOptions};
 pub use op::Op;
 pub use options::{

@@ -290,8 +290,10 @@ impl Client {
         &self,
         name: &str,
     ) -> Result<impl Stream<Item = Result<LeaderChange, Error>> + Send + 'static, Error> {
+        // No progress messages: every item is a change.
         let req = ObserveRequest {
             election: name.into(),
+            progress_interval_ms: 0,
         };
         let mut elections = ElectionClient::new(self.channel().clone());
         let resp = elections.observe(req).await.map_err(read_err)?;
@@ -303,6 +305,35 @@ impl Client {
                 leader: client.leader_of(resp),
             })
         }))
+    }
+
+    /// Returns once election `name` is seen led by another candidacy than `p`, or by
+    /// none, at zxid `since` or later (`p` led at `since`: older states, from a
+    /// server behind, do not count): `p` was resigned by someone else, or its node is
+    /// gone. Follows the election on Observe, opened again after a break; never
+    /// returns if the server refuses to let it observe (the recipe leads on, as
+    /// without following).
+    pub(crate) async fn deposed(&self, name: &str, p: &Participant, since: u64) {
+        let mut failures = 0u32;
+        loop {
+            tokio::time::sleep(crate::latch::retry_delay(failures)).await;
+            failures = failures.saturating_add(1);
+            let mut changes = match self.observe(name).await {
+                Ok(changes) => Box::pin(changes),
+                Err(e) if e.is_retry_safe() => continue,
+                Err(_) => return std::future::pending().await,
+            };
+            while let Some(Ok(change)) = changes.next().await {
+                failures = 0;
+                if change.zxid < since {
+                    continue;
+                }
+                match change.leader {
+                    Some(l) if l.key == p.key && l.term == p.term => {}
+                    _ => return,
+                }
+            }
+        }
     }
 
     /// The leader a Leader or Observe answer names (its zxid is seen).

@@ -422,12 +422,20 @@ async fn lead(shared: &Shared, conn: &mut Conn, p: Participant) {
         participant: p.clone(),
         cancel: cancelled,
     };
-    shared.leading.send_replace(Some(p));
+    let since = shared.client.last_seen_zxid();
+    shared.leading.send_replace(Some(p.clone()));
     let take = (shared.take)(leadership);
     tokio::pin!(take);
+    // Someone else resigned our candidacy, or its node is gone: leadership is over.
+    let deposed = shared.client.deposed(&shared.name, &p, since);
+    tokio::pin!(deposed);
     loop {
         tokio::select! {
             () = &mut take => break,
+            () = &mut deposed => {
+                let _ = cancel.send(true);
+                break;
+            }
             state = conn.next() => {
                 if !state.is_connected() {
                     let _ = cancel.send(true);

@@ -123,12 +123,21 @@ async fn t22_dropping_a_session_stops_pinging_without_closing() {
     let session = client.open_session(60).await.expect("open");
     wait_until(&state, "pings", |s| s.pings >= 2).await;
     drop(session);
-    // Let any ping already in flight land, then check that no more come.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let pings = state.lock().expect("lock").pings;
+    // The session's stream ends (every ping sent on it has landed by then)...
+    wait_until(&state, "the KeepAlive stream to end", |s| {
+        s.keep_alive_streams_ended == s.keep_alive_streams
+    })
+    .await;
+    let (pings, streams) = {
+        let s = state.lock().expect("lock");
+        (s.pings, s.keep_alive_streams)
+    };
+    // ...and no new one opens: a live session would reconnect within its ping
+    // interval (20 ms for a 60 ms TTL), so ten intervals without one is an absence.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let state = state.lock().expect("lock");
     assert_eq!(state.pings, pings, "pings after drop");
+    assert_eq!(state.keep_alive_streams, streams, "a stream after drop");
     assert!(state.closed.is_empty());
 }
 

@@ -92,6 +92,56 @@ async fn t71_leader_session_expiry_elects_the_next_within_tick_plus_ttl() {
     }
 }
 
+/// With progress_interval_ms, a quiet Observe stream carries progress messages that
+/// repeat the last leader sent, flagged `progress`, with zxids that never go back;
+/// changes still come as changes.
+#[tokio::test]
+async fn t71_observe_sends_progress_on_a_quiet_election_when_asked() {
+    let server = Server::start(ServerOptions::default());
+    let c = Client::connect(server.endpoint()).await.unwrap();
+    let mut e = election(&server).await;
+    let mut stream = e
+        .observe(pb::ObserveRequest {
+            election: "e".into(),
+            progress_interval_ms: 20,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("a message within 10 s")
+            .unwrap()
+            .unwrap()
+    };
+    let first = next().await;
+    assert!(!first.progress && first.leader.is_none(), "{first:?}");
+    let quiet = next().await;
+    assert!(quiet.progress && quiet.leader.is_none(), "{quiet:?}");
+    let zxid = |r: &pb::LeaderResponse| r.header.as_ref().unwrap().zxid;
+    assert!(zxid(&quiet) >= zxid(&first));
+
+    let a = c.open_session(10_000).await.unwrap();
+    let led = campaign(&mut e, a.id(), "a").await;
+    // Progress sent before the campaign applied may come first; then the change.
+    let change = loop {
+        let m = next().await;
+        if !m.progress {
+            break m;
+        }
+        assert!(
+            m.leader.is_none(),
+            "progress repeats the last leader sent: {m:?}"
+        );
+    };
+    assert_eq!(change.leader.as_ref().unwrap().key, led.key);
+    let after = next().await;
+    assert!(after.progress, "{after:?}");
+    assert_eq!(after.leader.as_ref().unwrap().key, led.key);
+    assert!(zxid(&after) >= zxid(&change));
+}
+
 #[tokio::test]
 async fn t71_observe_sees_every_change_in_order() {
     let server = Server::start(ServerOptions::default());
@@ -100,6 +150,7 @@ async fn t71_observe_sees_every_change_in_order() {
     let mut stream = e
         .observe(pb::ObserveRequest {
             election: "e".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -336,13 +336,58 @@ async fn t73_lost_ends_the_latch_and_the_next_leads() {
     assert!(!a.has_leadership());
     let err = a.wait().await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::SessionExpired, "{err}");
-    assert_eq!(first.state(), ConnectionState::Lost);
+    // The latch may end first (its place went with the session, and its Campaign
+    // again was refused SESSION_EXPIRED): the session's keep-alives then learn it.
+    eventually("the session to be lost", WAIT, || async {
+        (first.state() == ConnectionState::Lost).then_some(())
+    })
+    .await;
     assert_eq!(
         a.close(CloseMode::Silent).await.unwrap_err().code(),
         ErrorCode::BadState
     );
     assert!(b.wait_timeout(WAIT).await.unwrap());
     b.close(CloseMode::Silent).await.unwrap();
+}
+
+/// Someone else resigns the leading latch's candidacy (an operator's Resign with the
+/// key and term Leader shows): the latch follows its election while it leads, so it
+/// stops leading at once (NotLeader) instead of claiming a leadership it lost, and
+/// campaigns again: with the other latch now first, it queues behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t73_a_latch_whose_candidacy_is_resigned_by_someone_else_stops_leading() {
+    let server = Server::start(ServerOptions::default());
+    let client = server.sdk().await;
+    let first = client.open_session(10_000).await.unwrap();
+    let second = client.open_session(10_000).await.unwrap();
+    let a = LeaderLatch::new(&first, "deposed", "a");
+    let mut events = a.listen();
+    a.start().unwrap();
+    assert!(a.wait_timeout(WAIT).await.unwrap());
+    assert_eq!(next_event(&mut events).await, Some(LatchEvent::IsLeader));
+    let b = LeaderLatch::new(&second, "deposed", "b");
+    b.start().unwrap();
+    eventually("two in line", WAIT, || async {
+        (line(&client, "deposed").await.len() == 2).then_some(())
+    })
+    .await;
+    let led = client.leader("deposed").await.unwrap().unwrap();
+    assert_eq!(led.participant_id, "a");
+
+    client.resign(&led.key, led.term).await.unwrap();
+    assert_eq!(next_event(&mut events).await, Some(LatchEvent::NotLeader));
+    assert!(!a.has_leadership());
+    assert!(b.wait_timeout(WAIT).await.unwrap());
+    // It campaigned again: in line behind b, with a new place.
+    eventually("a in line behind b", WAIT, || async {
+        (line(&client, "deposed").await == ["b", "a"]).then_some(())
+    })
+    .await;
+    assert!(!a.has_leadership());
+    b.close(CloseMode::Silent).await.unwrap();
+    assert!(a.wait_timeout(WAIT).await.unwrap());
+    assert_ne!(a.fence().unwrap().token, led.term, "a new term");
+    a.close(CloseMode::Silent).await.unwrap();
 }
 
 /// Latches closed at every point of their Campaign's first milliseconds (the moment

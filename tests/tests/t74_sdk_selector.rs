@@ -218,6 +218,33 @@ async fn t74_the_closure_is_cancelled_on_suspended_and_on_lost() {
     );
 }
 
+/// Someone else resigns the leading selector's candidacy (an operator's Resign with
+/// the key and term Leader shows): the selector follows its election while it leads,
+/// so the closure is told and dropped at once, and with auto_requeue it leads again
+/// with a new term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t74_the_closure_is_cancelled_when_someone_else_resigns_its_candidacy() {
+    let server = Server::start(ServerOptions::default());
+    let client = server.sdk().await;
+    let session = client.open_session(10_000).await.unwrap();
+    let (selector, mut rx) = endless(&session, "resigned");
+    selector.auto_requeue(true);
+    selector.start().unwrap();
+    let Seen::Started(first_term) = seen(&mut rx, WAIT).await else {
+        panic!("the closure did not start first")
+    };
+    let led = client.leader("resigned").await.unwrap().unwrap();
+    assert_eq!(led.term, first_term);
+    client.resign(&led.key, led.term).await.unwrap();
+    cancelled_and_dropped(&mut rx, WAIT).await;
+    let Seen::Started(second_term) = seen(&mut rx, WAIT).await else {
+        panic!("the closure did not start again")
+    };
+    assert!(second_term > first_term);
+    assert!(selector.has_leadership());
+    selector.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t74_without_auto_requeue_a_selector_leads_once_until_requeued() {
     let server = Server::start(ServerOptions::default());

@@ -7,7 +7,9 @@
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
-use concord_tests::{children_at, create_at, eventually, tree_at, Ensemble, ServerOptions};
+use concord_tests::{
+    children_at, code_of, create_at, eventually, tree_at, Ensemble, ServerOptions,
+};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -84,26 +86,37 @@ async fn t82_a_frozen_leader_acknowledges_nothing_from_its_old_epoch() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     ensemble.servers[old].signal("CONT");
-    let mut acked = 0;
-    if let Ok(zxid) = stale_write.await.unwrap() {
-        acked += 1;
-        assert!(
-            zxid_epoch(zxid) > zxid_epoch(after) || zxid > after,
-            "the old leader acknowledged a write at {zxid:#x}, not after {after:#x}"
-        );
-        assert!(
-            exists(&endpoints[new], "/stale", zxid).await,
-            "acknowledged, yet not on the new leader"
-        );
+    // Each answers: correctly, or with a failure that claims nothing (never an
+    // acknowledgement from the old epoch, never a read that missed /after).
+    match stale_write.await.unwrap() {
+        Ok(zxid) => {
+            assert!(
+                zxid_epoch(zxid) > zxid_epoch(after) || zxid > after,
+                "the old leader acknowledged a write at {zxid:#x}, not after {after:#x}"
+            );
+            assert!(
+                exists(&endpoints[new], "/stale", zxid).await,
+                "acknowledged, yet not on the new leader"
+            );
+        }
+        Err(e) => assert!(
+            claims_nothing(
+                &e,
+                &["NOT_LEADER", "UNAVAILABLE", "OUTCOME_UNKNOWN", "TIMEOUT"]
+            ),
+            "the stale write failed with {e}"
+        ),
     }
-    if let Ok(reply) = stale_read.await.unwrap() {
-        acked += 1;
-        assert!(
+    match stale_read.await.unwrap() {
+        Ok(reply) => assert!(
             reply.into_inner().exists,
             "a linearizable read on the old leader missed /after"
-        );
+        ),
+        Err(e) => assert!(
+            claims_nothing(&e, &["NOT_LEADER", "UNAVAILABLE", "TIMEOUT"]),
+            "the stale read failed with {e}"
+        ),
     }
-    println!("requests answered after SIGCONT (correctly): {acked} of 2");
     // It rejoins as a follower of the new leader.
     eventually("the old leader follows the new one", WAIT, || async {
         let status = ensemble.status(old).await?;
@@ -111,6 +124,33 @@ async fn t82_a_frozen_leader_acknowledges_nothing_from_its_old_epoch() {
     })
     .await;
     assert!(exists(&endpoints[old], "/before", after).await);
+    // And it serves: a write through it lands in the new epoch, and a linearizable
+    // read through it sees /after.
+    let rejoined = eventually("a write through the old leader", WAIT, || async {
+        create_at(&endpoints[old], "/rejoined").await.ok()
+    })
+    .await;
+    assert!(zxid_epoch(rejoined) > zxid_epoch(after) || rejoined > after);
+    let seen = tree(&endpoints[old])
+        .exists(pb::ExistsRequest {
+            path: "/after".into(),
+            linearizable: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .exists;
+    assert!(
+        seen,
+        "a linearizable read through the old leader missed /after"
+    );
+}
+
+/// A failure that says nothing happened or that nothing is known: one of `codes`, or
+/// the client's own deadline.
+fn claims_nothing(e: &tonic::Status, codes: &[&str]) -> bool {
+    e.code() == tonic::Code::DeadlineExceeded || codes.contains(&code_of(e).as_str())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,6 +110,7 @@ async fn t84_an_election_fails_over_across_servers_and_observe_sees_it_all() {
     let mut observe = ElectionClient::new(ensemble.servers[2].channel().await)
         .observe(pb::ObserveRequest {
             election: "e".into(),
+            ..Default::default()
         })
         .await
         .unwrap()

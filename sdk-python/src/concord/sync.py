@@ -2,13 +2,19 @@
 
 ::
 
-    caller thread ──run_coroutine_threadsafe──▶ private loop thread ("concord-io")
-       blocks on the answer                      runs the aio core: calls, keep-alives
+    caller thread ──unary calls: the core's plans, blocking grpcio──▶ the host the core uses
+       │            (concord._plan.drive_blocking; no hop)
+       └─ streams, session, recipes ──run_coroutine_threadsafe──▶ private loop thread
+                                                                   ("concord-io"): the aio core
     listener thread ("concord-listener") ◄── state changes (never on the loop)
 
-Every method hands the aio core's coroutine to the loop and waits for it; nothing is
-written twice. Listeners run on their own thread, so a listener may call the client.
-The loop thread refuses to wait on itself (RuntimeError instead of a deadlock).
+Unary calls (get, set, create, ...) carry out the aio core's own plans (the same
+requests, retry policy, zxid bookkeeping, session ownership and errors) on the
+caller's thread through blocking channels to the same hosts: no hop to the loop,
+which halved their rate. Everything else (the session's keep-alives, watches, caches,
+recipes) hands the core's coroutine to the loop and waits for it; nothing is written
+twice. Listeners run on their own thread, so a listener may call the client. The loop
+thread refuses to wait on itself (RuntimeError instead of a deadlock).
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ import threading
 from types import TracebackType
 from typing import Any, Callable, Coroutine, Iterator, TypeVar, overload
 
+import grpc
+
 from . import _recipes_sync as recipes
 from . import aio
 from ._listeners import Listener
+from ._plan import Attempt, Plan, drive_blocking
 from ._transaction import OpResult, TransactionOps
 from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
@@ -32,7 +41,8 @@ from .aio.cache import DataWatch as _AioDataWatch
 from .aio.cache import _FunctionWatch
 from .aio.watch import RESUME_FOREVER
 from .aio.watch import Watch as _AioWatch
-from .errors import ConcordError
+from .aio.client import _Endpoint
+from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
 from .events import EventKind, Node, WatchEvent
 from .types import TLS, Fence, Retry, Stat, State
 
@@ -84,6 +94,66 @@ class _LoopThread:
                 self.loop.close()
 
 
+class _BlockingCalls:
+    """The sync client's unary calls, made on the caller's thread: the core's plans
+    (``concord._plan``) driven by ``drive_blocking`` over blocking grpcio channels, one
+    per host of the core's list (the same options and TLS), at the host the core's
+    calls go to (one index moves both). What an attempt leaves behind is the core's:
+    ``_saw`` records the zxid, ``_failed`` moves to the next host or the leader."""
+
+    def __init__(self, core: aio.Client, io: _LoopThread) -> None:
+        self._core = core
+        self._io = io
+        self._endpoints: list[_Endpoint] | None = None
+        self._lock = threading.Lock()
+
+    def run(self, plan: Plan[T]) -> T:
+        """Carries ``plan`` out on this thread and returns its result."""
+        if self._io._stopped:
+            plan.close()
+            raise RuntimeError("the client is closed")
+        if threading.current_thread() is self._io._thread:
+            plan.close()
+            raise RuntimeError("a blocking Concord call on the client's own I/O loop")
+        return drive_blocking(plan, self._attempt)
+
+    def _endpoint(self) -> _Endpoint:
+        core = self._core
+        if core._closed:
+            raise make_error(ErrorCode.BAD_STATE, "the client is closed")
+        endpoints = self._endpoints
+        if endpoints is None:
+            with self._lock:
+                if self._endpoints is None:
+                    self._endpoints = [_Endpoint(h, core.tls, blocking=True) for h in core.hosts]
+                endpoints = self._endpoints
+        return endpoints[core._current % len(endpoints)]
+
+    def _attempt(self, step: Attempt) -> Any:
+        """One attempt, blocking, on the current host (``aio.Client._attempt``'s twin
+        for the transport: the deadline is grpc's, its expiry the same TimeoutError)."""
+        ep = self._endpoint()
+        try:
+            resp = step.method(ep)(step.request, timeout=step.limit)
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=step.write)
+            if (
+                step.limit is not None
+                and err.origin is Origin.TRANSPORT
+                and e.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
+            ):
+                err = deadline_error(write=step.write, limit_s=step.limit)
+            raise self._core._failed(err) from None
+        self._core._saw(resp.header.zxid)
+        return resp
+
+    def close(self) -> None:
+        with self._lock:
+            endpoints, self._endpoints = self._endpoints, None
+        for ep in endpoints or ():
+            ep.channel.close()
+
+
 class Client:
     """A blocking Concord client with one session (kazoo's ``KazooClient``).
 
@@ -110,6 +180,7 @@ class Client:
             suspend_share=suspend_share,
         )
         self._io = _LoopThread()
+        self._calls = _BlockingCalls(self._aio, self._io)
 
     @property
     def aio(self) -> aio.Client:
@@ -156,6 +227,7 @@ class Client:
             self._io.run(self._aio.close())
         finally:
             self._io.stop()
+            self._calls.close()
 
     def __enter__(self) -> Client:
         self.start()
@@ -173,16 +245,16 @@ class Client:
             self.close()
 
     def get(self, path: str, *, linearizable: bool = False) -> tuple[bytes, Stat]:
-        return self._io.run(self._aio.get(path, linearizable=linearizable))
+        return self._calls.run(self._aio._get(path, linearizable))
 
     def exists(self, path: str, *, linearizable: bool = False) -> Stat | None:
-        return self._io.run(self._aio.exists(path, linearizable=linearizable))
+        return self._calls.run(self._aio._exists(path, linearizable))
 
     def get_children(self, path: str, *, linearizable: bool = False) -> list[str]:
-        return self._io.run(self._aio.get_children(path, linearizable=linearizable))
+        return self._calls.run(self._aio._get_children(path, linearizable))
 
     def sync(self, path: str = "/") -> int:
-        return self._io.run(self._aio.sync(path))
+        return self._calls.run(self._aio._sync(path))
 
     def create(
         self,
@@ -194,18 +266,18 @@ class Client:
         *,
         fence: Fence | None = None,
     ) -> str:
-        return self._io.run(self._aio.create(path, value, ephemeral, sequence, makepath, fence=fence))
+        return self._calls.run(self._aio._create(path, value, ephemeral, sequence, makepath, fence))
 
     def set(self, path: str, value: bytes, version: int = -1, *, fence: Fence | None = None) -> Stat:
-        return self._io.run(self._aio.set(path, value, version, fence=fence))
+        return self._calls.run(self._aio._set(path, value, version, fence))
 
     def delete(
         self, path: str, version: int = -1, recursive: bool = False, *, fence: Fence | None = None
     ) -> None:
-        self._io.run(self._aio.delete(path, version, recursive, fence=fence))
+        self._calls.run(self._aio._delete(path, version, recursive, fence))
 
     def ensure_path(self, path: str) -> None:
-        self._io.run(self._aio.ensure_path(path))
+        self._calls.run(self._aio._ensure_path(path))
 
     def transaction(self) -> Transaction:
         return Transaction(self)
@@ -364,7 +436,7 @@ class Transaction(TransactionOps):
 
     def commit(self, *, fence: Fence | None = None) -> list[OpResult]:
         ops, ephemeral = self._take()
-        return self._client._io.run(self._client._aio._commit(ops, ephemeral, fence))
+        return self._client._calls.run(self._client._aio._multi(ops, ephemeral, fence))
 
     def __enter__(self) -> Transaction:
         return self

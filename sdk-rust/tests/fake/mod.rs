@@ -28,6 +28,8 @@ pub struct State {
     pub pings: u64,
     /// KeepAlive streams opened.
     pub keep_alive_streams: u64,
+    /// KeepAlive streams whose client side ended (closed or dropped).
+    pub keep_alive_streams_ended: u64,
     /// Break the first KeepAlive stream after its first answer.
     pub break_first_keep_alive: bool,
     /// Answer pings with `expired`.
@@ -277,6 +279,10 @@ impl Session for Fake {
                     return;
                 }
             }
+            shared
+                .lock()
+                .expect("fake state lock")
+                .keep_alive_streams_ended += 1;
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }

@@ -13,6 +13,10 @@ use concord_proto::v1::ErrorCode;
 
 pub struct ClusterService {
     replica: Replica,
+    /// The configured members (this server alone when none are), for Members.
+    ensemble: Vec<crate::config::Member>,
+    /// Bounds the snapshot streams served at once.
+    snapshot_streams: std::sync::Arc<tokio::sync::Semaphore>,
     /// Voters and observers in the configured ensemble (1 for a lone server).
     ensemble_size: u32,
     /// For the lock and election wake-up counter.
@@ -22,9 +26,19 @@ pub struct ClusterService {
 }
 
 impl ClusterService {
-    pub fn new(replica: Replica, recipes: Recipes, security: Security, ensemble_size: u32) -> Self {
+    pub fn new(
+        replica: Replica,
+        recipes: Recipes,
+        security: Security,
+        ensemble: Vec<crate::config::Member>,
+    ) -> Self {
+        let ensemble_size = u32::try_from(ensemble.len()).unwrap_or(u32::MAX);
         ClusterService {
             replica,
+            ensemble,
+            snapshot_streams: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                super::backup::SNAPSHOT_STREAMS_MAX,
+            )),
             ensemble_size,
             recipes,
             security,
@@ -34,6 +48,31 @@ impl ClusterService {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    type SnapshotStream = super::backup::SnapshotStream;
+
+    async fn snapshot(
+        &self,
+        request: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<Self::SnapshotStream>, Status> {
+        let caller = super::authz::caller_of(&request);
+        super::backup::require_admin(&caller, "Snapshot")?;
+        let r = request.into_inner();
+        super::ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
+        super::backup::snapshot(&self.replica, &self.snapshot_streams).map(Response::new)
+    }
+
+    async fn members(
+        &self,
+        request: Request<pb::MembersRequest>,
+    ) -> Result<Response<pb::MembersResponse>, Status> {
+        let caller = super::authz::caller_of(&request);
+        super::backup::require_admin(&caller, "Members")?;
+        Ok(Response::new(super::backup::members(
+            &self.replica,
+            &self.ensemble,
+        )))
+    }
+
     async fn status(
         &self,
         _request: Request<pb::StatusRequest>,

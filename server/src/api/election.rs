@@ -1,6 +1,7 @@
 //! The `concord.v1.Election` service: check input, call the recipes, answer.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use concord_proto::v1 as pb;
 use concord_proto::v1::election_server::Election;
@@ -12,6 +13,7 @@ use super::convert::{header, owned_data, Limits};
 use super::error::bad_arguments;
 use super::lock::{queue_name_in, queue_view, timeout_of};
 use super::owner::{check_member, check_session};
+use super::watch::PROGRESS_MIN;
 use crate::recipes::{election_queue, JoinSpec, Recipes};
 use crate::security::Perms;
 use crate::tree::queue::QueueEntry;
@@ -44,6 +46,7 @@ impl ElectionService {
         pb::LeaderResponse {
             header: self.header(zxid),
             leader: leader.map(|e| info(view, name, e)),
+            progress: false,
         }
     }
 }
@@ -185,7 +188,10 @@ impl Election for ElectionService {
         request: Request<pb::ObserveRequest>,
     ) -> Result<Response<Self::ObserveStream>, Status> {
         let view = queue_view(&self.recipes, &request, Perms::READ)?;
-        let name = request.into_inner().election;
+        let r = request.into_inner();
+        let name = r.election;
+        let interval = (r.progress_interval_ms > 0)
+            .then(|| Duration::from_millis(u64::from(r.progress_interval_ms)).max(PROGRESS_MIN));
         let queue = queue_name_in(&view, &name)?;
         let mut observer = self
             .recipes
@@ -195,23 +201,49 @@ impl Election for ElectionService {
         let replica = self.recipes.replica().clone();
         let (tx, rx) = tokio::sync::mpsc::channel(OBSERVE_BUFFER);
         tokio::spawn(async move {
+            // The last leader sent, repeated by progress messages.
+            let mut last: Option<pb::LeaderInfo> = None;
             loop {
+                let quiet = async {
+                    match interval {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                // None: `interval` passed without a change.
                 let next = tokio::select! {
-                    next = observer.next() => next,
+                    next = observer.next() => Some(next),
+                    () = quiet => None,
                     () = tx.closed() => return,
                 };
-                let Some(next) = next else { return };
                 // A revoked `r` ends the stream at once, with PERMISSION_DENIED.
                 let allowed = replica.read(|t| view.check(t.grants(), view.ns.root(), Perms::READ));
-                let item = allowed
-                    .and_then(|()| next.map_err(|e| view.recipe_status(e)))
-                    .map(|(zxid, leader)| pb::LeaderResponse {
-                        header: header(server_id, zxid),
-                        leader: leader.map(|e| info(&view, &name, e)),
-                    });
-                let last = item.is_err();
+                let item = match next {
+                    Some(None) => return,
+                    Some(Some(next)) => allowed
+                        .and_then(|()| next.map_err(|e| view.recipe_status(e)))
+                        .map(|(zxid, leader)| {
+                            last = leader.map(|e| info(&view, &name, e));
+                            pb::LeaderResponse {
+                                header: header(server_id, zxid),
+                                leader: last.clone(),
+                                progress: false,
+                            }
+                        }),
+                    None => {
+                        let Some(zxid) = observer.idle_progress() else {
+                            continue;
+                        };
+                        allowed.map(|()| pb::LeaderResponse {
+                            header: header(server_id, zxid),
+                            leader: last.clone(),
+                            progress: true,
+                        })
+                    }
+                };
+                let end = item.is_err();
                 // The client went away: stop following.
-                if tx.send(item).await.is_err() || last {
+                if tx.send(item).await.is_err() || end {
                     return;
                 }
             }

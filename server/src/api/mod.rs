@@ -7,6 +7,7 @@
 
 mod access;
 mod authz;
+mod backup;
 mod cluster;
 mod convert;
 mod election;
@@ -95,12 +96,11 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
     let recipes = Recipes::new(replica.clone());
-    let ensemble_size = u32::try_from(config.ensemble().len()).unwrap_or(u32::MAX);
     let cluster = ClusterServer::new(cluster::ClusterService::new(
         replica.clone(),
         recipes.clone(),
         security.clone(),
-        ensemble_size,
+        config.ensemble(),
     ))
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);
@@ -136,3 +136,6 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
 #[cfg(test)]
 #[path = "security_tests.rs"]
 mod security_tests;
+#[cfg(test)]
+#[path = "watch_tests.rs"]
+mod watch_tests;

@@ -81,7 +81,12 @@ async fn start() -> Services {
         election: ElectionService::new(recipes.clone(), LIMITS),
         session: SessionService::new(replica.clone(), security.clone(), (1_000, 60_000), 10_000),
         access: AccessService::new(replica.clone()),
-        cluster: ClusterService::new(replica.clone(), recipes, security.clone(), 1),
+        cluster: ClusterService::new(
+            replica.clone(),
+            recipes,
+            security.clone(),
+            config.ensemble(),
+        ),
         replica,
         security,
         _dir: dir,
@@ -807,6 +812,7 @@ async fn locks_and_elections_need_w_to_act_and_r_to_observe_on_the_namespace_roo
     // An open Observe ends with PERMISSION_DENIED once its `r` is revoked.
     let observe = pb::ObserveRequest {
         election: "e".into(),
+        ..Default::default()
     };
     denied(s.election.observe(req(&nobody, observe.clone())).await);
     let mut stream = s
@@ -892,4 +898,62 @@ async fn a_join_is_checked_again_when_it_is_proposed() {
             .collect()
     });
     assert!(members.is_empty(), "{members:?}");
+}
+
+/// Snapshot and Members expose the whole tree and the membership: a team member
+/// and an unmapped identity are refused; an admin gets a snapshot that decodes to
+/// the tree at the zxid its first message names, and the members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_and_members_are_for_admins_only() {
+    let s = start().await;
+    let (pay, admin, stranger) = (s.caller("pay-1"), s.caller("admin"), s.caller("stranger"));
+    s.create(&pay, "/a").await.unwrap();
+    for who in [&pay, &stranger] {
+        let m = denied(
+            s.cluster
+                .snapshot(req(who, pb::SnapshotRequest::default()))
+                .await,
+        );
+        assert!(m.contains("Cluster/Snapshot is for admins only"), "{m}");
+        denied(s.cluster.members(req(who, pb::MembersRequest {})).await);
+    }
+    let mut stream = s
+        .cluster
+        .snapshot(req(&admin, pb::SnapshotRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.next().await.unwrap().unwrap();
+    let info = first.info.expect("the first message names the snapshot");
+    assert!(first.data.is_empty());
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        assert!(chunk.info.is_none());
+        assert!(chunk.data.len() <= super::backup::SNAPSHOT_CHUNK_BYTES);
+        bytes.extend_from_slice(&chunk.data);
+    }
+    let tree = crate::tree::DataTree::decode_snapshot(&bytes).unwrap();
+    assert_eq!(tree.last_zxid(), info.zxid);
+    assert_eq!(tree.node_count() as u64, info.node_count);
+    assert!(tree.get("/teams/pay/a").is_some());
+    let at_zxid = s
+        .replica
+        .read(|t| (t.last_zxid() == info.zxid).then(|| t.digest()));
+    if let Some(digest) = at_zxid {
+        assert_eq!(tree.digest(), digest);
+    }
+    let members = s
+        .cluster
+        .members(req(&admin, pb::MembersRequest {}))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(members.members.len(), 1);
+    let me = &members.members[0];
+    assert_eq!(
+        (me.id, me.role(), me.voter, me.known),
+        (1, pb::Role::Leader, true, true)
+    );
+    assert_eq!(me.zxid, s.replica.applied_zxid());
 }

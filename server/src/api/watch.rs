@@ -35,6 +35,7 @@ use tonic::{Request, Response, Status};
 use super::authz::View;
 use super::convert::{check_path, stat};
 use super::error::{bad_arguments, error};
+use super::READ_WAIT_MAX;
 use crate::replica::Replica;
 use crate::security::{Grants, Perms};
 use crate::tree::{Event, EventKind};
@@ -47,8 +48,8 @@ use crate::watch::{self, SnapshotWalk, WatchBatch, WatchError, WatchFeed, WatchS
 const STREAM_BUFFER_MAX: usize = 4;
 /// Progress interval when the request leaves it at 0.
 const PROGRESS_DEFAULT: Duration = Duration::from_millis(1000);
-/// Shortest progress interval accepted.
-const PROGRESS_MIN: Duration = Duration::from_millis(10);
+/// Shortest progress interval accepted (also for Election.Observe).
+pub(super) const PROGRESS_MIN: Duration = Duration::from_millis(10);
 
 pub struct WatchService {
     replica: Replica,
@@ -151,7 +152,13 @@ impl WatchService {
     /// Starts after `after`: the feed replays from the history or the log what the
     /// client has not seen. A point neither reaches back to fails the call at once.
     async fn resume(&self, spec: WatchSpec, after: Zxid) -> Result<Start, Status> {
-        let committed = self.replica.committed_zxid();
+        let mut committed = self.replica.committed_zxid();
+        if after > committed {
+            // This server may be behind its leader (a client moving to it after a
+            // failover has seen more): the leader's commit point decides, and this
+            // server catches up to it first. No leader: a retry-safe error.
+            committed = committed.max(self.replica.linearize(READ_WAIT_MAX).await?);
+        }
         if after > committed {
             return Err(bad_arguments(format!(
                 "start_zxid {after:#x} is ahead of the commit point {committed:#x}"

@@ -81,6 +81,16 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// If the observer has reported everything it has seen, the zxid its election
+    /// is complete through (for progress messages); None while changes wait.
+    pub fn idle_progress(&self) -> Option<Zxid> {
+        let leader = self.members.values().next();
+        if self.reported.as_ref().map(Option::as_ref) != Some(leader) {
+            return None;
+        }
+        self.receiver.idle_progress().map(|z| z.max(self.zxid))
+    }
+
     /// The next leader change (the current leader first), with the zxid it happened
     /// at. `None` inside means no leader. Ends with None when the server stops.
     pub async fn next(&mut self) -> Option<Result<(Zxid, Option<QueueEntry>), RecipeError>> {

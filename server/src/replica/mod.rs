@@ -16,10 +16,12 @@
 
 mod forward;
 mod housekeeping;
+mod members;
 pub mod observe;
 mod persist;
 mod pipeline;
 mod recovery;
+mod restore;
 mod supervise;
 
 #[cfg(test)]
@@ -27,7 +29,7 @@ mod grants_tests;
 #[cfg(test)]
 mod quota_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -45,7 +47,9 @@ use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
 use forward::{Forwarder, Write};
 
+pub use members::Progress;
 pub use recovery::{discard_local_state, StartError};
+pub use restore::{restore, RestoreError, RestoreReport};
 #[cfg(test)]
 pub(crate) use supervise::crash;
 
@@ -157,8 +161,6 @@ struct Shared {
     /// Whether the core reports its leadership established here: a leader's epoch
     /// established, or a learner's sync with its leader done (UPTODATE received).
     synced: AtomicBool,
-    /// On a leader, where each learner stands, as of the last tick (empty elsewhere).
-    learners: Mutex<Vec<crate::zab::LearnerProgress>>,
     /// What this server records as it goes (counters and histograms).
     metrics: Arc<crate::telemetry::Metrics>,
     /// The bytes queued for the persister (its queue's depth).
@@ -190,6 +192,9 @@ struct Shared {
     /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
     /// watches it and ends.
     stop: watch::Sender<Option<String>>,
+    /// The learners' progress and this server's newest zxid, as the core reported
+    /// them at its last tick (`members::publish`), for `Cluster/Members`.
+    progress: Mutex<members::Progress>,
 }
 
 /// The wall clock in milliseconds since the Unix epoch (leader txn times, TTL reaping).

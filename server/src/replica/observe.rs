@@ -24,7 +24,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use super::{lock, Replica};
+use super::Replica;
 use crate::txn::{zxid_counter, zxid_epoch, Zxid};
 use crate::zab::Role;
 
@@ -225,11 +225,18 @@ impl Collector for Gauges {
 impl Gauges {
     /// The leader's view of its learners (all 0, and no lag series, elsewhere).
     fn encode_learners(&self, e: &mut DescriptorEncoder) -> fmt::Result {
-        let learners = lock(&self.replica.shared.learners).clone();
+        let progress = self.replica.progress();
+        let learners = progress.learners;
+        // Synced, and heard from within sync_limit_ticks (else the core gives up on
+        // it at the next check).
+        let live = |l: &&crate::zab::LearnerProgress| {
+            l.synced && l.heard_ticks_ago <= progress.sync_limit_ticks
+        };
         let synced = |observer: bool| {
             learners
                 .iter()
-                .filter(|l| l.observer == observer && l.synced)
+                .filter(|l| l.observer == observer)
+                .filter(live)
                 .count() as u64
         };
         gauge(

@@ -283,11 +283,9 @@ impl Pipeline {
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
-                _ = interval.tick() => {
-                    if hear_peers {
-                        self.node.tick();
-                    }
-                    self.publish_learners();
+                _ = interval.tick() => if hear_peers {
+                    self.node.tick();
+                    super::members::publish(&self.shared, &self.node);
                 },
                 first = inputs.proposals.recv(), if take => {
                     let Some(first) = first else { break };
@@ -601,20 +599,6 @@ impl Pipeline {
         if self.leadership_seen != seen {
             self.leadership_seen = seen;
             self.shared.metrics.leader_changes.inc();
-        }
-    }
-
-    /// Publishes, on a leader, where each learner stands (for the metrics: lag and
-    /// synced followers); clears it elsewhere. Once per tick.
-    fn publish_learners(&mut self) {
-        let learners = if *self.shared.serving.borrow() {
-            self.node.learners()
-        } else {
-            Vec::new()
-        };
-        let mut published = super::lock(&self.shared.learners);
-        if !(learners.is_empty() && published.is_empty()) {
-            *published = learners;
         }
     }
 

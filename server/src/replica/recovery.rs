@@ -44,7 +44,7 @@ pub(crate) const CURRENT_EPOCH: &str = "current_epoch";
 pub(crate) const MUST_RESYNC: &str = "must_resync";
 
 /// The store's file in the data folder.
-const STORE_FILE: &str = "concord.redb";
+pub(crate) const STORE_FILE: &str = "concord.redb";
 
 /// How many log entries recovery reads at a time.
 const REPLAY_CHUNK_TXNS: usize = 10_000;
@@ -457,7 +457,6 @@ fn launch(
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
         synced: AtomicBool::new(false),
-        learners: Mutex::new(Vec::new()),
         metrics,
         persist_backlog: persist.backlog(),
         peer_transport: peers.as_ref().map(|(handle, _)| handle.clone()),
@@ -486,6 +485,7 @@ fn launch(
         sessions: Mutex::new(sessions),
         started,
         stop: watch::Sender::new(None),
+        progress: Mutex::new(super::members::Progress::default()),
     });
     let (snap_tx, snap_rx) = mpsc::channel(1);
     #[cfg(test)]

@@ -33,7 +33,7 @@ mod stored;
 mod tests;
 mod usage;
 
-pub use snapshot::SnapshotError;
+pub use snapshot::{SnapshotError, FORMAT_WRITTEN as SNAPSHOT_FORMAT};
 pub use usage::Usage;
 
 use std::sync::Arc;

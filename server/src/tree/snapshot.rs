@@ -20,6 +20,10 @@
 //! that everything agrees (paths valid, no duplicates, num_children right, every
 //! ephemeral owned by a live session, no child under an ephemeral).
 //!
+//! `encode_snapshot_chunks` writes the same bytes in chunks, hashing as it goes, so
+//! `Cluster/Snapshot` streams a snapshot holding one chunk at a time (sessions are
+//! written one by one: postcard's sequence is its length, then its elements).
+//!
 //! A session's remembered outcomes are written through a flat mirror of `TreeError`
 //! (the chain of Multi op indexes, then the leaf error), so a hostile input cannot
 //! nest errors deep enough to overflow the stack while decoding.
@@ -44,6 +48,8 @@ const FORMAT_V1: u8 = 1;
 /// The format written after the magic: sessions with owners and fingerprints, then
 /// the grant table.
 const FORMAT_V2: u8 = 2;
+/// The format `encode_snapshot` writes.
+pub const FORMAT_WRITTEN: u8 = FORMAT_V2;
 /// Magic, format byte.
 const HEADER_BYTES: usize = MAGIC.len() + 1;
 /// The crc32 trailer.
@@ -58,6 +64,9 @@ pub enum SnapshotError {
     /// not hold the whole state, so none is written.
     #[error("cannot encode a snapshot: {0}")]
     Encode(String),
+    /// The receiver of a chunked encoding went away (`encode_snapshot_chunks`).
+    #[error("snapshot stream stopped: {0}")]
+    Stopped(String),
 }
 
 fn encode_failed(e: postcard::Error) -> SnapshotError {
@@ -147,19 +156,91 @@ fn put<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) -> Result<(), postca
     postcard::to_extend(value, Sink(out)).map(|_| ())
 }
 
+/// Where an encoding goes: records accumulate in `buf`, and once it holds
+/// `chunk_bytes` they are hashed and handed to `emit` as one chunk. The last chunk
+/// ends with the crc32 of every byte before it, so the chunks put together are
+/// exactly `encode_snapshot`'s bytes.
+struct Chunks<'e> {
+    buf: Vec<u8>,
+    chunk_bytes: usize,
+    crc: crc32fast::Hasher,
+    emit: &'e mut dyn FnMut(Vec<u8>) -> Result<(), SnapshotError>,
+}
+
+impl Chunks<'_> {
+    /// Appends one value; hands the buffer over once it is a chunk's worth.
+    fn put<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), SnapshotError> {
+        put(&mut self.buf, value).map_err(encode_failed)?;
+        if self.buf.len() >= self.chunk_bytes {
+            let full = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk_bytes));
+            self.crc.update(&full);
+            (self.emit)(full)?;
+        }
+        Ok(())
+    }
+
+    /// Hands over what is left, with the crc trailer.
+    fn finish(mut self) -> Result<(), SnapshotError> {
+        self.crc.update(&self.buf);
+        let crc = self.crc.finalize();
+        self.buf.extend_from_slice(&crc.to_le_bytes());
+        (self.emit)(self.buf)
+    }
+}
+
 impl DataTree {
     /// Encodes the whole replicated state. Deterministic: equal trees give equal bytes.
     /// Fails, rather than write a partial snapshot, when a node is not reachable from
     /// the root (a broken invariant) or the encoder fails.
     pub fn encode_snapshot(&self) -> Result<Vec<u8>, SnapshotError> {
-        let mut out = Vec::with_capacity(64 * self.nodes.len() + 64);
-        out.extend_from_slice(MAGIC);
-        out.push(FORMAT_V2);
-        put(&mut out, &self.last_zxid).map_err(encode_failed)?;
-        let sessions: Vec<SessionRecord> = self
-            .sessions
-            .iter()
-            .map(|(id, s)| SessionRecord {
+        let mut out = Vec::new();
+        let mut whole = |bytes: Vec<u8>| {
+            if out.is_empty() {
+                out = bytes;
+            } else {
+                out.extend_from_slice(&bytes);
+            }
+            Ok(())
+        };
+        let capacity = 64 * self.nodes.len() + 64;
+        self.encode_snapshot_chunked(usize::MAX, capacity, &mut whole)?;
+        Ok(out)
+    }
+
+    /// Encodes the same bytes as `encode_snapshot`, handing them to `emit` in chunks
+    /// of about `chunk_bytes` (each at most one record more), so a caller can stream
+    /// a snapshot holding only a chunk at a time. An error from `emit` stops the
+    /// encoding and is returned. A tree that cannot be encoded whole fails after
+    /// some chunks went out: the receiver must not use what it got (the crc is in
+    /// the last chunk only).
+    pub fn encode_snapshot_chunks(
+        &self,
+        chunk_bytes: usize,
+        emit: &mut dyn FnMut(Vec<u8>) -> Result<(), SnapshotError>,
+    ) -> Result<(), SnapshotError> {
+        let chunk_bytes = chunk_bytes.max(1);
+        self.encode_snapshot_chunked(chunk_bytes, chunk_bytes.saturating_add(1024), emit)
+    }
+
+    fn encode_snapshot_chunked(
+        &self,
+        chunk_bytes: usize,
+        capacity: usize,
+        emit: &mut dyn FnMut(Vec<u8>) -> Result<(), SnapshotError>,
+    ) -> Result<(), SnapshotError> {
+        let mut out = Chunks {
+            buf: Vec::with_capacity(capacity),
+            chunk_bytes,
+            crc: crc32fast::Hasher::new(),
+            emit,
+        };
+        out.buf.extend_from_slice(MAGIC);
+        out.buf.push(FORMAT_V2);
+        out.put(&self.last_zxid)?;
+        // A sequence is its length then its elements (postcard), written one by one.
+        out.put(&self.sessions.len())?;
+        for (id, s) in self.sessions.iter() {
+            out.put(&SessionRecord {
                 id: *id,
                 ttl_ms: s.ttl_ms,
                 owner: s.owner.clone(),
@@ -171,30 +252,27 @@ impl DataTree {
                         (r.request_id, r.fingerprint, outcome)
                     })
                     .collect(),
-            })
-            .collect();
-        put(&mut out, &sessions).map_err(encode_failed)?;
+            })?;
+        }
         let grants: Vec<Grant> = self.grants.all().collect();
         let seeded: Vec<&(String, Grantee)> = self.grants.seeded().collect();
-        put(&mut out, &(grants, seeded)).map_err(encode_failed)?;
-        let written = self.encode_nodes(&mut out).map_err(encode_failed)?;
+        out.put(&(grants, seeded))?;
+        let written = self.encode_nodes(&mut out)?;
         if written != self.nodes.len() {
             return Err(SnapshotError::Encode(format!(
                 "{written} of {} nodes are reachable from the root",
                 self.nodes.len()
             )));
         }
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        Ok(out)
+        out.finish()
     }
 
     /// Writes every node reachable from the root in pre-order; returns how many.
-    fn encode_nodes(&self, out: &mut Vec<u8>) -> Result<usize, postcard::Error> {
+    fn encode_nodes(&self, out: &mut Chunks<'_>) -> Result<usize, SnapshotError> {
         let Some(root) = self.nodes.get("/") else {
             return Ok(0);
         };
-        put(out, &record(0, "", root))?;
+        out.put(&record(0, "", root))?;
         let mut written = 1;
         let mut stack = vec![("/".to_string(), root.children.iter())];
         while let Some((dir, names)) = stack.last_mut() {
@@ -207,7 +285,7 @@ impl DataTree {
                 continue;
             };
             let depth = u32::try_from(stack.len()).unwrap_or(u32::MAX);
-            put(out, &record(depth, name, child))?;
+            out.put(&record(depth, name, child))?;
             written += 1;
             if !child.children.is_empty() {
                 stack.push((child_path, child.children.iter()));
@@ -450,10 +528,116 @@ mod tests {
             })
             .collect();
         put(&mut out, &sessions).unwrap();
-        tree.encode_nodes(&mut out).unwrap();
+        // The node records are format 2's: cut them out of its encoding.
+        let v2 = tree.encode_snapshot().unwrap();
+        out.extend_from_slice(&v2[v2_nodes_start(tree)..v2.len() - CRC_BYTES]);
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
+    }
+
+    /// Where format 2's node records begin in `tree`'s encoding.
+    fn v2_nodes_start(tree: &DataTree) -> usize {
+        let mut head = MAGIC.to_vec();
+        head.push(FORMAT_V2);
+        put(&mut head, &tree.last_zxid).unwrap();
+        put(&mut head, &v2_sessions(tree)).unwrap();
+        let grants: Vec<Grant> = tree.grants.all().collect();
+        let seeded: Vec<&(String, Grantee)> = tree.grants.seeded().collect();
+        put(&mut head, &(grants, seeded)).unwrap();
+        head.len()
+    }
+
+    /// The sessions as format 2 writes them, as one postcard sequence.
+    fn v2_sessions(tree: &DataTree) -> Vec<SessionRecord> {
+        tree.sessions
+            .iter()
+            .map(|(id, s)| SessionRecord {
+                id: *id,
+                ttl_ms: s.ttl_ms,
+                owner: s.owner.clone(),
+                recent: s
+                    .recent
+                    .iter()
+                    .map(|r| (r.request_id, r.fingerprint, StoredOutcome::from(&r.result)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// A tree with two sessions, remembered outcomes and an ephemeral.
+    fn tree_with_sessions() -> DataTree {
+        let mut tree = DataTree::new();
+        for (zxid, owner) in [(1, "alice"), (2, "bob")] {
+            let open = TxnOp::OpenOwnedSession {
+                ttl_ms: 5_000,
+                owner: owner.into(),
+            };
+            assert!(tree.apply(&txn(zxid, 0, 0, open)).result.is_ok());
+        }
+        assert!(tree
+            .apply(&txn(3, 1, 9, create("/e", CreateMode::Ephemeral)))
+            .result
+            .is_ok());
+        assert!(tree
+            .apply(&txn(4, 2, 1, create("/p", CreateMode::Persistent)))
+            .result
+            .is_ok());
+        tree
+    }
+
+    #[test]
+    fn chunks_put_together_are_the_whole_encoding() {
+        let mut tree = tree_with_sessions();
+        for i in 0..200u64 {
+            let op = TxnOp::Create(CreateOp {
+                path: format!("/p/n{i}"),
+                data: Bytes::from(vec![7u8; 100]),
+                mode: CreateMode::Persistent,
+                ttl_ms: 0,
+            });
+            assert!(tree.apply(&txn(10 + i, 0, 0, op)).result.is_ok());
+        }
+        let whole = tree.encode_snapshot().unwrap();
+        for chunk_bytes in [1, 100, 4096, 1 << 20] {
+            let mut chunks: Vec<Vec<u8>> = Vec::new();
+            tree.encode_snapshot_chunks(chunk_bytes, &mut |c| {
+                chunks.push(c);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(chunks.concat(), whole, "chunks of {chunk_bytes}");
+            if chunk_bytes == 4096 {
+                assert!(chunks.len() > 3, "{} chunks", chunks.len());
+                // Every chunk but the last is at most one record over the size.
+                assert!(chunks.iter().all(|c| c.len() < chunk_bytes + 256));
+            }
+        }
+        // The sessions written one by one are postcard's sequence of them.
+        let mut seq = Vec::new();
+        put(&mut seq, &v2_sessions(&tree)).unwrap();
+        let mut head = MAGIC.to_vec();
+        head.push(FORMAT_V2);
+        put(&mut head, &tree.last_zxid).unwrap();
+        assert_eq!(&whole[head.len()..head.len() + seq.len()], &seq[..]);
+        let back = DataTree::decode_snapshot(&whole).unwrap();
+        assert_eq!(back.digest(), tree.digest());
+    }
+
+    #[test]
+    fn a_receiver_that_goes_away_stops_the_encoding() {
+        let tree = tree_with_sessions();
+        let mut sent = 0;
+        let r = tree.encode_snapshot_chunks(1, &mut |_| {
+            sent += 1;
+            if sent == 2 {
+                Err(SnapshotError::Stopped("gone".into()))
+            } else {
+                Ok(())
+            }
+        });
+        assert!(matches!(r, Err(SnapshotError::Stopped(_))), "{r:?}");
+        assert_eq!(sent, 2);
     }
 
     fn txn(zxid: Zxid, session_id: u64, request_id: u64, op: TxnOp) -> Txn {

@@ -197,12 +197,6 @@ impl Log {
     }
 
     /// Entries in (after, up_to], ascending.
-    /// How many entries lie above `zxid` (all of them when `zxid` is at or below
-    /// the snapshot, though the history behind it is longer).
-    pub fn count_after(&self, zxid: Zxid) -> usize {
-        self.entries.len() - self.entries.partition_point(|t| t.zxid <= zxid)
-    }
-
     pub fn range(&self, after: Zxid, up_to: Zxid) -> &[Txn] {
         let lo = self.entries.partition_point(|t| t.zxid <= after);
         let hi = self.entries.partition_point(|t| t.zxid <= up_to);

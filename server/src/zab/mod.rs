@@ -122,6 +122,7 @@ mod learner;
 pub mod log;
 pub mod message;
 mod node;
+mod progress;
 pub mod ready;
 pub mod rng;
 mod stream;
@@ -137,7 +138,8 @@ pub use log::Snapshot;
 pub use message::{
     Envelope, LeaderMsg, LearnerMsg, Message, Notification, PeerState, ServerId, SyncKind, Vote,
 };
-pub use node::{LearnerProgress, Node, Restored};
+pub use node::{Node, Restored};
+pub use progress::LearnerProgress;
 pub use ready::{PersistOp, ReadState, Ready, Role, Status};
 
 /// What a caller of the core can act on.

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::election::Looking;
-use super::leader::{Leader, LearnerPhase};
+use super::leader::Leader;
 use super::learner::Learner;
 use super::log::{Log, Snapshot};
 use super::message::{Message, ServerId};
@@ -31,20 +31,6 @@ pub struct Restored {
     /// (else an empty member could help a leader that lacks committed txns win, the
     /// ZooKeeper disk-wipe hazard). Cleared with `PersistOp::Resynced`.
     pub must_resync: bool,
-}
-
-/// Where one learner stands, as its leader sees it (`Node::learners`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LearnerProgress {
-    pub id: ServerId,
-    pub observer: bool,
-    /// It acknowledged NEWLEADER (so a follower's acks count) and was heard from
-    /// within `sync_limit_ticks`.
-    pub synced: bool,
-    /// Txns in the leader's in-memory log after the newest zxid the learner
-    /// acknowledged as durable (an observer: was sent). A learner behind the
-    /// leader's newest snapshot counts the whole in-memory log.
-    pub lag_txns: u64,
 }
 
 /// The phase-specific state.
@@ -282,28 +268,6 @@ impl Node {
     /// it under its budget.
     pub fn log_bytes(&self) -> usize {
         self.log.bytes()
-    }
-
-    /// Where each learner stands, on an established leader or one establishing its
-    /// epoch (empty on any other server), for the runtime's metrics.
-    pub fn learners(&self) -> Vec<LearnerProgress> {
-        let State::Leading(l) = &self.state else {
-            return Vec::new();
-        };
-        let sync_limit = self.cfg.sync_limit_ticks;
-        l.learners
-            .values()
-            .map(|h| {
-                let upto = if h.observer { h.sent_up_to } else { h.acked };
-                let heard = self.now.saturating_sub(h.last_heard) <= sync_limit;
-                LearnerProgress {
-                    id: h.id,
-                    observer: h.observer,
-                    synced: h.phase >= LearnerPhase::Synced && heard,
-                    lag_txns: self.log.count_after(upto) as u64,
-                }
-            })
-            .collect()
     }
 
     /// The entries the in-memory log holds after the newest snapshot.

@@ -93,3 +93,73 @@ class QuotaUsage(_message.Message):
     used: int
     limit: int
     def __init__(self, resource: _Optional[str] = ..., used: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class SnapshotRequest(_message.Message):
+    __slots__ = ("min_zxid", "linearizable")
+    MIN_ZXID_FIELD_NUMBER: _ClassVar[int]
+    LINEARIZABLE_FIELD_NUMBER: _ClassVar[int]
+    min_zxid: int
+    linearizable: bool
+    def __init__(self, min_zxid: _Optional[int] = ..., linearizable: _Optional[bool] = ...) -> None: ...
+
+class SnapshotChunk(_message.Message):
+    __slots__ = ("info", "data")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    info: SnapshotInfo
+    data: bytes
+    def __init__(self, info: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SnapshotInfo(_message.Message):
+    __slots__ = ("header", "zxid", "node_count", "session_count", "format", "server_id")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ZXID_FIELD_NUMBER: _ClassVar[int]
+    NODE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SESSION_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.ResponseHeader
+    zxid: int
+    node_count: int
+    session_count: int
+    format: int
+    server_id: int
+    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., zxid: _Optional[int] = ..., node_count: _Optional[int] = ..., session_count: _Optional[int] = ..., format: _Optional[int] = ..., server_id: _Optional[int] = ...) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MembersResponse(_message.Message):
+    __slots__ = ("header", "server_id", "leader_id", "members")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    header: _common_pb2.ResponseHeader
+    server_id: int
+    leader_id: int
+    members: _containers.RepeatedCompositeFieldContainer[MemberStatus]
+    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., server_id: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ...) -> None: ...
+
+class MemberStatus(_message.Message):
+    __slots__ = ("id", "client_addr", "peer_addr", "voter", "role", "zxid", "lag_txns", "known", "heard_ms_ago")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
+    PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ZXID_FIELD_NUMBER: _ClassVar[int]
+    LAG_TXNS_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    HEARD_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    client_addr: str
+    peer_addr: str
+    voter: bool
+    role: Role
+    zxid: int
+    lag_txns: int
+    known: bool
+    heard_ms_ago: int
+    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., peer_addr: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[_Union[Role, str]] = ..., zxid: _Optional[int] = ..., lag_txns: _Optional[int] = ..., known: _Optional[bool] = ..., heard_ms_ago: _Optional[int] = ...) -> None: ...

@@ -45,6 +45,16 @@ class ClusterStub:
                 request_serializer=concord_dot_v1_dot_cluster__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=concord_dot_v1_dot_cluster__pb2.WhoAmIResponse.FromString,
                 _registered_method=True)
+        self.Snapshot = channel.unary_stream(
+                '/concord.v1.Cluster/Snapshot',
+                request_serializer=concord_dot_v1_dot_cluster__pb2.SnapshotRequest.SerializeToString,
+                response_deserializer=concord_dot_v1_dot_cluster__pb2.SnapshotChunk.FromString,
+                _registered_method=True)
+        self.Members = channel.unary_unary(
+                '/concord.v1.Cluster/Members',
+                request_serializer=concord_dot_v1_dot_cluster__pb2.MembersRequest.SerializeToString,
+                response_deserializer=concord_dot_v1_dot_cluster__pb2.MembersResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServicer:
@@ -67,6 +77,31 @@ class ClusterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Snapshot(self, request, context):
+        """A consistent snapshot of this server's applied state (the whole tree, the
+        sessions and the grant table at one zxid), streamed in chunks of at most 1 MiB:
+        first one message with `info` only, then the snapshot's bytes in `data`, in
+        order. The bytes are the server's own snapshot encoding, ending with its crc32;
+        `concordctl snapshot save` checks it and `concord restore` makes a data folder
+        from it (docs/operations.md, "Backup and restore"). Admins only
+        (PERMISSION_DENIED for anyone else); at most 2 streams at once per server
+        (UNAVAILABLE beyond). The server holds an O(1) copy of the tree while the
+        stream runs and a few chunks at a time, never the whole encoding.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Members(self, request, context):
+        """The members of the ensemble as the answering server knows them: each one's
+        addresses, role, applied zxid and lag in txns. Exact for every member only on
+        the leader (from its followers' acknowledgements); any other server knows
+        itself and its leader only (docs/operations.md, "Membership"). Admins only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -79,6 +114,16 @@ def add_ClusterServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=concord_dot_v1_dot_cluster__pb2.WhoAmIRequest.FromString,
                     response_serializer=concord_dot_v1_dot_cluster__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'Snapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.Snapshot,
+                    request_deserializer=concord_dot_v1_dot_cluster__pb2.SnapshotRequest.FromString,
+                    response_serializer=concord_dot_v1_dot_cluster__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'Members': grpc.unary_unary_rpc_method_handler(
+                    servicer.Members,
+                    request_deserializer=concord_dot_v1_dot_cluster__pb2.MembersRequest.FromString,
+                    response_serializer=concord_dot_v1_dot_cluster__pb2.MembersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -136,6 +181,60 @@ class Cluster:
             '/concord.v1.Cluster/WhoAmI',
             concord_dot_v1_dot_cluster__pb2.WhoAmIRequest.SerializeToString,
             concord_dot_v1_dot_cluster__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Snapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/concord.v1.Cluster/Snapshot',
+            concord_dot_v1_dot_cluster__pb2.SnapshotRequest.SerializeToString,
+            concord_dot_v1_dot_cluster__pb2.SnapshotChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Members(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/concord.v1.Cluster/Members',
+            concord_dot_v1_dot_cluster__pb2.MembersRequest.SerializeToString,
+            concord_dot_v1_dot_cluster__pb2.MembersResponse.FromString,
             options,
             channel_credentials,
             insecure,

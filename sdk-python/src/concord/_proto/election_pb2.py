@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from . import common_pb2 as concord_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63oncord/v1/election.proto\x12\nconcord.v1\x1a\x17\x63oncord/v1/common.proto\"r\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x04\x12\x16\n\x0eparticipant_id\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x03\"t\n\nLeaderInfo\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x16\n\x0eparticipant_id\x18\x04 \x01(\t\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x12\n\nsession_id\x18\x06 \x01(\x04\"f\n\x10\x43\x61mpaignResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12&\n\x06leader\x18\x02 \x01(\x0b\x32\x16.concord.v1.LeaderInfo\";\n\x0fProclaimRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\r\n\x05value\x18\x03 \x01(\x0c\">\n\x10ProclaimResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\"*\n\rResignRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\"<\n\x0eResignResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\"!\n\rLeaderRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"d\n\x0eLeaderResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12&\n\x06leader\x18\x02 \x01(\x0b\x32\x16.concord.v1.LeaderInfo\"\"\n\x0eObserveRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"\'\n\x13ParticipantsRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"p\n\x14ParticipantsResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12,\n\x0cparticipants\x18\x02 \x03(\x0b\x32\x16.concord.v1.LeaderInfo2\xb2\x03\n\x08\x45lection\x12\x45\n\x08\x43\x61mpaign\x12\x1b.concord.v1.CampaignRequest\x1a\x1c.concord.v1.CampaignResponse\x12\x45\n\x08Proclaim\x12\x1b.concord.v1.ProclaimRequest\x1a\x1c.concord.v1.ProclaimResponse\x12?\n\x06Resign\x12\x19.concord.v1.ResignRequest\x1a\x1a.concord.v1.ResignResponse\x12?\n\x06Leader\x12\x19.concord.v1.LeaderRequest\x1a\x1a.concord.v1.LeaderResponse\x12\x43\n\x07Observe\x12\x1a.concord.v1.ObserveRequest\x1a\x1a.concord.v1.LeaderResponse0\x01\x12Q\n\x0cParticipants\x12\x1f.concord.v1.ParticipantsRequest\x1a .concord.v1.ParticipantsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x63oncord/v1/election.proto\x12\nconcord.v1\x1a\x17\x63oncord/v1/common.proto\"r\n\x0f\x43\x61mpaignRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\x04\x12\x16\n\x0eparticipant_id\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x05 \x01(\x03\"t\n\nLeaderInfo\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x0c\n\x04term\x18\x03 \x01(\x04\x12\x16\n\x0eparticipant_id\x18\x04 \x01(\t\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\x12\n\nsession_id\x18\x06 \x01(\x04\"f\n\x10\x43\x61mpaignResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12&\n\x06leader\x18\x02 \x01(\x0b\x32\x16.concord.v1.LeaderInfo\";\n\x0fProclaimRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\x12\r\n\x05value\x18\x03 \x01(\x0c\">\n\x10ProclaimResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\"*\n\rResignRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0c\n\x04term\x18\x02 \x01(\x04\"<\n\x0eResignResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\"!\n\rLeaderRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"v\n\x0eLeaderResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12&\n\x06leader\x18\x02 \x01(\x0b\x32\x16.concord.v1.LeaderInfo\x12\x10\n\x08progress\x18\x03 \x01(\x08\"@\n\x0eObserveRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\x12\x1c\n\x14progress_interval_ms\x18\x02 \x01(\r\"\'\n\x13ParticipantsRequest\x12\x10\n\x08\x65lection\x18\x01 \x01(\t\"p\n\x14ParticipantsResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12,\n\x0cparticipants\x18\x02 \x03(\x0b\x32\x16.concord.v1.LeaderInfo2\xb2\x03\n\x08\x45lection\x12\x45\n\x08\x43\x61mpaign\x12\x1b.concord.v1.CampaignRequest\x1a\x1c.concord.v1.CampaignResponse\x12\x45\n\x08Proclaim\x12\x1b.concord.v1.ProclaimRequest\x1a\x1c.concord.v1.ProclaimResponse\x12?\n\x06Resign\x12\x19.concord.v1.ResignRequest\x1a\x1a.concord.v1.ResignResponse\x12?\n\x06Leader\x12\x19.concord.v1.LeaderRequest\x1a\x1a.concord.v1.LeaderResponse\x12\x43\n\x07Observe\x12\x1a.concord.v1.ObserveRequest\x1a\x1a.concord.v1.LeaderResponse0\x01\x12Q\n\x0cParticipants\x12\x1f.concord.v1.ParticipantsRequest\x1a .concord.v1.ParticipantsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,13 +49,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEADERREQUEST']._serialized_start=635
   _globals['_LEADERREQUEST']._serialized_end=668
   _globals['_LEADERRESPONSE']._serialized_start=670
-  _globals['_LEADERRESPONSE']._serialized_end=770
-  _globals['_OBSERVEREQUEST']._serialized_start=772
-  _globals['_OBSERVEREQUEST']._serialized_end=806
-  _globals['_PARTICIPANTSREQUEST']._serialized_start=808
-  _globals['_PARTICIPANTSREQUEST']._serialized_end=847
-  _globals['_PARTICIPANTSRESPONSE']._serialized_start=849
-  _globals['_PARTICIPANTSRESPONSE']._serialized_end=961
-  _globals['_ELECTION']._serialized_start=964
-  _globals['_ELECTION']._serialized_end=1398
+  _globals['_LEADERRESPONSE']._serialized_end=788
+  _globals['_OBSERVEREQUEST']._serialized_start=790
+  _globals['_OBSERVEREQUEST']._serialized_end=854
+  _globals['_PARTICIPANTSREQUEST']._serialized_start=856
+  _globals['_PARTICIPANTSREQUEST']._serialized_end=895
+  _globals['_PARTICIPANTSRESPONSE']._serialized_start=897
+  _globals['_PARTICIPANTSRESPONSE']._serialized_end=1009
+  _globals['_ELECTION']._serialized_start=1012
+  _globals['_ELECTION']._serialized_end=1446
 # @@protoc_insertion_point(module_scope)

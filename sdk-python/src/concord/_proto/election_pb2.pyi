@@ -82,18 +82,22 @@ class LeaderRequest(_message.Message):
     def __init__(self, election: _Optional[str] = ...) -> None: ...
 
 class LeaderResponse(_message.Message):
-    __slots__ = ("header", "leader")
+    __slots__ = ("header", "leader", "progress")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.ResponseHeader
     leader: LeaderInfo
-    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ...) -> None: ...
+    progress: bool
+    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., leader: _Optional[_Union[LeaderInfo, _Mapping]] = ..., progress: _Optional[bool] = ...) -> None: ...
 
 class ObserveRequest(_message.Message):
-    __slots__ = ("election",)
+    __slots__ = ("election", "progress_interval_ms")
     ELECTION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     election: str
-    def __init__(self, election: _Optional[str] = ...) -> None: ...
+    progress_interval_ms: int
+    def __init__(self, election: _Optional[str] = ..., progress_interval_ms: _Optional[int] = ...) -> None: ...
 
 class ParticipantsRequest(_message.Message):
     __slots__ = ("election",)

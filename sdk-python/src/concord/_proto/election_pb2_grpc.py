@@ -133,6 +133,8 @@ class ElectionServicer:
         """A stream of leader changes, starting with the current leader (unset if none).
         Every change of leader or of its value is sent, in zxid order (header.zxid is
         the txn that made it); a txn that changes the leader twice shows its end state.
+        With progress_interval_ms set, a quiet stream also carries progress messages, so
+        that a client can tell a silent (stopped) server from a stable leader.
         A consumer too slow to keep up is cut off with SLOW_CONSUMER.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -210,9 +210,17 @@ class Session:
 
 
 async def _write(call: grpc.aio.StreamStreamCall, req: session_pb2.KeepAliveRequest, limit: float) -> bool:
-    """Writes one ping; False when it could not be written within ``limit`` seconds."""
+    """Writes one ping; False when it could not be written within ``limit`` seconds.
+    (Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives as
+    the write completes, and a keep-alive stream cancelled by ``stop()`` then pings on
+    for ever, so ``stop()`` never returns.)"""
+    write = asyncio.ensure_future(call.write(req))
     try:
-        await asyncio.wait_for(call.write(req), max(limit, 0.001))
-        return True
-    except asyncio.TimeoutError:
+        done, _ = await asyncio.wait({write}, timeout=max(limit, 0.001))
+    finally:
+        if not write.done():
+            write.cancel()
+    if not done:
         return False
+    write.result()
+    return True

@@ -4,19 +4,24 @@
 
     Client ── one grpc.aio channel per host; calls go to the current one, and move
       │       to the next host after a transport failure or a silent keep-alive stream
-      ├─ _call(): a deadline per attempt, retries of retry-safe failures (Retry)
+      ├─ unary calls are plans (concord._plan: _get, _create, ... over _unary: a
+      │   deadline per attempt, retries of retry-safe failures), driven by _drive
       ├─ every answer's zxid recorded; every read asks for at least it (min_zxid)
       ├─ start(): opens the session ─▶ _session.Session (keep-alive task, states)
       └─ states ─▶ _listeners.Listeners (an executor, never the loop)
 
 The sync ``concord.Client`` drives this same class on a private loop thread, so
-nothing here may block: every wait is an await.
+nothing here may block: every wait is an await. Only the plans of unary calls it
+carries out itself, on its callers' threads over blocking channels (``_failed`` and
+``_saw`` are shared with them, so ``_saw`` takes a lock).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import operator
+import threading
 import time
 import weakref
 from types import TracebackType
@@ -26,6 +31,7 @@ import grpc
 
 from .._callbacks import Serial
 from .._listeners import Listener, Listeners
+from .._plan import Attempt, Plan, drive, unary
 from .._proto import (
     common_pb2,
     session_pb2,
@@ -72,6 +78,16 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
+#: The Tree service's unary methods of an endpoint (of either transport).
+_GET = operator.attrgetter("tree.Get")
+_EXISTS = operator.attrgetter("tree.Exists")
+_CHILDREN = operator.attrgetter("tree.Children")
+_SYNC = operator.attrgetter("tree.Sync")
+_CREATE = operator.attrgetter("tree.Create")
+_SET = operator.attrgetter("tree.Set")
+_DELETE = operator.attrgetter("tree.Delete")
+_MULTI = operator.attrgetter("tree.Multi")
+
 
 def parse_hosts(hosts: str) -> list[str]:
     """``"a:7181,b:7191"`` (``http://``/``https://`` prefixes allowed) as ``host:port``s."""
@@ -101,18 +117,20 @@ def _pem(value: str | bytes | None) -> bytes | None:
 
 
 class _Endpoint:
-    """One host's channel and stubs."""
+    """One host's channel and stubs: grpc.aio's, or (``blocking``) grpcio's blocking
+    ones for the sync client's unary calls, with the same options and TLS."""
 
-    def __init__(self, target: str, tls: TLS | None) -> None:
+    def __init__(self, target: str, tls: TLS | None, *, blocking: bool = False) -> None:
+        make = grpc if blocking else grpc.aio
         if tls is None:
-            self.channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self.channel: Any = make.insecure_channel(target, options=_CHANNEL_OPTIONS)
         else:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_pem(tls.ca),
                 private_key=_pem(tls.key),
                 certificate_chain=_pem(tls.cert),
             )
-            self.channel = grpc.aio.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+            self.channel = make.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
         self.tree = tree_pb2_grpc.TreeStub(self.channel)
         self.session = session_pb2_grpc.SessionStub(self.channel)
         self.watch = watch_pb2_grpc.WatchStub(self.channel)
@@ -149,6 +167,7 @@ class Client:
         self._current = 0
         #: The newest zxid an answer reflected; reads ask for at least it.
         self._seen = 0
+        self._seen_lock = threading.Lock()
         self._session: Session | None = None
         self._state = State.LOST
         self._listeners = Listeners()
@@ -292,28 +311,39 @@ class Client:
             await self.close()
 
     # -- reads --------------------------------------------------------------------
+    # Each call is a plan (concord._plan), written once: these coroutines drive it on
+    # the loop, the sync client drives the same plan on the caller's thread.
 
     async def get(self, path: str, *, linearizable: bool = False) -> tuple[bytes, Stat]:
         """The node's data and Stat. Errors: NoNodeError."""
+        return await self._drive(self._get(path, linearizable))
+
+    def _get(self, path: str, linearizable: bool) -> Plan[tuple[bytes, Stat]]:
         req = tree_pb2.GetRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
-        resp = await self._call(lambda ep: ep.tree.Get, req, write=False)
+        resp = yield from self._unary(_GET, req, write=False)
         return bytes(resp.data), Stat.of(resp.stat)
 
     async def exists(self, path: str, *, linearizable: bool = False) -> Stat | None:
         """The node's Stat, or None when it does not exist."""
+        return await self._drive(self._exists(path, linearizable))
+
+    def _exists(self, path: str, linearizable: bool) -> Plan[Stat | None]:
         req = tree_pb2.ExistsRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
-        resp = await self._call(lambda ep: ep.tree.Exists, req, write=False)
+        resp = yield from self._unary(_EXISTS, req, write=False)
         return Stat.of(resp.stat) if resp.exists else None
 
     async def get_children(self, path: str, *, linearizable: bool = False) -> list[str]:
         """The names of the node's children, sorted, across every page. Errors: NoNodeError."""
+        return await self._drive(self._get_children(path, linearizable))
+
+    def _get_children(self, path: str, linearizable: bool) -> Plan[list[str]]:
         names: list[str] = []
         token = ""
         for _ in range(PAGES_MAX):
             req = tree_pb2.ChildrenRequest(
                 path=path, page_token=token, min_zxid=self._seen, linearizable=linearizable
             )
-            resp = await self._call(lambda ep: ep.tree.Children, req, write=False)
+            resp = yield from self._unary(_CHILDREN, req, write=False)
             names.extend(c.name for c in resp.children)
             if not resp.next_page_token:
                 return names
@@ -325,7 +355,10 @@ class Client:
     async def sync(self, path: str = "/") -> int:
         """Waits until the answering server has applied what the leader had committed;
         returns that zxid."""
-        resp = await self._call(lambda ep: ep.tree.Sync, tree_pb2.SyncRequest(path=path), write=False)
+        return await self._drive(self._sync(path))
+
+    def _sync(self, path: str) -> Plan[int]:
+        resp = yield from self._unary(_SYNC, tree_pb2.SyncRequest(path=path), write=False)
         return int(resp.header.zxid)
 
     # -- writes -------------------------------------------------------------------
@@ -344,20 +377,25 @@ class Client:
         ephemeral node belongs to the client's session. ``makepath`` creates missing
         parents (persistent, empty). Errors: NodeExistsError, NoNodeError (parent),
         NoChildrenForEphemeralsError, SessionExpiredError, BadArgumentsError."""
+        return await self._drive(self._create(path, value, ephemeral, sequence, makepath, fence))
+
+    def _create(
+        self, path: str, value: bytes, ephemeral: bool, sequence: bool, makepath: bool, fence: Fence | None
+    ) -> Plan[str]:
         req = tree_pb2.CreateRequest(
             path=path, data=bytes(value), mode=create_mode(ephemeral, sequence), fence=_fence(fence)
         )
         dedup = self._own_by_session(req) if ephemeral else False
         try:
-            resp = await self._call(lambda ep: ep.tree.Create, req, write=True, dedup=dedup)
+            resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
         except NoNodeError:
             parent = path.rsplit("/", 1)[0]
             if not makepath or not parent:
                 raise
-            await self.ensure_path(parent)
+            yield from self._ensure_path(parent)
             if dedup:
                 req.request_id = next(self._request_ids)
-            resp = await self._call(lambda ep: ep.tree.Create, req, write=True, dedup=dedup)
+            resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
         return str(resp.path)
 
     async def set(
@@ -365,8 +403,11 @@ class Client:
     ) -> Stat:
         """Replaces the node's data if its version is ``version`` (-1: any); returns the
         new Stat. Errors: NoNodeError, BadVersionError, BadArgumentsError."""
+        return await self._drive(self._set(path, value, version, fence))
+
+    def _set(self, path: str, value: bytes, version: int, fence: Fence | None) -> Plan[Stat]:
         req = tree_pb2.SetRequest(path=path, data=bytes(value), version=version, fence=_fence(fence))
-        resp = await self._call(lambda ep: ep.tree.Set, req, write=True)
+        resp = yield from self._unary(_SET, req, write=True)
         return Stat.of(resp.stat)
 
     async def delete(
@@ -375,36 +416,42 @@ class Client:
         """Deletes the node if its version is ``version`` (-1: any). ``recursive``
         deletes its subtree first (nodes already gone are skipped, as kazoo does).
         Errors: NoNodeError, BadVersionError, NotEmptyError."""
+        await self._drive(self._delete(path, version, recursive, fence))
+
+    def _delete(self, path: str, version: int, recursive: bool, fence: Fence | None) -> Plan[None]:
         if recursive:
-            await self._delete_tree(path, version, fence)
+            yield from self._delete_tree(path, version, fence)
             return
         req = tree_pb2.DeleteRequest(path=path, version=version, fence=_fence(fence))
-        await self._call(lambda ep: ep.tree.Delete, req, write=True)
+        yield from self._unary(_DELETE, req, write=True)
 
-    async def _delete_tree(self, path: str, version: int, fence: Fence | None) -> None:
+    def _delete_tree(self, path: str, version: int, fence: Fence | None) -> Plan[None]:
         try:
-            children = await self.get_children(path)
+            children = yield from self._get_children(path, False)
         except NoNodeError:
             return
         base = path.rstrip("/")
         for child in children:
-            await self._delete_tree(f"{base}/{child}", -1, fence)
+            yield from self._delete_tree(f"{base}/{child}", -1, fence)
         if path == "/":
             return
         try:
-            await self.delete(path, version, fence=fence)
+            yield from self._delete(path, version, False, fence)
         except NoNodeError:
             pass
 
     async def ensure_path(self, path: str) -> None:
         """Creates ``path`` and its missing parents as empty persistent nodes."""
-        if path in ("", "/") or await self.exists(path) is not None:
+        await self._drive(self._ensure_path(path))
+
+    def _ensure_path(self, path: str) -> Plan[None]:
+        if path in ("", "/") or (yield from self._exists(path, False)) is not None:
             return
         prefix = ""
         for part in path.strip("/").split("/"):
             prefix = f"{prefix}/{part}"
             try:
-                await self.create(prefix)
+                yield from self._create(prefix, b"", False, False, False, None)
             except NodeExistsError:
                 pass
 
@@ -414,10 +461,13 @@ class Client:
         return Transaction(self)
 
     async def _commit(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> list[OpResult]:
+        return await self._drive(self._multi(ops, ephemeral, fence))
+
+    def _multi(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> Plan[list[OpResult]]:
         req = tree_pb2.MultiRequest(ops=ops, fence=_fence(fence))
         dedup = self._own_by_session(req) if ephemeral else False
         try:
-            resp = await self._call(lambda ep: ep.tree.Multi, req, write=True, dedup=dedup)
+            resp = yield from self._unary(_MULTI, req, write=True, dedup=dedup)
         except ConcordError as err:
             failed = results_of_failure(err, len(ops))
             if failed is None:
@@ -588,8 +638,11 @@ class Client:
         return self._session.id
 
     def _saw(self, zxid: int) -> None:
+        # Under a lock: the sync client's threads record zxids beside the loop.
         if zxid > self._seen:
-            self._seen = zxid
+            with self._seen_lock:
+                if zxid > self._seen:
+                    self._seen = zxid
 
     def _endpoint(self) -> _Endpoint:
         if self._closed:
@@ -632,6 +685,29 @@ class Client:
         self._state = state
         self._listeners.dispatch(state)
 
+    def _unary(
+        self,
+        method: Callable[[Any], Any],
+        request: Any,
+        *,
+        write: bool,
+        dedup: bool = False,
+        limit: float | None = None,
+    ) -> Plan[Any]:
+        """The plan of one unary call under the client's deadline (or ``limit``) and
+        retry policy (``concord._plan.unary``)."""
+        return unary(
+            self.retry, method, request, write=write, dedup=dedup,
+            limit=self.call_timeout if limit is None else limit,
+        )
+
+    async def _drive(self, plan: Plan[T]) -> T:
+        """Carries ``plan`` out on this loop, one ``_attempt`` at a time."""
+        return await drive(plan, self._attempt_step)
+
+    def _attempt_step(self, step: Attempt) -> Awaitable[Any]:
+        return self._attempt(step.method, step.request, write=step.write, limit=step.limit)
+
     async def _attempt(
         self, method: Callable[[_Endpoint], Callable[..., Awaitable[T]]], request: Any, *, write: bool, limit: float | None
     ) -> T:
@@ -643,18 +719,22 @@ class Client:
             else:
                 resp = await asyncio.wait_for(method(ep)(request), limit)
         except asyncio.TimeoutError:
-            # A stalled server keeps its connection open: try the next host next time.
-            self._rotate()
-            raise deadline_error(write=write, limit_s=limit or 0.0) from None
+            raise self._failed(deadline_error(write=write, limit_s=limit or 0.0)) from None
         except grpc.RpcError as e:
-            err = from_rpc_error(e, write=write)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
-                self._rotate()
-            elif err.code is ErrorCode.NOT_LEADER:
-                self._after_not_leader(err)
-            raise err from None
+            raise self._failed(from_rpc_error(e, write=write)) from None
         self._saw(resp.header.zxid)
         return resp  # type: ignore[no-any-return]
+
+    def _failed(self, err: ConcordError) -> ConcordError:
+        """What a failed attempt (on any transport) leaves behind: after a transport
+        failure or a missed deadline (a stalled server keeps its connection open) the
+        next attempt goes to the next host; after NOT_LEADER to the leader it named.
+        Returns ``err``."""
+        if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
+            self._rotate()
+        elif err.code is ErrorCode.NOT_LEADER:
+            self._after_not_leader(err)
+        return err
 
     async def _call(
         self,
@@ -668,21 +748,7 @@ class Client:
         """A unary call under the client's deadline (or ``limit``) and retry policy:
         retried when the failure is retry-safe, or (a deduplicated write) when its
         outcome is unknown."""
-        first_failure: float | None = None
-        attempt = 0
-        limit = self.call_timeout if limit is None else limit
-        while True:
-            try:
-                return await self._attempt(method, request, write=write, limit=limit)
-            except ConcordError as err:
-                if self.retry is None or not (err.retry_safe or (dedup and err.indeterminate)):
-                    raise
-                now = time.monotonic()
-                first_failure = now if first_failure is None else first_failure
-                attempt += 1
-                if not self.retry.allows(attempt, now - first_failure):
-                    raise
-            await asyncio.sleep(self.retry.jittered(attempt))
+        return await self._drive(self._unary(method, request, write=write, dedup=dedup, limit=limit))  # type: ignore[no-any-return]
 
 
 class Transaction(TransactionOps):

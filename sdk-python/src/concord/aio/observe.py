@@ -19,11 +19,13 @@ reported, or older than what the client has seen, as current. After a resume the
 first state is delivered only if it differs from the last one delivered (a change
 during the break shows its end state, as a txn that changes the leader twice does).
 
-The stream sends no progress messages, so a stopped server cannot be told from a
-quiet election by the stream alone: when the client's session moves its keep-alives
-to another host (RECONNECTED after SUSPENDED), an observer on the old host opens its
-stream again on the new one. What a resume cannot fix (PERMISSION_DENIED, BAD_*)
-ends the observer with that error.
+The observer asks for a progress message every second of a quiet election
+(``PROGRESS_INTERVAL_MS``), so a stopped server, which keeps its connection open and
+sends nothing, is told from a stable leader: a stream silent for ``SILENCE_S`` is
+left for the next host. Sooner than that, when the client's session moves its
+keep-alives to another host (RECONNECTED after SUSPENDED), an observer on the old
+host opens its stream again on the new one. What a resume cannot fix
+(PERMISSION_DENIED, BAD_*) ends the observer with that error.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ _END = object()
 #: How long a new stream may take to send its first state (the current leader, sent
 #: at once by a server that answers) before its host counts as stalled.
 OPEN_WAIT_S = silence_limit(0)
+#: The progress interval the observer asks for.
+PROGRESS_INTERVAL_MS = 1000
+#: How long an open stream may send nothing, not even progress, before its host
+#: counts as stalled.
+SILENCE_S = silence_limit(PROGRESS_INTERVAL_MS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +224,8 @@ class LeaderObserver:
         client = self._client
         index = client._current
         ep = client._endpoint()
-        call = _election_stub(ep).Observe(election_pb2.ObserveRequest(election=self.name))
+        request = election_pb2.ObserveRequest(election=self.name, progress_interval_ms=PROGRESS_INTERVAL_MS)
+        call = _election_stub(ep).Observe(request)
         try:
             first = await _read_within(call, OPEN_WAIT_S)
         except asyncio.TimeoutError:
@@ -282,6 +290,8 @@ class LeaderObserver:
                     continue
                 fresh = False
                 failures = None
+                if current.progress:
+                    continue  # the leader has not changed: the server is alive
                 if zxid < self._floor:
                     continue  # an older state (cannot follow a fresh one on one stream)
                 change = LeaderChange(
@@ -304,19 +314,33 @@ class LeaderObserver:
         await self._queue.put(_END)
 
     async def _read(self, call: Any, index: int) -> Any:
-        """The stream's next message; raises the error that broke it, or _Moved when
-        the session's keep-alives moved to another host than the stream's."""
+        """The stream's next message; raises the error that broke it, TIMEOUT after
+        SILENCE_S without one (the host is stalled: the next one is tried), or _Moved
+        when the session's keep-alives moved to another host than the stream's."""
         assert self._moved is not None
         read = asyncio.ensure_future(call.read())
+        deadline = time.monotonic() + SILENCE_S
         try:
             while True:
                 moved = asyncio.ensure_future(self._moved.wait())
                 try:
-                    await asyncio.wait({read, moved}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(
+                        {read, moved},
+                        timeout=max(0.0, deadline - time.monotonic()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
                 finally:
                     moved.cancel()
                 if read.done():
                     break
+                if time.monotonic() >= deadline:
+                    if self._client._current == index:
+                        self._client._rotate()
+                    raise make_error(
+                        ErrorCode.TIMEOUT,
+                        f"the observe stream was silent for {SILENCE_S} s",
+                        origin=Origin.TRANSPORT,
+                    )
                 self._moved.clear()
                 if self._client._current != index:
                     raise _Moved()
