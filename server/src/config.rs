@@ -45,6 +45,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use crate::address::Address;
+
 /// Everything a server needs to know before it starts.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -392,10 +394,12 @@ pub enum Role {
 pub struct Member {
     /// Its `server_id` (at least 1, unique).
     pub id: u64,
-    /// Where its clients connect (followers tell clients where the leader is).
-    pub client_addr: SocketAddr,
-    /// Where its peer transport listens.
-    pub peer_addr: SocketAddr,
+    /// Where its clients connect (followers tell clients where the leader is): an
+    /// IP address or a DNS name, with the port.
+    pub client_addr: Address,
+    /// Where its peer transport listens, as the others dial it: an IP address or a
+    /// DNS name (resolved at each connection), with the port.
+    pub peer_addr: Address,
     /// Voter or observer.
     pub role: Role,
     /// The identity its peer certificate must carry when the peer port runs TLS: the
@@ -578,15 +582,16 @@ impl Config {
         }
         vec![Member {
             id: self.server_id,
-            client_addr: self.client_addr,
-            peer_addr: self.peer_addr,
+            client_addr: self.client_addr.into(),
+            peer_addr: self.peer_addr.into(),
             role: Role::Voter,
             peer_identity: None,
         }]
     }
 
-    /// Ids unique and non-zero, this server listed with its own addresses, at least
-    /// one voter, every address loopback unless `insecure`.
+    /// Ids unique and non-zero, this server listed with addresses it binds (the
+    /// same, or its ports when it binds every interface or is listed by name), at
+    /// least one voter, every address loopback unless `insecure`.
     fn validate_members(&self) -> Result<(), ConfigError> {
         if self.members.is_empty() {
             return Ok(());
@@ -598,10 +603,10 @@ impl Config {
                 return invalid(format!("member id {} is zero or listed twice", m.id));
             }
             if !self.client_tls() {
-                self.check_plain_text(m.client_addr)?;
+                self.check_plain_text_to(&m.client_addr)?;
             }
             if !self.peer_tls() {
-                self.check_plain_text(m.peer_addr)?;
+                self.check_plain_text_to(&m.peer_addr)?;
             }
         }
         if !self.peer_tls() {
@@ -617,7 +622,7 @@ impl Config {
                 self.server_id
             ));
         };
-        if me.client_addr != self.client_addr || me.peer_addr != self.peer_addr {
+        if !me.client_addr.served_by(self.client_addr) || !me.peer_addr.served_by(self.peer_addr) {
             return invalid(format!(
                 "member {} lists {} / {} but this server binds {} / {}",
                 me.id, me.client_addr, me.peer_addr, self.client_addr, self.peer_addr
@@ -663,6 +668,16 @@ impl Config {
         let unique: HashSet<_> = self.identity_from.iter().collect();
         if self.identity_from.is_empty() || unique.len() != self.identity_from.len() {
             return bad("identity_from must name at least one source, each once");
+        }
+        Ok(())
+    }
+
+    /// Plain text only to loopback (an IP, or `localhost`), unless `insecure`.
+    fn check_plain_text_to(&self, addr: &Address) -> Result<(), ConfigError> {
+        if !addr.is_loopback() && !self.insecure {
+            return Err(ConfigError::Invalid(format!(
+                "refusing plain text to {addr}: use 127.0.0.1 or localhost, TLS, or pass --insecure"
+            )));
         }
         Ok(())
     }
@@ -975,8 +990,68 @@ role = "observer"
         assert_eq!(c.cluster_id, 9);
         assert_eq!(c.members.len(), 3);
         assert_eq!(c.members[2].role, Role::Observer);
-        assert_eq!(c.members[1].peer_addr, c.peer_addr);
+        assert_eq!(c.members[1].peer_addr, c.peer_addr.into());
         assert_eq!(c.ensemble(), c.members);
+    }
+
+    /// The shape of deploy/k8s/configmap.yaml: members by their pods' DNS names,
+    /// every member binding 0.0.0.0 on the ports its entry names, TLS on both ports.
+    const BY_NAME: &str = r#"
+server_id = 2
+client_addr = "0.0.0.0:7181"
+peer_addr = "0.0.0.0:7182"
+cert_file = "s.pem"
+key_file = "sk.pem"
+peer_cert_file = "p.pem"
+peer_key_file = "pk.pem"
+peer_trusted_ca_file = "ca.pem"
+[[members]]
+id = 1
+client_addr = "concord-0.concord-peers.concord.svc.cluster.local:7181"
+peer_addr = "concord-0.concord-peers.concord.svc.cluster.local:7182"
+role = "voter"
+[[members]]
+id = 2
+client_addr = "concord-1.concord-peers.concord.svc.cluster.local:7181"
+peer_addr = "concord-1.concord-peers.concord.svc.cluster.local:7182"
+role = "voter"
+"#;
+
+    #[test]
+    fn members_may_be_named_by_dns() {
+        let c: Config = toml::from_str(BY_NAME).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.members[0].peer_addr.to_string(),
+            "concord-0.concord-peers.concord.svc.cluster.local:7182"
+        );
+        // Its own entry must name the ports it binds.
+        let mut other_port = c.clone();
+        other_port.peer_addr = "0.0.0.0:7192".parse().unwrap();
+        assert!(other_port.validate().is_err());
+        // A name is not loopback: plain text to it needs insecure.
+        let plain = Config {
+            peer_cert_file: None,
+            peer_key_file: None,
+            peer_trusted_ca_file: None,
+            ..c.clone()
+        };
+        assert!(plain.validate().is_err());
+        Config {
+            insecure: true,
+            ..plain
+        }
+        .validate()
+        .unwrap();
+        // An IP entry still must be the IP bound, or a bind on every interface.
+        let mut by_ip = three();
+        by_ip.client_addr = "0.0.0.0:7191".parse().unwrap();
+        by_ip.insecure = true;
+        by_ip.validate().unwrap();
+        by_ip.client_addr = "127.0.0.2:7191".parse().unwrap();
+        assert!(by_ip.validate().is_err());
+        let bad = BY_NAME.replace("concord-0.concord-peers", "http://concord-0");
+        assert!(toml::from_str::<Config>(&bad).is_err());
     }
 
     #[test]
@@ -985,7 +1060,7 @@ role = "observer"
         let e = c.ensemble();
         assert_eq!(e.len(), 1);
         assert_eq!((e[0].id, e[0].role), (1, Role::Voter));
-        assert_eq!(e[0].client_addr, c.client_addr);
+        assert_eq!(e[0].client_addr, c.client_addr.into());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod address;
 pub mod api;
 pub mod config;
 pub mod listen;

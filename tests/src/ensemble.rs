@@ -64,13 +64,39 @@ impl Ensemble {
         Ensemble::start_inner(size, 0, options, Some(Proxies::new()), &|_| String::new())
     }
 
+    /// `start`, with every `[[members]]` address a host name (`localhost:PORT`), as
+    /// a Kubernetes config names pods by DNS name: the servers resolve it each time
+    /// they dial, and each binds 127.0.0.1 on its entry's ports.
+    pub fn start_named(size: usize, options: ServerOptions) -> Ensemble {
+        Ensemble::start_members(size, 0, options, None, &|_| String::new(), true)
+    }
+
     fn start_inner(
+        voters: usize,
+        observers: usize,
+        options: ServerOptions,
+        proxies: Option<Proxies>,
+        extra_toml: &dyn Fn(usize) -> String,
+    ) -> Ensemble {
+        Ensemble::start_members(voters, observers, options, proxies, extra_toml, false)
+    }
+
+    /// `start_inner`; `named`: members' addresses as `localhost:PORT`.
+    fn start_members(
         voters: usize,
         observers: usize,
         options: ServerOptions,
         mut proxies: Option<Proxies>,
         extra_toml: &dyn Fn(usize) -> String,
+        named: bool,
     ) -> Ensemble {
+        let shown = |a: SocketAddr| {
+            if named {
+                format!("localhost:{}", a.port())
+            } else {
+                a.to_string()
+            }
+        };
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
         // Hold every listener at once so the ports differ, then free them.
@@ -94,7 +120,8 @@ impl Ensemble {
                     .enumerate()
                     .map(|(j, (client, _))| {
                         let role = if j < voters { "voter" } else { "observer" };
-                        let peer = peer_addr_of(viewer, j);
+                        let peer = shown(peer_addr_of(viewer, j));
+                        let client = shown(*client);
                         format!(
                             "[[members]]\nid = {}\nclient_addr = \"{client}\"\npeer_addr = \"{peer}\"\nrole = \"{role}\"\n",
                             j + 1

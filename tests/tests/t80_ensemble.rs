@@ -23,6 +23,54 @@ fn create_req(path: &str, data: &str) -> pb::CreateRequest {
     }
 }
 
+/// Members named by host name (`localhost:PORT`, as deploy/k8s names pods by DNS
+/// name) elect a leader, forward writes to it and replicate; a restarted member is
+/// dialled by name again and catches up.
+#[tokio::test]
+async fn t80_members_named_by_host_name_form_an_ensemble() {
+    let mut ensemble = Ensemble::start_named(3, ServerOptions::default());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let mut last = 0;
+    for i in 0..3 {
+        last = create_at(&ensemble.servers[i].endpoint(), &format!("/named{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("write through server {}: {e}", i + 1));
+    }
+    for server in &ensemble.servers {
+        let names = concord_tests::children_at(&server.endpoint(), "/", last).await;
+        assert!((0..3).all(|i| names.contains(&format!("named{i}"))));
+    }
+    // A restarted follower is found again by name and catches up.
+    let follower = (leader + 1) % 3;
+    assert!(ensemble.servers[follower].terminate());
+    let zxid = create_at(&ensemble.servers[leader].endpoint(), "/while-down")
+        .await
+        .unwrap();
+    ensemble.servers[follower].restart();
+    ensemble.caught_up(follower, zxid, LEADER_WAIT).await;
+}
+
+/// The same over mTLS peer links with `concord certs`' peer certificates, as in
+/// deploy/k8s: a member dialled by name is verified by its identity
+/// (`concord-peer-N`), not by the name it was dialled at.
+#[tokio::test]
+async fn t80_members_named_by_host_name_over_peer_mtls() {
+    let certs = concord_tests::Certs::generate(3, &["admin"]);
+    let options = ServerOptions {
+        extra: certs.peer_flags(),
+        ..ServerOptions::default()
+    };
+    let ensemble = Ensemble::start_named(3, options);
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let follower = (leader + 1) % 3;
+    let zxid = create_at(&ensemble.servers[follower].endpoint(), "/named-tls")
+        .await
+        .unwrap();
+    for i in 0..3 {
+        ensemble.caught_up(i, zxid, LEADER_WAIT).await;
+    }
+}
+
 #[tokio::test]
 async fn t80_any_server_takes_writes_and_serves_consistent_reads() {
     let ensemble = Ensemble::start(3, ServerOptions::default());

@@ -131,7 +131,11 @@ pub const LEADER_ADDR_HEADER: &str = "concord-leader-addr";
 
 /// NOT_LEADER with the leader hint, if known, in the ErrorInfo metadata and in
 /// `concord-leader-id` / `concord-leader-addr`.
-fn not_leader(e: &ReplicaError, leader: Option<u64>, addr: Option<std::net::SocketAddr>) -> Status {
+fn not_leader(
+    e: &ReplicaError,
+    leader: Option<u64>,
+    addr: Option<&crate::address::Address>,
+) -> Status {
     let code = ErrorCode::NotLeader;
     let mut hint = Vec::new();
     if let Some(id) = leader {
@@ -207,9 +211,9 @@ impl From<ReplicaError> for Status {
             ReplicaError::Unavailable(_) => error(ErrorCode::Unavailable, e),
             ReplicaError::NotLeader {
                 leader,
-                client_addr,
+                ref client_addr,
                 ..
-            } => not_leader(&e, leader, client_addr),
+            } => not_leader(&e, leader, client_addr.as_ref()),
             ReplicaError::Indeterminate(_) => error(ErrorCode::OutcomeUnknown, e),
             ReplicaError::Timeout { .. } => error(ErrorCode::Timeout, e),
         }

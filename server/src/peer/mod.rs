@@ -239,7 +239,7 @@ struct Peer {
     /// Its id.
     id: ServerId,
     /// Its peer address.
-    addr: SocketAddr,
+    addr: crate::address::Address,
     /// Messages waiting for its stream.
     queue: DropOldest,
     /// Whether its outbound task runs (started on the first message).
@@ -288,7 +288,7 @@ impl PeerTransport {
         for m in &config.members {
             let peer = Arc::new(Peer {
                 id: m.id,
-                addr: m.peer_addr,
+                addr: m.peer_addr.clone(),
                 queue: DropOldest::new(config.queue_messages_max, config.queue_bytes_max),
                 started: AtomicBool::new(false),
                 back: tokio::sync::Notify::new(),

@@ -150,7 +150,7 @@ async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
     let config = &shared.config;
     let keepalive = Duration::from_millis(config.keepalive_ms.max(1));
     // With TLS the peer files are read here: a reconnect uses rotated ones.
-    let endpoint = match peer_endpoint(peer.addr, peer.id, config.client_tls.as_ref()) {
+    let endpoint = match peer_endpoint(&peer.addr, peer.id, config.client_tls.as_ref()) {
         Ok(e) => e,
         Err(e) => return StreamError::Setup(e),
     };

@@ -23,8 +23,8 @@ type Inbox = InboundRx;
 fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
     Member {
         id,
-        client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-        peer_addr,
+        client_addr: SocketAddr::from(([127, 0, 0, 1], 1)).into(),
+        peer_addr: peer_addr.into(),
         role: Role::Voter,
         peer_identity: None,
     }
@@ -210,7 +210,7 @@ async fn t30_restarted_peer_is_reached_again() {
     assert_eq!(b.metrics().dropped, 1, "send after shutdown is dropped");
     wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
 
-    let b_addr = members[1].peer_addr;
+    let b_addr = members[1].peer_addr.socket_addr().unwrap();
     let (b2, mut b2_inbox) =
         PeerTransport::start(config(2, &members), bind(b_addr).await, Routes::default()).unwrap();
     // Messages sent into the dying stream may be lost; keep sending until one lands.

@@ -31,7 +31,6 @@
 //! applied the write it reports.
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -47,7 +46,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 use super::{Committed, Replica, ReplicaError, Shared};
-use crate::config::Member;
+use crate::config::{Address, Member};
 use crate::peer::{decode, encode};
 use crate::tree::{TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
@@ -118,9 +117,9 @@ pub(super) enum Failed {
 struct Calls {
     caller: pb::Caller,
     /// Peer address (dialled) of every other member.
-    addrs: HashMap<ServerId, SocketAddr>,
+    addrs: HashMap<ServerId, Address>,
     /// Client address of every member, for the leader hint in NotLeader.
-    client_addrs: HashMap<ServerId, SocketAddr>,
+    client_addrs: HashMap<ServerId, Address>,
     clients: Mutex<HashMap<ServerId, ForwardClient<Channel>>>,
     /// The leader this server follows (None: it follows none), as the pipeline last
     /// reported it. Calls to a leader given up end at once.
@@ -164,9 +163,12 @@ impl Forwarder {
             addrs: members
                 .iter()
                 .filter(|m| m.id != id)
-                .map(|m| (m.id, m.peer_addr))
+                .map(|m| (m.id, m.peer_addr.clone()))
                 .collect(),
-            client_addrs: members.iter().map(|m| (m.id, m.client_addr)).collect(),
+            client_addrs: members
+                .iter()
+                .map(|m| (m.id, m.client_addr.clone()))
+                .collect(),
             clients: Mutex::new(HashMap::new()),
             following: watch::Sender::new(None),
             answered: Mutex::new(HashMap::new()),
@@ -224,8 +226,8 @@ impl Forwarder {
     }
 
     /// Where clients of member `id` connect.
-    pub(super) fn client_addr(&self, id: ServerId) -> Option<SocketAddr> {
-        self.calls.client_addrs.get(&id).copied()
+    pub(super) fn client_addr(&self, id: ServerId) -> Option<Address> {
+        self.calls.client_addrs.get(&id).cloned()
     }
 
     /// Changes each time a leader answers a call (to wait for a path to come back).
@@ -308,7 +310,7 @@ impl Calls {
             .addrs
             .get(&leader)
             .ok_or_else(|| ReplicaError::Unavailable(format!("leader {leader} is not a member")))?;
-        let endpoint = crate::security::tls::peer_endpoint(*addr, leader, self.tls.as_ref())
+        let endpoint = crate::security::tls::peer_endpoint(addr, leader, self.tls.as_ref())
             .map_err(|e| ReplicaError::Unavailable(format!("peer address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
@@ -724,6 +726,8 @@ mod tests {
     //! The re-send vs outcome-unknown decision, against sockets that refuse, or
     //! accept and never answer (a stopped leader's kernel still accepts).
 
+    use std::net::SocketAddr;
+
     use super::*;
     use crate::config::Role;
 
@@ -733,8 +737,8 @@ mod tests {
     fn forwarder_to(peer_addr: SocketAddr) -> Forwarder {
         let member = |id, peer_addr| Member {
             id,
-            client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-            peer_addr,
+            client_addr: SocketAddr::from(([127, 0, 0, 1], 1)).into(),
+            peer_addr: Address::from(peer_addr),
             role: Role::Voter,
             peer_identity: None,
         };

@@ -32,7 +32,6 @@ mod quota_tests;
 pub(crate) mod tests;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -63,10 +62,10 @@ pub enum ReplicaError {
     /// did nothing with it: safe to retry, here later or elsewhere. `leader` is the
     /// one it follows, if known, and `client_addr` where that leader's clients
     /// connect; `why` says what went wrong.
-    #[error("{}", not_leader_message(*leader, *client_addr, why))]
+    #[error("{}", not_leader_message(*leader, client_addr.as_ref(), why))]
     NotLeader {
         leader: Option<u64>,
-        client_addr: Option<SocketAddr>,
+        client_addr: Option<crate::address::Address>,
         why: String,
     },
     /// A write was handed to a leader and no outcome came back (the leader stopped,
@@ -79,7 +78,11 @@ pub enum ReplicaError {
     Timeout { zxid: Zxid, applied: Zxid },
 }
 
-fn not_leader_message(leader: Option<u64>, addr: Option<SocketAddr>, why: &str) -> String {
+fn not_leader_message(
+    leader: Option<u64>,
+    addr: Option<&crate::address::Address>,
+    why: &str,
+) -> String {
     let hint = match (leader, addr) {
         (Some(id), Some(addr)) => format!("the leader is server {id} at {addr}"),
         (Some(id), None) => format!("the leader is server {id}"),

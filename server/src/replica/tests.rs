@@ -320,8 +320,8 @@ pub(super) fn three_voters() -> Vec<crate::config::Member> {
     (1..=3u64)
         .map(|id| crate::config::Member {
             id,
-            client_addr: free_addr(),
-            peer_addr: free_addr(),
+            client_addr: free_addr().into(),
+            peer_addr: free_addr().into(),
             role: crate::config::Role::Voter,
             peer_identity: None,
         })
@@ -332,8 +332,8 @@ pub(super) fn three_voters() -> Vec<crate::config::Member> {
 pub(super) fn member_config(members: &[crate::config::Member], i: usize, base: Config) -> Config {
     Config {
         server_id: members[i].id,
-        client_addr: members[i].client_addr,
-        peer_addr: members[i].peer_addr,
+        client_addr: members[i].client_addr.socket_addr().unwrap(),
+        peer_addr: members[i].peer_addr.socket_addr().unwrap(),
         members: members.to_vec(),
         ..base
     }

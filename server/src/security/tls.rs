@@ -19,7 +19,6 @@
 //! plain text where TLS is configured, or block a runtime thread on more than
 //! reading a few small files.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -437,7 +436,7 @@ impl PeerClientTls {
 /// An endpoint for member `member_id`'s peer port at `addr`: `https` with this
 /// server's peer identity when `tls` is set, plain `http` otherwise.
 pub fn peer_endpoint(
-    addr: SocketAddr,
+    addr: &crate::address::Address,
     member_id: u64,
     tls: Option<&PeerClientTls>,
 ) -> Result<Endpoint, String> {

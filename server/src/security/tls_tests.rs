@@ -1,6 +1,7 @@
 //! Unit tests of security/tls.rs and listen.rs's TLS accept loop, with certificates
 //! from `certs` (rcgen) in a temporary folder.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
@@ -251,8 +252,8 @@ fn peer_links_check_each_members_configured_identity() {
     let dir = certs_dir();
     let member = |id: u64, identity: Option<&str>| crate::config::Member {
         id,
-        client_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
-        peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000 + id as u16)),
+        client_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)).into(),
+        peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000 + id as u16)).into(),
         role: crate::config::Role::Voter,
         peer_identity: identity.map(str::to_owned),
     };

@@ -29,6 +29,7 @@ import grpc
 from .._proto import session_pb2
 from ..errors import ConcordError, ErrorCode, from_rpc_error
 from ..types import Retry, State
+from ._wait import within
 
 if TYPE_CHECKING:
     from .client import Client
@@ -211,16 +212,10 @@ class Session:
 
 async def _write(call: grpc.aio.StreamStreamCall, req: session_pb2.KeepAliveRequest, limit: float) -> bool:
     """Writes one ping; False when it could not be written within ``limit`` seconds.
-    (Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives as
-    the write completes, and a keep-alive stream cancelled by ``stop()`` then pings on
-    for ever, so ``stop()`` never returns.)"""
-    write = asyncio.ensure_future(call.write(req))
+    (``within``, not asyncio.wait_for: a keep-alive stream cancelled by ``stop()``
+    whose cancellation wait_for swallowed would ping on for ever.)"""
     try:
-        done, _ = await asyncio.wait({write}, timeout=max(limit, 0.001))
-    finally:
-        if not write.done():
-            write.cancel()
-    if not done:
+        await within(call.write(req), max(limit, 0.001))
+    except asyncio.TimeoutError:
         return False
-    write.result()
     return True

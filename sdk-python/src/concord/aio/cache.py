@@ -38,6 +38,7 @@ from .._proto import watch_pb2
 from ..errors import ConcordError
 from ..events import CacheEvent, CacheEventType, Node, WatchEvent
 from ..types import Stat
+from ._wait import within
 from .watch import RESUME_FOREVER, Watch
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ class _Core:
         """Waits until the initial snapshot is in the cache: True, or False if the
         cache was closed first or ``timeout`` passed."""
         try:
-            await asyncio.wait_for(self._initialized_aio.wait(), timeout)
+            await within(self._initialized_aio.wait(), timeout)
         except asyncio.TimeoutError:
             return False
         return self._state.initialized and not self._closed

@@ -57,6 +57,7 @@ from ..events import EventKind
 from ..types import TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
+from ._wait import within
 from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
 from .observe import LeaderObserver
 from .watch import RESUME_FOREVER, Watch
@@ -717,7 +718,7 @@ class Client:
             if limit is None:
                 resp: Any = await method(ep)(request)
             else:
-                resp = await asyncio.wait_for(method(ep)(request), limit)
+                resp = await within(method(ep)(request), limit)
         except asyncio.TimeoutError:
             raise self._failed(deadline_error(write=write, limit_s=limit or 0.0)) from None
         except grpc.RpcError as e:

@@ -42,6 +42,7 @@ import grpc
 from .._proto import election_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..types import Retry, State
+from ._wait import within
 from .recipes import Participant, _election_stub, _states
 from .watch import QUEUE_MAX, RESUME_FOREVER, _read_within, silence_limit
 
@@ -165,7 +166,7 @@ class LeaderObserver:
             item = await self._queue.get()
         else:
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
+                item = await within(self._queue.get(), timeout)
             except asyncio.TimeoutError:
                 raise make_error(ErrorCode.TIMEOUT, f"no leader change within {timeout} s") from None
         if item is _END or self._cancelled:

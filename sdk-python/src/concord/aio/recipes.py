@@ -51,6 +51,7 @@ from ..errors import (
     make_error,
 )
 from ..types import Fence, State
+from ._wait import within
 
 if TYPE_CHECKING:
     from .client import Client, _Endpoint
@@ -1225,7 +1226,7 @@ class LeaderLatch(_Base):
             if remaining is not None and remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(event.wait(), remaining)
+                await within(event.wait(), remaining)
             except asyncio.TimeoutError:
                 return self._leading is not None
 

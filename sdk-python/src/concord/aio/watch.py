@@ -29,6 +29,7 @@ from .._proto import watch_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..events import WatchEvent
 from ..types import Retry
+from ._wait import within
 
 if TYPE_CHECKING:
     from .client import Client
@@ -194,7 +195,7 @@ class Watch:
             item = await self._queue.get()
         else:
             try:
-                item = await asyncio.wait_for(self._queue.get(), timeout)
+                item = await within(self._queue.get(), timeout)
             except asyncio.TimeoutError:
                 raise make_error(ErrorCode.TIMEOUT, f"no watch event within {timeout} s") from None
         if item is _END or self._cancelled:

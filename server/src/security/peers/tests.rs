@@ -17,8 +17,8 @@ use crate::config::Role;
 fn member(id: ServerId, identity: Option<&str>) -> Member {
     Member {
         id,
-        client_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
-        peer_addr: SocketAddr::from(([127, 0, 0, 1], 2)),
+        client_addr: SocketAddr::from(([127, 0, 0, 1], 1)).into(),
+        peer_addr: SocketAddr::from(([127, 0, 0, 1], 2)).into(),
         role: Role::Voter,
         peer_identity: identity.map(str::to_owned),
     }
