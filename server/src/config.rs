@@ -178,6 +178,14 @@ pub struct Config {
     /// stopped peer reaches it.
     pub peer_connection_idle_timeout_ms: u64,
 
+    // Metrics (docs/operations.md, "Metrics").
+    /// Where `/metrics`, `/healthz` and `/readyz` are served over plain HTTP; None:
+    /// not at all. Loopback only, unless `insecure`.
+    pub metrics_addr: Option<SocketAddr>,
+    /// A durable log append (write and fsync) slower than this is logged as a
+    /// warning and counted (`concord_disk_wal_fsync_threshold_exceeded_total`).
+    pub fsync_warn_threshold_ms: u64,
+
     // Failover for calls in flight.
     /// Longest a write waits for a leader to hand it to — this server looking (an
     /// election under way), or following a leader it cannot reach — before it fails
@@ -342,6 +350,9 @@ impl Default for Config {
             peer_connections_max: 0,
             peer_connection_idle_timeout_ms: 30_000,
 
+            metrics_addr: None,
+            fsync_warn_threshold_ms: 1_000,
+
             leader_wait_ms_max: 2_000,
 
             local_identity: "admin".to_owned(),
@@ -463,6 +474,12 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "session_ttl_default_ms must be within [session_ttl_min_ms, session_ttl_max_ms] = [{lo}, {hi}]"
             )));
+        }
+        if let Some(addr) = self.metrics_addr {
+            self.check_plain_text(addr)?;
+        }
+        if self.fsync_warn_threshold_ms == 0 {
+            return bad("fsync_warn_threshold_ms must be at least 1");
         }
         if self.batch_txns_max == 0 || self.proposal_queue_max == 0 {
             return bad("batch_txns_max and proposal_queue_max must be at least 1");
@@ -823,6 +840,30 @@ mod tests {
         c.validate().unwrap();
         c.session_ttl_default_ms = 1;
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn metrics_settings_are_checked() {
+        let c: Config =
+            toml::from_str("metrics_addr = \"127.0.0.1:9181\"\nfsync_warn_threshold_ms = 50\n")
+                .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.metrics_addr, Some("127.0.0.1:9181".parse().unwrap()));
+        assert_eq!(c.fsync_warn_threshold_ms, 50);
+        assert_eq!(Config::default().metrics_addr, None, "off unless set");
+        let mut open = Config {
+            metrics_addr: Some("0.0.0.0:9181".parse().unwrap()),
+            ..Config::default()
+        };
+        assert!(open.validate().is_err(), "plain HTTP beyond loopback");
+        open.insecure = true;
+        open.validate().unwrap();
+        let never = Config {
+            fsync_warn_threshold_ms: 0,
+            ..Config::default()
+        };
+        assert!(never.validate().is_err());
+        assert!(toml::from_str::<Config>("metrics_addr = \"nowhere\"").is_err());
     }
 
     #[test]

@@ -91,6 +91,15 @@ struct Args {
     #[arg(long)]
     http2_keepalive_timeout_ms: Option<u64>,
 
+    // Metrics.
+    /// Serve /metrics (Prometheus text), /healthz and /readyz over plain HTTP here
+    /// (off when unset; loopback only unless --insecure).
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Warn (and count) when a durable log append takes longer than this.
+    #[arg(long)]
+    fsync_warn_threshold_ms: Option<u64>,
+
     // Failover for calls in flight.
     /// Longest a write waits for a leader (election, unreachable leader) before it
     /// fails with NOT_LEADER.
@@ -299,6 +308,12 @@ impl Args {
         c.insecure |= self.insecure;
         if let Some(v) = self.leader_wait_ms_max {
             c.leader_wait_ms_max = v;
+        }
+        if let Some(v) = self.metrics_addr {
+            c.metrics_addr = Some(v);
+        }
+        if let Some(v) = self.fsync_warn_threshold_ms {
+            c.fsync_warn_threshold_ms = v;
         }
         c.validate()?;
         Ok(c)

@@ -88,6 +88,13 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
+    let metrics = match start_metrics(&config, &replica) {
+        Ok(metrics) => metrics,
+        Err(e) => {
+            replica.shutdown();
+            return Err(e);
+        }
+    };
     let routes = crate::api::routes(&replica, &config, &security)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -138,6 +145,10 @@ pub async fn run(
         }
     };
     replica.shutdown();
+    if let Some((stop, task)) = metrics {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
     served?;
     match fatal {
         Some(reason) => Err(RunError::Fatal(reason)),
@@ -146,6 +157,37 @@ pub async fn run(
             Ok(())
         }
     }
+}
+
+/// The metrics port's task and what stops it.
+type MetricsTask = (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+);
+
+/// Binds `metrics_addr` (when set) and serves `/metrics`, `/healthz` and `/readyz`
+/// there until stopped (docs/operations.md, "Metrics").
+fn start_metrics(config: &Config, replica: &Replica) -> Result<Option<MetricsTask>, RunError> {
+    let Some(addr) = config.metrics_addr else {
+        return Ok(None);
+    };
+    let listener = listen::bind(addr)
+        .map_err(|e| RunError::Setup(format!("cannot listen for metrics on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let mut registry = prometheus_client::registry::Registry::default();
+    replica.metrics().register(&mut registry);
+    let gauges = crate::replica::observe::Gauges::new(replica.clone(), config);
+    registry.register_collector(Box::new(gauges));
+    let endpoint = crate::telemetry::http::Endpoint {
+        registry,
+        probe: std::sync::Arc::new(crate::replica::observe::Readiness(replica.clone())),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(crate::telemetry::http::serve(listener, endpoint, async {
+        let _ = stop_rx.await;
+    }));
+    tracing::info!(addr = %bound, "serving metrics, /healthz and /readyz");
+    Ok(Some((stop_tx, task)))
 }
 
 /// Stops accepting, lets requests in flight finish for at most `DRAIN_TIMEOUT`, then

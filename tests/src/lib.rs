@@ -606,6 +606,33 @@ fn collect(
     })
 }
 
+/// A free port on 127.0.0.1, for a listener a server binds itself (such as
+/// `--metrics-addr`): bound, read, and released at once.
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A plain HTTP/1.1 GET of `path` at `addr`, within `timeout`: the status code and
+/// the body, or None if the connection fails (nothing listens yet, or it closed).
+pub async fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.ok()?;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, body.to_owned()))
+    };
+    tokio::time::timeout(timeout, exchange).await.ok().flatten()
+}
+
 /// A Get of `path` with default read options.
 pub fn get_req(path: impl Into<String>) -> pb::GetRequest {
     pb::GetRequest {

@@ -73,9 +73,8 @@ fn t88_every_member_of_the_k8s_manifests_has_a_valid_config() {
                 "--peer-key-file" => c.peer_key_file = file(&value),
                 "--peer-trusted-ca-file" => c.peer_trusted_ca_file = file(&value),
                 "--insecure" => c.insecure = true,
-                // Not in this server yet (issue 14, metrics): once it is, set
-                // `c.metrics_addr` here so its rules are checked too.
-                "--metrics-addr" => {}
+                // Checked with the rest: 0.0.0.0 needs the --insecure beside it.
+                "--metrics-addr" => c.metrics_addr = Some(value.unwrap().parse().unwrap()),
                 other => panic!("the start script passes {other}, unknown to this test"),
             }
         }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use concord::{Client, CreateOptions, Error, ReadOptions, RetryPolicy};
-use concord_tests::{children_at, eventually, Ensemble, ServerOptions};
+use concord_tests::{children_at, eventually, free_addr, http_get, Ensemble, ServerOptions};
 use futures::StreamExt;
 
 const WRITERS: usize = 4;
@@ -53,7 +53,11 @@ async fn t89_rolling_restart_under_load_loses_no_acknowledged_write() {
         snapshot_every_txns: 1000,
         ..ServerOptions::default()
     };
-    let mut ensemble = Ensemble::start(3, options);
+    // Each member serves /readyz on a metrics port of its own, as in deploy/k8s.
+    let metrics: Vec<std::net::SocketAddr> = (0..3).map(|_| free_addr()).collect();
+    let mut ensemble = Ensemble::start_with_toml(3, options, &|i| {
+        format!("metrics_addr = \"{}\"", metrics[i])
+    });
     ensemble.leader(READY_WAIT).await;
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
     let client = Client::builder()
@@ -82,7 +86,7 @@ async fn t89_rolling_restart_under_load_loses_no_acknowledged_write() {
         let exited_cleanly = tokio::task::block_in_place(|| ensemble.servers[i].terminate());
         assert!(exited_cleanly, "server {} did not exit 0 on SIGTERM", i + 1);
         tokio::task::block_in_place(|| ensemble.servers[i].restart());
-        wait_ready(&ensemble, i).await;
+        wait_ready(metrics[i], i).await;
         let during = load.acked_count.load(Ordering::SeqCst) - before;
         println!(
             "server {} ({}): restarted and ready in {:?}, {during} writes acknowledged meanwhile",
@@ -165,32 +169,16 @@ fn record_other(load: &Load, path: &str, e: &Error) {
         .push(format!("{path}: {e} (code {:?})", e.code()));
 }
 
-/// Waits until server `i` is ready: what `/readyz` on the metrics port will answer
-/// once the metrics land (issue 14). Until then it is read from `Cluster/Status`:
-/// the server answers, knows a leader, that leader serves, and this server has
-/// applied what the leader had committed when asked. To switch to the metrics
-/// port, replace `ready_by_status` with a GET of `/readyz` expecting 200.
-async fn wait_ready(ensemble: &Ensemble, i: usize) {
-    let what = format!("server {} ready (a serving leader, caught up)", i + 1);
-    eventually(&what, READY_WAIT, || ready_by_status(ensemble, i)).await;
-}
-
-/// `Some(())` when server `i` is ready by its and its leader's `Cluster/Status`.
-async fn ready_by_status(ensemble: &Ensemble, i: usize) -> Option<()> {
-    let own = ensemble.status(i).await?;
-    let leader_index = usize::try_from(own.leader_id.checked_sub(1)?).ok()?;
-    let leader = if leader_index == i {
-        own.clone()
-    } else {
-        ensemble.status(leader_index).await?
-    };
-    if !leader.leader_serving || leader.leader_id != own.leader_id {
-        return None;
-    }
-    // Applied, on this server, at least what the leader had committed when asked
-    // (asked again after the leader; under load the next poll may be the one).
-    let applied = ensemble.status(i).await?.zxid;
-    (applied >= leader.commit_zxid).then_some(())
+/// Waits until server `i` is ready: its `/readyz` (at `addr`) answers 200, what the
+/// StatefulSet's readiness probe waits for (a leader established or synced with,
+/// its path answering, and this server caught up: docs/operations.md, "Metrics").
+async fn wait_ready(addr: std::net::SocketAddr, i: usize) {
+    let what = format!("server {} ready (/readyz answers 200)", i + 1);
+    eventually(&what, READY_WAIT, || async {
+        let (status, _) = http_get(addr, "/readyz", Duration::from_secs(2)).await?;
+        (status == 200).then_some(())
+    })
+    .await;
 }
 
 /// Every acknowledged write is on server `i` with its data (read at or after the

@@ -14,6 +14,7 @@ mod election;
 pub mod error;
 mod framework;
 mod lock;
+pub mod measure;
 mod owner;
 #[cfg(test)]
 mod owner_tests;
@@ -70,6 +71,7 @@ fn response_bytes_max(config: &Config) -> usize {
 /// every request its caller (`security::caller`).
 pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes {
     use framework::Coded;
+    use measure::Measured;
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
     };
@@ -112,13 +114,19 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
     access::spawn_seed(replica.clone(), security.clone());
-    let mut routes = Routes::new(Coded::new(Authenticated::new(tree, security.clone())))
-        .add_service(Coded::new(Authenticated::new(access, security.clone())))
-        .add_service(Coded::new(Authenticated::new(session, security.clone())))
-        .add_service(Coded::new(Authenticated::new(watch, security.clone())))
-        .add_service(Coded::new(Authenticated::new(cluster, security.clone())))
-        .add_service(Coded::new(Authenticated::new(lock, security.clone())))
-        .add_service(Coded::new(Authenticated::new(election, security.clone())));
+    // Every call is measured (outside Coded: the code the client sees), coded, and
+    // given its caller.
+    let metrics = replica.metrics();
+    fn m<S>(s: S, metrics: &std::sync::Arc<crate::telemetry::Metrics>) -> Measured<Coded<S>> {
+        Measured::new(Coded::new(s), metrics.clone())
+    }
+    let mut routes = Routes::new(m(Authenticated::new(tree, security.clone()), metrics))
+        .add_service(m(Authenticated::new(access, security.clone()), metrics))
+        .add_service(m(Authenticated::new(session, security.clone()), metrics))
+        .add_service(m(Authenticated::new(watch, security.clone()), metrics))
+        .add_service(m(Authenticated::new(cluster, security.clone()), metrics))
+        .add_service(m(Authenticated::new(lock, security.clone()), metrics))
+        .add_service(m(Authenticated::new(election, security.clone()), metrics));
     // A path no service serves (services added later keep this fallback).
     let router = std::mem::take(routes.axum_router_mut());
     *routes.axum_router_mut() = router.fallback(framework::unknown_service);

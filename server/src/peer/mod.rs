@@ -264,6 +264,8 @@ struct Shared {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Where the inbound side listens.
     local_addr: SocketAddr,
+    /// The inbound byte budget (`inbound_bytes_max`), for its depth.
+    in_bytes: Arc<Semaphore>,
 }
 
 /// The transport: `start` it, then use the handle it gives back.
@@ -313,6 +315,7 @@ impl PeerTransport {
             stop,
             tasks: Mutex::new(Vec::new()),
             local_addr,
+            in_bytes: in_bytes.clone(),
         });
         let server = inbound::serve(
             shared.clone(),
@@ -362,6 +365,20 @@ impl PeerHandle {
             queued: queued.sum::<usize>() as u64,
             ..self.shared.counters.snapshot()
         }
+    }
+
+    /// Bytes waiting in the outbound queues (all peers together; each is bounded
+    /// by `queue_bytes_max`), and bytes received and not yet taken by the runtime
+    /// (bounded by `inbound_bytes_max`).
+    pub fn queued_bytes(&self) -> (usize, usize) {
+        let outbound = self.shared.peers.values().map(|p| p.queue.waiting_bytes());
+        let budget = self
+            .shared
+            .config
+            .inbound_bytes_max
+            .clamp(1, u32::MAX as usize);
+        let inbound = budget.saturating_sub(self.shared.in_bytes.available_permits());
+        (outbound.sum(), inbound)
     }
 
     /// Where the inbound side listens.

@@ -98,7 +98,6 @@ impl DropOldest {
     }
 
     /// Bytes waiting now.
-    #[cfg(test)]
     pub fn waiting_bytes(&self) -> usize {
         self.lock().bytes
     }

@@ -220,6 +220,11 @@ impl Forwarder {
         self.calls.reaches(leader)
     }
 
+    /// Writes queued to be forwarded now (at most `QUEUE_WRITES_MAX`).
+    pub(super) fn queued(&self) -> usize {
+        QUEUE_WRITES_MAX.saturating_sub(self.queue.capacity())
+    }
+
     /// Where clients of member `id` connect.
     pub(super) fn client_addr(&self, id: ServerId) -> Option<Address> {
         self.calls.client_addrs.get(&id).cloned()

@@ -176,6 +176,7 @@ pub(super) async fn snapshotter(
         };
         let storage = shared.storage.clone();
         let zxid = tree.last_zxid();
+        let started = std::time::Instant::now();
         let written = tokio::task::spawn_blocking(move || {
             // A tree that cannot be encoded whole breaks an invariant: nothing is
             // saved (an empty or partial snapshot would lose state), and it is fatal.
@@ -189,7 +190,12 @@ pub(super) async fn snapshotter(
         .await;
         match written {
             Ok(Ok(bytes)) => {
+                let took = started.elapsed();
+                shared.metrics.snapshot_duration.observe(took);
+                let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+                shared.metrics.snapshot_size.set(size);
                 tracing::info!(
+                    took_ms = took.as_millis() as u64,
                     zxid = format_args!("{zxid:#x}"),
                     bytes = bytes.len(),
                     "snapshot written"

@@ -17,6 +17,7 @@
 mod forward;
 mod housekeeping;
 mod members;
+pub mod observe;
 mod persist;
 mod pipeline;
 mod recovery;
@@ -31,7 +32,7 @@ mod quota_tests;
 pub(crate) mod tests;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -160,6 +161,15 @@ struct Shared {
     epoch: AtomicU32,
     /// Whether this server leads an established epoch (accepts writes and reads).
     serving: watch::Sender<bool>,
+    /// Whether the core reports its leadership established here: a leader's epoch
+    /// established, or a learner's sync with its leader done (UPTODATE received).
+    synced: AtomicBool,
+    /// What this server records as it goes (counters and histograms).
+    metrics: Arc<crate::telemetry::Metrics>,
+    /// The bytes queued for the persister (its queue's depth).
+    persist_backlog: Arc<persist::Backlog>,
+    /// The peer transport, for its queues' depths (None: an ensemble of one).
+    peer_transport: Option<crate::peer::PeerHandle>,
     /// The server this one follows or leads, as the core last reported it (0: none).
     leader: AtomicU64,
     /// Hands requests to the leader when this server follows (None: an ensemble of one).
@@ -618,6 +628,11 @@ impl Replica {
     /// The configured tick.
     pub fn tick_ms(&self) -> u64 {
         self.shared.tick_ms
+    }
+
+    /// What this server records as it goes (the RPC layer records into it too).
+    pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
+        &self.shared.metrics
     }
 }
 

@@ -21,11 +21,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 
 use super::recovery::{ACCEPTED_EPOCH, CURRENT_EPOCH, MUST_RESYNC};
 use crate::storage::{Storage, StorageError};
+use crate::telemetry::Metrics;
 use crate::txn::Txn;
 use crate::zab::PersistOp;
 
@@ -107,6 +109,11 @@ impl Backlog {
         self.bytes.load(Ordering::Acquire)
     }
 
+    /// Bytes queued or being written now, and the budget.
+    pub(super) fn depth(&self) -> (usize, usize) {
+        (self.bytes(), self.bytes_max)
+    }
+
     /// Whether the queue holds more than its budget.
     pub(super) fn over(&self) -> bool {
         self.bytes() > self.bytes_max
@@ -129,11 +136,26 @@ pub(super) struct Persister {
 }
 
 impl Persister {
-    /// Starts the thread with a queue budget of `bytes_max`; it reports on the
-    /// returned channel as `run` does.
+    /// Starts the thread with a queue budget of `bytes_max`, recording into fresh
+    /// metrics with the default fsync warning threshold.
+    #[cfg(test)]
     pub(super) fn start(
         storage: Arc<dyn Storage>,
         bytes_max: usize,
+    ) -> std::io::Result<(Persister, Done)> {
+        let observe = Observe {
+            metrics: Arc::default(),
+            slow: std::time::Duration::from_secs(1),
+        };
+        Persister::start_observed(storage, bytes_max, observe)
+    }
+
+    /// Starts the thread with a queue budget of `bytes_max`; it reports on the
+    /// returned channel as `run` does, and records each append's duration.
+    pub(super) fn start_observed(
+        storage: Arc<dyn Storage>,
+        bytes_max: usize,
+        observe: Observe,
     ) -> std::io::Result<(Persister, Done)> {
         let (jobs, queue) = mpsc::unbounded_channel();
         let (done, done_rx) = watch::channel(Ok(0));
@@ -147,7 +169,7 @@ impl Persister {
                     // too: the pipeline must stop, not wait for numbers that never come.
                     let report = done.clone();
                     let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        run(storage, queue, done, &backlog)
+                        run(storage, queue, done, &backlog, &observe)
                     }));
                     if ran.is_err() {
                         let _ = report.send(Err("the persister thread panicked".into()));
@@ -174,6 +196,11 @@ impl Persister {
             self.backlog.sub(bytes);
         }
         sent
+    }
+
+    /// The queue's byte count, shared (for the metrics).
+    pub(super) fn backlog(&self) -> Arc<Backlog> {
+        self.backlog.clone()
     }
 
     /// Whether the queue holds more than its byte budget: take no new input.
@@ -210,6 +237,7 @@ pub(super) fn run(
     mut jobs: mpsc::UnboundedReceiver<PersistJob>,
     done: watch::Sender<Result<u64, String>>,
     backlog: &Backlog,
+    observe: &Observe,
 ) {
     let mut batch = Vec::new();
     while let Some(first) = jobs.blocking_recv() {
@@ -225,9 +253,10 @@ pub(super) fn run(
         let ops = merge(std::mem::take(&mut batch));
         // A panic in the storage engine is a storage failure, reported like one: the
         // pipeline must hear of it rather than wait for a number that never comes.
-        let written = std::panic::catch_unwind(AssertUnwindSafe(|| write(storage.as_ref(), ops)))
-            .map_err(|_| "storage panicked".to_string())
-            .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
+        let written =
+            std::panic::catch_unwind(AssertUnwindSafe(|| write(storage.as_ref(), ops, observe)))
+                .map_err(|_| "storage panicked".to_string())
+                .and_then(|r| r.map_err(|e| format!("storage failed: {e}")));
         let failed = written.is_err();
         backlog.sub(bytes);
         if done.send(written.map(|()| number)).is_err() || failed {
@@ -249,7 +278,11 @@ fn merge(jobs: Vec<PersistJob>) -> Vec<PersistOp> {
 }
 
 /// Does the ops in order; each storage call is durable when it returns.
-fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError> {
+fn write(
+    storage: &dyn Storage,
+    ops: Vec<PersistOp>,
+    observe: &Observe,
+) -> Result<(), StorageError> {
     for op in ops {
         match op {
             PersistOp::AcceptedEpoch(e) => storage.set_u64(ACCEPTED_EPOCH, u64::from(e))?,
@@ -259,7 +292,11 @@ fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError>
                 tracing::info!(after = format_args!("{after:#x}"), "truncating the log");
                 storage.truncate_after(after)?;
             }
-            PersistOp::Append(txns) => append(storage, &txns)?,
+            PersistOp::Append(txns) => {
+                let started = Instant::now();
+                append(storage, &txns)?;
+                observe.appended(started.elapsed(), txns.len());
+            }
             PersistOp::Resynced => {
                 tracing::info!("synced from an established leader after a discard: voting again");
                 storage.set_u64(MUST_RESYNC, 0)?;
@@ -278,6 +315,30 @@ fn write(storage: &dyn Storage, ops: Vec<PersistOp>) -> Result<(), StorageError>
         }
     }
     Ok(())
+}
+
+/// What the persister records: each durable append's duration, and those slower
+/// than `slow` (counted, and logged as a warning: at most one line per `slow` of
+/// disk time, since the thread writes one batch at a time).
+pub(super) struct Observe {
+    pub(super) metrics: Arc<Metrics>,
+    /// `fsync_warn_threshold_ms`.
+    pub(super) slow: Duration,
+}
+
+impl Observe {
+    fn appended(&self, took: Duration, txns: usize) {
+        self.metrics.wal_fsync.observe(took);
+        if took > self.slow {
+            self.metrics.wal_fsync_slow.inc();
+            tracing::warn!(
+                took_ms = took.as_millis() as u64,
+                txns,
+                fsync_warn_threshold_ms = self.slow.as_millis() as u64,
+                "a durable log append (fsync) took longer than fsync_warn_threshold_ms; the disk is slow"
+            );
+        }
+    }
 }
 
 fn append(storage: &dyn Storage, txns: &[Txn]) -> Result<(), StorageError> {

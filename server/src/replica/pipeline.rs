@@ -34,6 +34,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::forward::Write;
 use super::persist::{Done, PersistJob, Persister};
@@ -139,6 +140,12 @@ impl ProposalBytes {
         }
     }
 
+    /// Bytes of the budget in use now (writes queued or in flight), and the budget.
+    pub(super) fn in_use(&self) -> (usize, usize) {
+        let free = self.permits.available_permits().min(self.bytes_max);
+        (self.bytes_max - free, self.bytes_max)
+    }
+
     /// Bytes of the budget free now.
     #[cfg(test)]
     pub(super) fn available(&self) -> usize {
@@ -168,8 +175,13 @@ pub(super) async fn admit(budget: &ProposalBytes, write: &Write) -> Option<Admit
     Some(Admitted { permit })
 }
 
-/// A caller waiting for its write, with the write's share of the byte budget.
-pub(super) type Waiter = (oneshot::Sender<Result<Committed, ReplicaError>>, Admitted);
+/// A caller waiting for its write, with the write's share of the byte budget and
+/// when it was proposed (for `concord_server_proposal_commit_duration_seconds`).
+pub(super) type Waiter = (
+    oneshot::Sender<Result<Committed, ReplicaError>>,
+    Admitted,
+    Instant,
+);
 
 /// What the pipeline listens to besides the clock.
 pub(super) struct Inputs {
@@ -213,6 +225,9 @@ pub(super) struct Pipeline {
     /// The teams' nodes and data quotas, and what this leader's proposed, unapplied
     /// writes reserve of them (checked before each proposal; `security::quota`).
     pub(super) quota: Ledger,
+    /// The last established leadership (leader, epoch) counted in
+    /// `concord_server_leader_changes_seen_total`.
+    pub(super) leadership_seen: Option<(u64, u32)>,
 }
 
 impl Pipeline {
@@ -319,6 +334,7 @@ impl Pipeline {
         // The pipeline is the tree's only writer: this is the applied tree, and
         // nothing is applied while the batch is proposed.
         let tree = shared.tree.read().unwrap_or_else(PoisonError::into_inner);
+        let proposed_at = Instant::now();
         for p in batch.drain(..) {
             if !held.is_empty()
                 || (serving && !self.snapshot_policy.has_room(self.node.log_bytes()))
@@ -359,9 +375,10 @@ impl Pipeline {
             match self.node.propose(txn) {
                 Ok(zxid) => {
                     self.quota.reserve(zxid, reservation);
-                    self.waiting.insert(zxid, (p.reply, p.bytes));
+                    self.waiting.insert(zxid, (p.reply, p.bytes, proposed_at));
                 }
                 Err(e) => {
+                    self.shared.metrics.proposals_failed.inc();
                     let _ = p.reply.send(Err(e.into()));
                 }
             }
@@ -392,6 +409,8 @@ impl Pipeline {
             self.shared
                 .log_bytes_peak
                 .fetch_max(log_bytes, Ordering::Relaxed);
+            let pending = i64::try_from(self.waiting.len()).unwrap_or(i64::MAX);
+            self.shared.metrics.proposals_pending.set(pending);
             if ready.is_empty() {
                 return true;
             }
@@ -421,6 +440,8 @@ impl Pipeline {
                 return false;
             }
         }
+        let committed = ready.committed.len() as u64;
+        self.shared.metrics.proposals_committed.inc_by(committed);
         self.apply(ready.committed);
         self.shared
             .committed
@@ -485,7 +506,9 @@ impl Pipeline {
                     .applied(&txn.op, &applied.result, closing_owner.as_deref());
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
-                if let Some((reply, _bytes)) = self.waiting.remove(&txn.zxid) {
+                if let Some((reply, _bytes, proposed_at)) = self.waiting.remove(&txn.zxid) {
+                    let metrics = &self.shared.metrics;
+                    metrics.proposal_commit.observe(proposed_at.elapsed());
                     let committed = Committed {
                         zxid: txn.zxid,
                         result: applied.result,
@@ -496,6 +519,8 @@ impl Pipeline {
             self.shared.applied.send_replace(last);
         }
         self.snapshot_policy.applied(&txns);
+        let applied = txns.len() as u64;
+        self.shared.metrics.proposals_applied.inc_by(applied);
         for (reply, committed) in replies {
             // The caller may have gone (cancelled); the write stands regardless.
             let _ = reply.send(Ok(committed));
@@ -534,8 +559,10 @@ impl Pipeline {
     fn on_status(&mut self, status: Status) {
         let serving = status.role == Role::Leading && status.serving;
         tracing::info!(role = ?status.role, leader = ?status.leader, epoch = status.epoch, serving, "zab status");
+        self.count_leadership(status);
         // Epoch and leader before the role: those woken by the role read them.
         self.shared.epoch.store(status.epoch, Ordering::Release);
+        self.shared.synced.store(status.serving, Ordering::Release);
         self.shared
             .leader
             .store(status.leader.unwrap_or(0), Ordering::Release);
@@ -562,6 +589,19 @@ impl Pipeline {
         }
     }
 
+    /// Counts a leadership this server sees established (it leads an established
+    /// epoch, or its learner sync finished) that it had not counted before.
+    fn count_leadership(&mut self, status: Status) {
+        let Some(leader) = status.leader.filter(|_| status.serving) else {
+            return;
+        };
+        let seen = Some((leader, status.epoch));
+        if self.leadership_seen != seen {
+            self.leadership_seen = seen;
+            self.shared.metrics.leader_changes.inc();
+        }
+    }
+
     fn answer_reads(&mut self, reads: Vec<ReadState>) {
         for read in reads {
             if let Some(waiter) = self.reading.remove(&read.id) {
@@ -574,7 +614,9 @@ impl Pipeline {
     /// Leadership lost: proposed writes may still commit under the next leader (their
     /// outcome is unknown); reads may simply be retried.
     fn fail_waiting_unknown(&mut self, why: &str) {
-        for (_, (reply, _bytes)) in self.waiting.drain() {
+        let failed = self.waiting.len() as u64;
+        self.shared.metrics.proposals_failed.inc_by(failed);
+        for (_, (reply, _bytes, _)) in self.waiting.drain() {
             let _ = reply.send(Err(ReplicaError::Indeterminate(why.into())));
         }
         for (_, waiter) in self.reading.drain() {
@@ -583,7 +625,9 @@ impl Pipeline {
     }
 
     fn fail_waiting(&mut self, why: &str) {
-        for (_, (reply, _bytes)) in self.waiting.drain() {
+        let failed = self.waiting.len() as u64;
+        self.shared.metrics.proposals_failed.inc_by(failed);
+        for (_, (reply, _bytes, _)) in self.waiting.drain() {
             let _ = reply.send(Err(ReplicaError::Unavailable(why.into())));
         }
         for (_, waiter) in self.reading.drain() {

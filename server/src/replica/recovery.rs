@@ -13,7 +13,7 @@
 //! from an established leader (see `zab::Restored::must_resync`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -418,7 +418,15 @@ fn launch(
     quota.recount_sessions_of(&tree);
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
+    let metrics = Arc::new(crate::telemetry::Metrics::new(storage.commit_seconds()));
     let storage: Arc<dyn Storage> = Arc::new(storage);
+    let observe = super::persist::Observe {
+        metrics: metrics.clone(),
+        slow: Duration::from_millis(config.fsync_warn_threshold_ms),
+    };
+    let (persist, persisted_rx) =
+        Persister::start_observed(storage.clone(), config.persist_queue_bytes_max, observe)
+            .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;
     let snapshot_zxid = tree.last_zxid();
     let hub = WatchHub::new(
         WatchConfig {
@@ -448,6 +456,10 @@ fn launch(
         log_bytes_peak: AtomicU64::new(0),
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
+        synced: AtomicBool::new(false),
+        metrics,
+        persist_backlog: persist.backlog(),
+        peer_transport: peers.as_ref().map(|(handle, _)| handle.clone()),
         leader: AtomicU64::new(0),
         forwarder: peers.is_some().then(|| {
             // A path to the leader that answers no Touch (sent every tick) for two
@@ -479,8 +491,6 @@ fn launch(
     #[cfg(test)]
     let snap_rx = housekeeping::stall::relay(snap_rx);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
-    let (persist, persisted_rx) = Persister::start(storage, config.persist_queue_bytes_max)
-        .map_err(|e| StartError::Recovery(format!("cannot start the persister thread: {e}")))?;
     let pipeline = Pipeline {
         shared: shared.clone(),
         node,
@@ -501,6 +511,7 @@ fn launch(
         tick_ms: config.tick_ms,
         peers: peers.as_ref().map(|(handle, _)| handle.clone()),
         quota,
+        leadership_seen: None,
     };
     let inputs = Inputs {
         proposals: proposals_rx,

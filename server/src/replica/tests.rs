@@ -94,15 +94,28 @@ async fn readies_queued_during_a_write_share_one_append() {
         let ops = vec![PersistOp::Append(vec![txn(number)])];
         assert!(jobs_tx.send(PersistJob::new(number, ops)).is_ok());
     }
+    let metrics = Arc::new(crate::telemetry::Metrics::default());
     let thread = std::thread::spawn({
         let storage = storage.clone();
+        let metrics = metrics.clone();
         let backlog = persist::Backlog::new(1 << 20);
-        move || persist::run(storage, jobs_rx, done_tx, &backlog)
+        // Every append counts as slow with a threshold of 0.
+        let observe = persist::Observe {
+            metrics: metrics.clone(),
+            slow: Duration::ZERO,
+        };
+        move || persist::run(storage, jobs_rx, done_tx, &backlog, &observe)
     });
     let done = done_rx.wait_for(|d| d != &Ok(0));
     let done = tokio::time::timeout(Duration::from_secs(10), done).await;
     assert_eq!(*done.unwrap().unwrap(), Ok(3));
     assert_eq!(storage.appends.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        metrics.wal_fsync.count(),
+        1,
+        "one append, one fsync observed"
+    );
+    assert_eq!(metrics.wal_fsync_slow.get(), 1, "and over the threshold");
     assert_eq!(storage.read_after(0, 10).unwrap().len(), 3);
     drop(jobs_tx);
     assert!(thread.join().is_ok());

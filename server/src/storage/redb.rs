@@ -33,6 +33,7 @@ use ::redb::{
 };
 
 use super::{check_append_order, Storage, StorageError};
+use crate::telemetry::Seconds;
 use crate::txn::{Txn, Zxid};
 
 pub use recovery::{Discarded, OpenReport};
@@ -66,12 +67,22 @@ fn write_durably<T>(
     what: &str,
     body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
 ) -> Result<T, StorageError> {
+    write_timed(db, what, body).map(|(out, _)| out)
+}
+
+/// `write_durably`, also returning how long the commit itself took (the fsync).
+fn write_timed<T>(
+    db: &Database,
+    what: &str,
+    body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
+) -> Result<(T, std::time::Duration), StorageError> {
     let mut wtx = db.begin_write().map_err(redb_err(what))?;
     wtx.set_durability(Durability::Immediate)
         .map_err(redb_err(what))?;
     let out = body(&wtx)?;
+    let started = std::time::Instant::now();
     wtx.commit().map_err(redb_err(what))?;
-    Ok(out)
+    Ok((out, started.elapsed()))
 }
 
 /// A log value: crc32 of the encoded txn (LE u32), then the encoding.
@@ -117,6 +128,8 @@ pub struct RedbStorage {
     /// Durable commits since open: a metric (fsyncs), and how tests see that one
     /// `append` is one commit.
     commits_total: AtomicU64,
+    /// How long each commit took (`concord_disk_backend_commit_duration_seconds`).
+    commit_seconds: Seconds,
 }
 
 impl std::fmt::Debug for RedbStorage {
@@ -134,14 +147,20 @@ impl RedbStorage {
         self.commits_total.load(Ordering::Relaxed)
     }
 
-    /// One durable commit, counted.
+    /// The histogram of this store's commit durations (shared, not copied).
+    pub fn commit_seconds(&self) -> Seconds {
+        self.commit_seconds.clone()
+    }
+
+    /// One durable commit, counted and timed.
     fn write<T>(
         &self,
         what: &str,
         body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
     ) -> Result<T, StorageError> {
-        let out = write_durably(&self.db, what, body)?;
+        let (out, took) = write_timed(&self.db, what, body)?;
         self.commits_total.fetch_add(1, Ordering::Relaxed);
+        self.commit_seconds.observe(took);
         Ok(out)
     }
 

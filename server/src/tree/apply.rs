@@ -68,6 +68,7 @@ impl DataTree {
             grants: Grants::new(),
             grants_zxid: 0,
             usage: imbl::OrdMap::new(),
+            data_bytes: 0,
         }
     }
 

@@ -266,4 +266,7 @@ pub struct DataTree {
     /// Nodes and data bytes under each quota root (`track_usage`; usage.rs).
     /// Derived from `nodes`; not in snapshots.
     pub(crate) usage: imbl::OrdMap<String, Usage>,
+    /// Bytes of data of every node together (`data_bytes`, for the metrics).
+    /// Derived from `nodes`; not in snapshots.
+    pub(crate) data_bytes: u64,
 }

@@ -319,9 +319,11 @@ impl DataTree {
             grants,
             grants_zxid: last_zxid,
             usage: imbl::OrdMap::new(),
+            data_bytes: 0,
         };
         tree.decode_nodes(rest)?;
         tree.check_decoded()?;
+        tree.data_bytes = tree.nodes.values().map(|n| n.data.len() as u64).sum();
         Ok(tree)
     }
 

@@ -47,6 +47,16 @@ impl DataTree {
         self.usage = counted;
     }
 
+    /// Bytes of data of every node together.
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Ephemeral nodes, all sessions' together.
+    pub fn ephemeral_count(&self) -> usize {
+        self.sessions.values().map(|s| s.ephemerals.len()).sum()
+    }
+
     /// The usage of tracked root `root`, if it is one.
     pub fn usage(&self, root: &str) -> Option<Usage> {
         self.usage.get(root).copied()
@@ -80,6 +90,12 @@ impl DataTree {
 
     /// A node with `data_bytes` of data appeared (`sign` 1) or went (-1) at `path`.
     pub(crate) fn count_node(&mut self, node_path: &str, data_bytes: usize, sign: i8) {
+        let bytes = data_bytes as u64;
+        self.data_bytes = if sign > 0 {
+            self.data_bytes.saturating_add(bytes)
+        } else {
+            self.data_bytes.saturating_sub(bytes)
+        };
         if self.usage.is_empty() {
             return;
         }
@@ -93,6 +109,10 @@ impl DataTree {
 
     /// The data at `path` changed from `before` to `after` bytes.
     pub(crate) fn count_data(&mut self, node_path: &str, before: usize, after: usize) {
+        self.data_bytes = self
+            .data_bytes
+            .saturating_sub(before as u64)
+            .saturating_add(after as u64);
         if self.usage.is_empty() || before == after {
             return;
         }

@@ -181,6 +181,40 @@ fn acks_wait_for_fsync_and_commit_waits_for_a_quorum() {
     assert_eq!(h.applied[&leader], vec![z]);
 }
 
+/// The leader reports each learner's sync state and lag (`learner_progress`): none
+/// behind once settled, a follower with a slow disk behind by what it has not made
+/// durable.
+#[test]
+fn the_leader_reports_learners_lag() {
+    let mut h = Harness::new(&[1, 2, 3], &[4]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    let progress = |h: &Harness| {
+        let mut l = h.nodes[&leader].learner_progress();
+        l.sort_by_key(|p| p.id);
+        l.into_iter()
+            .map(|p| (p.id, p.observer, p.synced, p.lag_txns))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        progress(&h),
+        [(1, false, true, 0), (2, false, true, 0), (4, true, true, 0)]
+    );
+    assert!(
+        h.nodes[&1].learner_progress().is_empty(),
+        "only a leader reports"
+    );
+    h.slow_disk = vec![1];
+    for i in 0..3 {
+        h.nodes.get_mut(&leader).unwrap().propose(txn(i)).unwrap();
+    }
+    h.settle();
+    assert_eq!(
+        progress(&h),
+        [(1, false, true, 3), (2, false, true, 0), (4, true, true, 0)]
+    );
+}
+
 #[test]
 fn a_leader_without_quorum_steps_down_and_refuses() {
     let mut h = Harness::new(&[1, 2, 3], &[]);

@@ -76,6 +76,7 @@ impl RedbStorage {
             last_zxid: AtomicU64::new(last_zxid),
             order_lock: Mutex::new(()),
             commits_total: AtomicU64::new(0),
+            commit_seconds: crate::telemetry::metrics::backend_commit_histogram(),
         };
         Ok((store, report))
     }

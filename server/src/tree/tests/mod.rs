@@ -227,6 +227,14 @@ pub(super) fn check_invariants(tree: &DataTree) {
     for path in tree.reap_candidates.iter() {
         assert!(tree.nodes.contains_key(path), "stale reap candidate {path}");
     }
+    let data_bytes: usize = tree.nodes.values().map(|n| n.data.len()).sum();
+    assert_eq!(tree.data_bytes(), data_bytes as u64, "the data bytes total");
+    let ephemerals = tree
+        .nodes
+        .values()
+        .filter(|n| n.mode.is_ephemeral())
+        .count();
+    assert_eq!(tree.ephemeral_count(), ephemerals, "the ephemeral count");
 }
 
 fn ops_is_reap_candidate(mode: CreateMode) -> bool {

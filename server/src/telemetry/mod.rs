@@ -1,0 +1,30 @@
+//! Telemetry: logging (tracing to stderr, filtered by `RUST_LOG`, default `info`)
+//! and Prometheus metrics with health and readiness on their own HTTP port.
+//!
+//! ```text
+//!   histogram.rs  lock-free duration histograms
+//!   metrics.rs    what the write path, disk and RPCs record (`Metrics`)
+//!   http.rs       /metrics, /healthz, /readyz on `metrics_addr`
+//! ```
+//!
+//! What it must not do: know the replica, the tree or the API. Gauges of their state
+//! and the readiness rule are theirs (`replica::observe`); they hand them in as a
+//! `prometheus_client` collector and an `http::Probe`.
+
+pub mod histogram;
+pub mod http;
+pub mod metrics;
+
+pub use histogram::Seconds;
+pub use metrics::Metrics;
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber; later calls do nothing.
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
