@@ -1,5 +1,6 @@
-//! Gives a Concord code to the failures tonic raises below the services, and answers a
-//! call whose deadline passes in the server with TIMEOUT.
+//! Gives a Concord code to the failures tonic raises below the services, answers a
+//! call whose deadline passes in the server with TIMEOUT, and (built `measured`)
+//! counts and times every call by the code the client sees (`measure`).
 //!
 //! ```text
 //!  request ──► Coded ──► TreeServer / SessionServer / ... (tonic's generated code:
@@ -26,6 +27,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -38,6 +40,8 @@ use tonic::server::NamedService;
 use tonic::Status;
 
 use super::error::{error, framework_status, ERROR_CODE_HEADER};
+use super::measure::{code_in, Call};
+use crate::telemetry::Metrics;
 
 /// Least and most a server answers TIMEOUT before the client's `grpc-timeout`: at
 /// least a tick of tokio's millisecond timer before tonic's own guard, and early
@@ -63,12 +67,26 @@ const GRPC_TIMEOUT: &str = "grpc-timeout";
 pub struct Coded<S> {
     /// The generated tonic server it wraps.
     inner: S,
+    /// Where each call is counted and timed (None: not measured).
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> Coded<S> {
-    /// Wraps a generated tonic server.
+    /// Wraps a generated tonic server, not measured (for tests of the coding alone).
+    #[cfg(test)]
     pub fn new(inner: S) -> Self {
-        Coded { inner }
+        Coded {
+            inner,
+            metrics: None,
+        }
+    }
+
+    /// Wraps a generated tonic server, measuring every call into `metrics`.
+    pub fn measured(inner: S, metrics: Arc<Metrics>) -> Self {
+        Coded {
+            inner,
+            metrics: Some(metrics),
+        }
     }
 }
 
@@ -101,19 +119,20 @@ where
             .and_then(|v| parse_grpc_timeout(v.as_bytes()));
         let deadline = timeout.map(|t| tokio::time::Instant::now() + (t - deadline_margin(t)));
         let method = request.uri().path().to_owned();
+        let measured = Call::start(&method, self.metrics.clone());
         let call = self.inner.call(request);
         Box::pin(async move {
             let response = match (deadline, timeout) {
                 (Some(deadline), Some(timeout)) => {
                     match tokio::time::timeout_at(deadline, call).await {
                         Ok(response) => response,
-                        Err(_) => return Ok(deadline_passed(&method, timeout)),
+                        Err(_) => Ok(deadline_passed(&method, timeout)),
                     }
                 }
                 _ => call.await,
             };
             Ok(match response {
-                Ok(response) => recode_response(response, method),
+                Ok(response) => recode_response(response, method, measured),
                 Err(never) => match never {},
             })
         })
@@ -151,10 +170,24 @@ pub(super) async fn unknown_service(uri: http::Uri) -> http::Response<Body> {
     ))
 }
 
-/// The response with a Concord code in its status, wherever the status is.
-fn recode_response(mut response: http::Response<Body>, method: String) -> http::Response<Body> {
+/// The response with a Concord code in its status, wherever the status is; `call`
+/// ends at that status (here for a trailers-only response, else in its body).
+fn recode_response(
+    mut response: http::Response<Body>,
+    method: String,
+    mut call: Call,
+) -> http::Response<Body> {
     recode(response.headers_mut(), &method);
-    response.map(|inner| Body::new(CodedBody { inner, method }))
+    if let Some(code) = code_in(response.headers()) {
+        call.end(code);
+    }
+    response.map(|inner| {
+        Body::new(CodedBody {
+            inner,
+            method,
+            call,
+        })
+    })
 }
 
 /// Replaces a failure status without a Concord code, in response headers or
@@ -183,12 +216,14 @@ fn recode(headers: &mut HeaderMap, method: &str) {
     headers.extend(fresh);
 }
 
-/// A response body whose trailers get a Concord code (`recode`).
+/// A response body whose trailers get a Concord code (`recode`), and that ends its
+/// call there (or at an error, or at an end without trailers: UNKNOWN).
 struct CodedBody {
     /// The body tonic built.
     inner: Body,
     /// The call's path, for messages.
     method: String,
+    call: Call,
 }
 
 impl http_body::Body for CodedBody {
@@ -201,15 +236,26 @@ impl http_body::Body for CodedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
         let this = &mut *self;
         let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        Poll::Ready(frame.map(|frame| {
-            frame.map(|frame| match frame.into_trailers() {
+        Poll::Ready(match frame {
+            Some(Ok(frame)) => Some(Ok(match frame.into_trailers() {
                 Ok(mut trailers) => {
                     recode(&mut trailers, &this.method);
+                    this.call.end(code_in(&trailers).unwrap_or("UNKNOWN"));
                     Frame::trailers(trailers)
                 }
                 Err(frame) => frame,
-            })
-        }))
+            })),
+            Some(Err(e)) => {
+                this.call.end("UNKNOWN");
+                Some(Err(e))
+            }
+            // A body that ends with no trailers after a trailers-only response was
+            // recorded at its headers already.
+            None => {
+                this.call.end("UNKNOWN");
+                None
+            }
+        })
     }
 
     fn is_end_stream(&self) -> bool {

@@ -1,13 +1,14 @@
 //! Counts every call to Concord's services and times it, by method and Concord
-//! code (`concord_rpc_requests_total`, `concord_rpc_duration_seconds`): a tower
-//! layer outside `Coded`, so it sees the code the client sees.
+//! code (`concord_rpc_requests_total`, `concord_rpc_duration_seconds`). `Coded`
+//! (framework.rs), which every call goes through and which gives every failure its
+//! code, ends each call's `Call` with the code the client sees:
 //!
 //! ```text
-//!  request ──► Measured ──► Coded ──► Authenticated ──► service
-//!                 │◄── response headers: a trailers-only failure ends the call here
-//!                 │◄── body: the call ends at its trailers (a stream at its end),
-//!                 │    or when the body is dropped unfinished (CANCELLED)
-//!                 └─► metrics.rpc(method, code, elapsed), once per call
+//!  request ──► Coded: Call::start ──► Authenticated ──► service
+//!                │◄── response headers: a trailers-only failure ends the call here
+//!                │◄── body (CodedBody): the call ends at its trailers (a stream at
+//!                │    its end), or when the body is dropped unfinished (CANCELLED)
+//!                └─► metrics.rpc(method, code, elapsed), once per call
 //! ```
 //!
 //! Labels are bounded: the method is one of the methods of `concord.v1`'s services
@@ -19,20 +20,11 @@
 //! a clock read, a map lookup and two atomic adds.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use bytes::Bytes;
 use concord_proto::v1::ErrorCode;
 use http::HeaderMap;
-use http_body::{Frame, SizeHint};
-use tonic::body::Body;
-use tonic::server::NamedService;
-use tonic::Status;
 
 use super::error::ERROR_CODE_HEADER;
 use crate::telemetry::Metrics;
@@ -77,7 +69,7 @@ pub fn method_label(path: &str) -> &'static str {
 
 /// The Concord code of a status in `headers` (response headers or trailers), if
 /// they carry one: `OK` for grpc-status 0.
-fn code_in(headers: &HeaderMap) -> Option<&'static str> {
+pub(super) fn code_in(headers: &HeaderMap) -> Option<&'static str> {
     let status = headers.get("grpc-status")?;
     if status.as_bytes() == b"0" {
         return Some(OK);
@@ -90,73 +82,27 @@ fn code_in(headers: &HeaderMap) -> Option<&'static str> {
     Some(code)
 }
 
-/// A service whose calls are counted and timed. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Measured<S> {
-    inner: S,
-    metrics: Arc<Metrics>,
-}
-
-impl<S> Measured<S> {
-    pub fn new(inner: S, metrics: Arc<Metrics>) -> Self {
-        Measured { inner, metrics }
-    }
-}
-
-impl<S: NamedService> NamedService for Measured<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S> tower_service::Service<http::Request<Body>> for Measured<S>
-where
-    S: tower_service::Service<
-            http::Request<Body>,
-            Response = http::Response<Body>,
-            Error = Infallible,
-        > + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let call = Call {
-            method: method_label(request.uri().path()),
-            started: Instant::now(),
-            metrics: Some(self.metrics.clone()),
-        };
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let mut call = call;
-            let response = match response.await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
-            if let Some(code) = code_in(response.headers()) {
-                call.end(code);
-            }
-            Ok(response.map(|inner| Body::new(MeasuredBody { inner, call })))
-        })
-    }
-}
-
 /// One call being measured; recorded once, when it ends (or as CANCELLED when
 /// dropped before it ended: the client went away, or the server stopped).
-struct Call {
+pub(super) struct Call {
     method: &'static str,
     started: Instant,
-    /// Taken when recorded.
+    /// Taken when recorded; None: not measured.
     metrics: Option<Arc<Metrics>>,
 }
 
 impl Call {
-    fn end(&mut self, code: &'static str) {
+    /// A call to `path` begins now (measured into `metrics`, if given).
+    pub(super) fn start(path: &str, metrics: Option<Arc<Metrics>>) -> Call {
+        Call {
+            method: method_label(path),
+            started: Instant::now(),
+            metrics,
+        }
+    }
+
+    /// The call ended with `code` (only the first end counts).
+    pub(super) fn end(&mut self, code: &'static str) {
         if let Some(metrics) = self.metrics.take() {
             metrics.rpc(self.method, code, self.started.elapsed());
         }
@@ -166,45 +112,6 @@ impl Call {
 impl Drop for Call {
     fn drop(&mut self) {
         self.end(CANCELLED);
-    }
-}
-
-/// A response body that ends its call at the trailers.
-struct MeasuredBody {
-    inner: Body,
-    call: Call,
-}
-
-impl http_body::Body for MeasuredBody {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = &mut *self;
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        match &frame {
-            Some(Ok(f)) => {
-                if let Some(trailers) = f.trailers_ref() {
-                    this.call.end(code_in(trailers).unwrap_or("UNKNOWN"));
-                }
-            }
-            Some(Err(_)) => this.call.end("UNKNOWN"),
-            // A body that ends with no trailers after a trailers-only response
-            // was recorded at its headers already.
-            None => this.call.end("UNKNOWN"),
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

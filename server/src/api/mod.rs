@@ -71,7 +71,6 @@ fn response_bytes_max(config: &Config) -> usize {
 /// every request its caller (`security::caller`).
 pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes {
     use framework::Coded;
-    use measure::Measured;
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
     };
@@ -114,11 +113,11 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
     access::spawn_seed(replica.clone(), security.clone());
-    // Every call is measured (outside Coded: the code the client sees), coded, and
-    // given its caller.
+    // Every call is coded, measured by the code the client sees, and given its
+    // caller.
     let metrics = replica.metrics();
-    fn m<S>(s: S, metrics: &std::sync::Arc<crate::telemetry::Metrics>) -> Measured<Coded<S>> {
-        Measured::new(Coded::new(s), metrics.clone())
+    fn m<S>(s: S, metrics: &std::sync::Arc<crate::telemetry::Metrics>) -> Coded<S> {
+        Coded::measured(s, metrics.clone())
     }
     let mut routes = Routes::new(m(Authenticated::new(tree, security.clone()), metrics))
         .add_service(m(Authenticated::new(access, security.clone()), metrics))

@@ -5,7 +5,7 @@
 //! beside these (see `replica::observe`).
 //!
 //! ```text
-//!   api (Measured layer) ─▶ rpc_requests / rpc_duration {method, code}
+//!   api (Coded layer, api/measure.rs) ─▶ rpc_requests / rpc_duration {method, code}
 //!   pipeline ─▶ proposals_* , proposal_commit, leader_changes
 //!   persister ─▶ wal_fsync (+ threshold count)   redb ─▶ backend_commit
 //!   snapshotter ─▶ snapshot_duration, snapshot_size
