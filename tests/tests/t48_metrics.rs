@@ -2,13 +2,15 @@
 //! docs/operations.md ("Metrics") is served with its documented type and nothing
 //! undocumented is; counters and histograms move with writes, reads, a session and
 //! a watch; `/healthz` and `/readyz` answer; on an ensemble the leader reports its
-//! synced followers and their lag, and a member left without a quorum is not ready.
+//! synced followers and their lag, and a member left without a quorum is not ready;
+//! every metric the alerting rules (deploy/prometheus/concord-alerts.yaml) select is
+//! served.
 
 #![allow(clippy::unwrap_used)]
 
 mod watch_util;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -41,6 +43,92 @@ fn documented() -> BTreeMap<String, String> {
     }
     assert!(metrics.len() > 30, "the table was not found: {metrics:?}");
     metrics
+}
+
+/// The `expr` of every rule in deploy/prometheus/concord-alerts.yaml: a value on the
+/// key's line, or a block scalar (`>-`, `|`) made of the lines indented below it.
+/// (scripts/check_deploy.py parses the file as YAML and checks its structure.)
+fn alert_exprs() -> Vec<String> {
+    let path = workspace_dir().join("deploy/prometheus/concord-alerts.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut exprs = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let Some(value) = line.trim_start().strip_prefix("expr:") else {
+            continue;
+        };
+        let value = value.trim();
+        if value.starts_with('>') || value.starts_with('|') {
+            let block = lines[i + 1..]
+                .iter()
+                .take_while(|l| l.trim().is_empty() || indent(l) > indent(line))
+                .copied();
+            exprs.push(block.collect::<Vec<_>>().join("\n"));
+        } else {
+            exprs.push(value.to_owned());
+        }
+    }
+    let alerts = lines
+        .iter()
+        .filter(|l| l.trim_start().starts_with("- alert:"))
+        .count();
+    assert_eq!(exprs.len(), alerts, "an expr per alert: {exprs:#?}");
+    exprs
+}
+
+/// The `concord_` metric names an expression selects (quoted label values, which
+/// hold method names like `/concord.v1.Tree/Set`, skipped).
+fn concord_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut quoted = false;
+    let mut word = String::new();
+    for c in expr.chars().chain([' ']) {
+        if !quoted && (c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            word.push(c);
+            continue;
+        }
+        if word.starts_with("concord_") {
+            names.insert(word.clone());
+        }
+        word.clear();
+        if c == '"' {
+            quoted = !quoted;
+        }
+    }
+    names
+}
+
+/// Every metric the alerting rules select is in `scrape`: a counter or gauge as the
+/// family of that name, a histogram only as its `_bucket`, `_sum` or `_count` series
+/// (a rule naming the bare histogram selects nothing).
+fn assert_alert_rules_served(scrape: &Scrape) {
+    let names: BTreeSet<String> = alert_exprs()
+        .iter()
+        .flat_map(|e| concord_names(e))
+        .collect();
+    assert!(names.len() > 20, "too few names found: {names:?}");
+    for name in &names {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .filter(|base| scrape.types.get(*base).map(String::as_str) == Some("histogram"));
+        let served = match family {
+            Some(_) => scrape
+                .samples
+                .iter()
+                .any(|(series, _)| series.split('{').next() == Some(name.as_str())),
+            None => scrape
+                .types
+                .get(name)
+                .is_some_and(|kind| kind != "histogram"),
+        };
+        assert!(
+            served,
+            "deploy/prometheus/concord-alerts.yaml selects {name}, which the server does not serve:\n{}",
+            scrape.text
+        );
+    }
 }
 
 /// One scrape of `/metrics`: the TYPE of each family and every sample's value.
@@ -214,6 +302,7 @@ async fn t48_every_documented_metric_is_served_and_moves() {
             "{name} ({kind}) is not documented"
         );
     }
+    assert_alert_rules_served(&after);
     let rpc = |s: &Scrape, method: &str, code: &str| {
         let labels = [("method", method), ("code", code)];
         s.value("concord_rpc_requests_total", &labels)
