@@ -107,7 +107,7 @@ impl Client {
         let mut first_failure: Option<Instant> = None;
         let mut retry: u32 = 0;
         loop {
-            let sent = send(self.channel().clone(), tonic::Request::new(request.clone()));
+            let sent = send(self.channel().clone(), traced(request.clone()));
             let outcome = match deadline {
                 None => sent.await.map_err(|s| Error::from_status(&s, call.kind)),
                 Some(limit) => match tokio::time::timeout(limit, sent).await {
@@ -132,9 +132,67 @@ impl Client {
     }
 }
 
+/// A request carrying the caller's trace context: the W3C `traceparent` (and
+/// `tracestate`) of the current OpenTelemetry span, if it has a valid one. The
+/// server's spans of the call go under it (docs/operations.md, "Traces").
+fn traced<Req>(message: Req) -> tonic::Request<Req> {
+    use opentelemetry::trace::TraceContextExt;
+    let mut request = tonic::Request::new(message);
+    let cx = opentelemetry::Context::current();
+    let span = cx.span();
+    let parent = span.span_context();
+    if !parent.is_valid() {
+        return request;
+    }
+    let traceparent = format!(
+        "00-{:032x}-{:016x}-{:02x}",
+        parent.trace_id(),
+        parent.span_id(),
+        parent.trace_flags().to_u8()
+    );
+    let metadata = request.metadata_mut();
+    if let Ok(v) = traceparent.parse() {
+        metadata.insert("traceparent", v);
+    }
+    let state = parent.trace_state().header();
+    if !state.is_empty() {
+        if let Ok(v) = state.parse() {
+            metadata.insert("tracestate", v);
+        }
+    }
+    request
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_carries_the_current_span_as_its_traceparent() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        assert!(
+            traced(()).metadata().get("traceparent").is_none(),
+            "no span, none sent"
+        );
+        let parent = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::from_key_value([("vendor", "x")]).unwrap(),
+        );
+        let _guard = opentelemetry::Context::new()
+            .with_remote_span_context(parent)
+            .attach();
+        let request = traced(());
+        assert_eq!(
+            request.metadata().get("traceparent").unwrap(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        assert_eq!(request.metadata().get("tracestate").unwrap(), "vendor=x");
+    }
 
     #[test]
     fn deadlines_add_the_server_wait_and_vanish_when_it_is_forever() {

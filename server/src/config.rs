@@ -186,6 +186,15 @@ pub struct Config {
     /// warning and counted (`concord_disk_wal_fsync_threshold_exceeded_total`).
     pub fsync_warn_threshold_ms: u64,
 
+    // Traces (docs/operations.md, "Traces").
+    /// The OpenTelemetry collector spans are exported to over OTLP/gRPC, as
+    /// `http://HOST:PORT`; None: no traces. Plain text: loopback only, unless
+    /// `insecure`.
+    pub otlp_endpoint: Option<String>,
+    /// The share of traces no caller started that are sampled (0 to 1). A caller's
+    /// `traceparent` decides for its own trace.
+    pub otlp_sample_ratio: f64,
+
     // Failover for calls in flight.
     /// Longest a write waits for a leader to hand it to — this server looking (an
     /// election under way), or following a leader it cannot reach — before it fails
@@ -353,6 +362,9 @@ impl Default for Config {
             metrics_addr: None,
             fsync_warn_threshold_ms: 1_000,
 
+            otlp_endpoint: None,
+            otlp_sample_ratio: 0.01,
+
             leader_wait_ms_max: 2_000,
 
             local_identity: "admin".to_owned(),
@@ -481,6 +493,7 @@ impl Config {
         if self.fsync_warn_threshold_ms == 0 {
             return bad("fsync_warn_threshold_ms must be at least 1");
         }
+        self.validate_traces()?;
         if self.batch_txns_max == 0 || self.proposal_queue_max == 0 {
             return bad("batch_txns_max and proposal_queue_max must be at least 1");
         }
@@ -682,6 +695,30 @@ impl Config {
         Ok(())
     }
 
+    /// The OTLP endpoint is `http://HOST:PORT` (plain text: loopback unless
+    /// `insecure`), and the sample ratio a share.
+    fn validate_traces(&self) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
+            return Err(ConfigError::Invalid(format!(
+                "otlp_sample_ratio must be within [0, 1], not {}",
+                self.otlp_sample_ratio
+            )));
+        }
+        let Some(endpoint) = &self.otlp_endpoint else {
+            return Ok(());
+        };
+        let addr: Address = endpoint
+            .strip_prefix("http://")
+            .map(|a| a.trim_end_matches('/'))
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "otlp_endpoint must be http://HOST:PORT (an OTLP/gRPC collector), not {endpoint:?}"
+                ))
+            })?;
+        self.check_plain_text_to(&addr)
+    }
+
     /// Plain text only on loopback, unless `insecure`.
     fn check_plain_text(&self, addr: SocketAddr) -> Result<(), ConfigError> {
         if !addr.ip().is_loopback() && !self.insecure {
@@ -864,6 +901,43 @@ mod tests {
         };
         assert!(never.validate().is_err());
         assert!(toml::from_str::<Config>("metrics_addr = \"nowhere\"").is_err());
+    }
+
+    #[test]
+    fn trace_settings_are_checked() {
+        let c: Config =
+            toml::from_str("otlp_endpoint = \"http://127.0.0.1:4317\"\notlp_sample_ratio = 0.5\n")
+                .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.otlp_endpoint.as_deref(), Some("http://127.0.0.1:4317"));
+        assert_eq!(c.otlp_sample_ratio, 0.5);
+        assert_eq!(Config::default().otlp_endpoint, None, "off unless set");
+        for bad in [
+            "127.0.0.1:4317",
+            "https://127.0.0.1:4317",
+            "http://",
+            "http://[::1]",
+        ] {
+            let c = Config {
+                otlp_endpoint: Some(bad.to_owned()),
+                ..Config::default()
+            };
+            assert!(c.validate().is_err(), "{bad} accepted");
+        }
+        let mut remote = Config {
+            otlp_endpoint: Some("http://collector.example:4317".to_owned()),
+            ..Config::default()
+        };
+        assert!(remote.validate().is_err(), "plain text beyond loopback");
+        remote.insecure = true;
+        remote.validate().unwrap();
+        for ratio in [-0.1, 1.5, f64::NAN] {
+            let c = Config {
+                otlp_sample_ratio: ratio,
+                ..Config::default()
+            };
+            assert!(c.validate().is_err(), "ratio {ratio} accepted");
+        }
     }
 
     #[test]

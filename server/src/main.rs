@@ -100,6 +100,15 @@ struct Args {
     #[arg(long)]
     fsync_warn_threshold_ms: Option<u64>,
 
+    // Traces.
+    /// Export OpenTelemetry spans over OTLP/gRPC to this collector, as
+    /// http://HOST:PORT (off when unset; loopback only unless --insecure).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
+    /// Share of traces no caller started that are sampled, 0 to 1 (default 0.01).
+    #[arg(long)]
+    otlp_sample_ratio: Option<f64>,
+
     // Failover for calls in flight.
     /// Longest a write waits for a leader (election, unreachable leader) before it
     /// fails with NOT_LEADER.
@@ -314,6 +323,12 @@ impl Args {
         }
         if let Some(v) = self.fsync_warn_threshold_ms {
             c.fsync_warn_threshold_ms = v;
+        }
+        if let Some(v) = self.otlp_endpoint {
+            c.otlp_endpoint = Some(v);
+        }
+        if let Some(v) = self.otlp_sample_ratio {
+            c.otlp_sample_ratio = v;
         }
         c.validate()?;
         Ok(c)

@@ -71,6 +71,13 @@ pub async fn run(
     let security = crate::security::Security::new(&config)?;
     // Bad TLS files stop the start before recovery does anything.
     let tls = crate::security::ServerTls::client_port(&config)?;
+    let traces = match &config.otlp_endpoint {
+        Some(endpoint) => Some(
+            crate::telemetry::trace::init(endpoint, config.otlp_sample_ratio, config.server_id)
+                .map_err(RunError::Setup)?,
+        ),
+        None => None,
+    };
     let replica = Replica::start(&config).await?;
     // Both reflection versions: grpcurl releases before 1.9 speak only v1alpha.
     let reflection = || {
@@ -148,6 +155,10 @@ pub async fn run(
     if let Some((stop, task)) = metrics {
         let _ = stop.send(());
         let _ = task.await;
+    }
+    if let Some(traces) = traces {
+        // Sends the spans still queued; it blocks, so off the runtime's workers.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
     }
     served?;
     match fatal {

@@ -22,6 +22,10 @@
 //! nothing but "deadline exceeded". Like tonic's, it covers the wait for the response
 //! headers, not a stream that has started.
 //!
+//! Traces: `Call::start` opens the call's span when traces are exported, continuing
+//! the caller's `traceparent`, and the handler runs in its context, so a write it
+//! submits carries the trace (`telemetry::trace::WriteTrace`).
+//!
 //! What it must not do: look inside messages, or change a successful response.
 
 use std::convert::Infallible;
@@ -33,8 +37,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use concord_proto::v1::ErrorCode;
+use futures::future::Either;
 use http::HeaderMap;
 use http_body::{Frame, SizeHint};
+use opentelemetry::context::FutureExt as _;
 use tonic::body::Body;
 use tonic::server::NamedService;
 use tonic::Status;
@@ -119,8 +125,15 @@ where
             .and_then(|v| parse_grpc_timeout(v.as_bytes()));
         let deadline = timeout.map(|t| tokio::time::Instant::now() + (t - deadline_margin(t)));
         let method = request.uri().path().to_owned();
-        let measured = Call::start(&method, self.metrics.clone());
-        let call = self.inner.call(request);
+        let measured = Call::start(&method, request.headers(), self.metrics.clone());
+        // A traced call's handler runs in its span's context (`telemetry::trace`).
+        let call = match measured.trace() {
+            Some(cx) => {
+                let _attached = cx.clone().attach();
+                Either::Left(self.inner.call(request).with_context(cx))
+            }
+            None => Either::Right(self.inner.call(request)),
+        };
         Box::pin(async move {
             let response = match (deadline, timeout) {
                 (Some(deadline), Some(timeout)) => {

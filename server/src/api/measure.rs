@@ -89,22 +89,34 @@ pub(super) struct Call {
     started: Instant,
     /// Taken when recorded; None: not measured.
     metrics: Option<Arc<Metrics>>,
+    /// The context holding the call's span, ended with it (None: traces are off).
+    trace: Option<opentelemetry::Context>,
 }
 
 impl Call {
-    /// A call to `path` begins now (measured into `metrics`, if given).
-    pub(super) fn start(path: &str, metrics: Option<Arc<Metrics>>) -> Call {
+    /// A call to `path` with request `headers` begins now (measured into `metrics`,
+    /// if given; traced if traces are exported, continuing the caller's trace).
+    pub(super) fn start(path: &str, headers: &HeaderMap, metrics: Option<Arc<Metrics>>) -> Call {
         Call {
             method: method_label(path),
             started: Instant::now(),
             metrics,
+            trace: crate::telemetry::trace::rpc_span(path, headers),
         }
+    }
+
+    /// The context the call's handler runs in (None: traces are off).
+    pub(super) fn trace(&self) -> Option<opentelemetry::Context> {
+        self.trace.clone()
     }
 
     /// The call ended with `code` (only the first end counts).
     pub(super) fn end(&mut self, code: &'static str) {
         if let Some(metrics) = self.metrics.take() {
             metrics.rpc(self.method, code, self.started.elapsed());
+        }
+        if let Some(cx) = self.trace.take() {
+            crate::telemetry::trace::end_rpc(&cx, code);
         }
     }
 }

@@ -48,6 +48,7 @@ use tonic::{Code, Request, Response, Status};
 use super::{Committed, Replica, ReplicaError, Shared};
 use crate::config::{Address, Member};
 use crate::peer::{decode, encode};
+use crate::telemetry::trace::WriteTrace;
 use crate::tree::{TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
 use crate::zab::ServerId;
@@ -91,6 +92,10 @@ pub(super) struct Write {
     /// (`SubmitRequest.checked_at`), so servers of either version decode it.
     #[serde(skip)]
     pub(super) checked_at: Zxid,
+    /// Its trace, if it is in a sampled one (`telemetry::trace`). On the wire beside
+    /// the write too (`SubmitRequest.traceparent`).
+    #[serde(skip)]
+    pub(super) trace: Option<WriteTrace>,
 }
 
 /// The calling side: a queue of writes that a batcher task forwards, and the
@@ -393,6 +398,16 @@ impl Calls {
             caller: Some(self.caller),
             writes: batch.iter().map(|q| encode(&q.write).into()).collect(),
             checked_at: batch.iter().map(|q| q.write.checked_at).collect(),
+            traceparent: batch
+                .iter()
+                .map(|q| {
+                    q.write
+                        .trace
+                        .as_ref()
+                        .map(WriteTrace::traceparent)
+                        .unwrap_or_default()
+                })
+                .collect(),
         });
         request.set_timeout(CALL_TIMEOUT);
         let mut client = match self.client(leader) {
@@ -561,6 +576,29 @@ impl Replica {
         &self,
         forwarder: &Forwarder,
         leader: ServerId,
+        mut write: Write,
+    ) -> Result<Committed, Result<String, ReplicaError>> {
+        // A traced write goes under a `forward` span: the leader's spans of it sit
+        // under that.
+        let span = write.trace.as_ref().and_then(|t| t.child("forward"));
+        if let Some(span) = &span {
+            write.trace = Some(span.trace());
+        }
+        let forwarded = self.forward_untraced(forwarder, leader, write).await;
+        if let Some(span) = span {
+            span.end(match &forwarded {
+                Ok(_) => None,
+                Err(Ok(why)) => Some(why.clone()),
+                Err(Err(e)) => Some(e.to_string()),
+            });
+        }
+        forwarded
+    }
+
+    async fn forward_untraced(
+        &self,
+        forwarder: &Forwarder,
+        leader: ServerId,
         write: Write,
     ) -> Result<Committed, Result<String, ReplicaError>> {
         let committed = match forwarder.submit(leader, write).await {
@@ -667,6 +705,9 @@ impl Forward for ForwardService {
         for (w, &at) in writes.iter_mut().zip(&request.checked_at) {
             w.checked_at = at;
         }
+        for (w, traceparent) in writes.iter_mut().zip(&request.traceparent) {
+            w.trace = WriteTrace::from_traceparent(traceparent);
+        }
         // All queued before any is awaited, so they share a proposal batch.
         let results = join_all(writes.into_iter().map(|w| replica.submit_local(w))).await;
         let outcomes = results
@@ -753,6 +794,7 @@ mod tests {
             fence: None,
             op: TxnOp::OpenSession { ttl_ms: 1000 },
             checked_at: 0,
+            trace: None,
         }
     }
 
@@ -947,6 +989,7 @@ mod tests {
             caller: caller(from),
             writes: vec![],
             checked_at: vec![],
+            traceparent: vec![],
         };
         let codes = [
             service.touch(as_member(Request::new(touch(3)), 1)).await,

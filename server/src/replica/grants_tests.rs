@@ -26,6 +26,7 @@ fn checked(op: TxnOp, checked_at: Zxid) -> Write {
         fence: None,
         op,
         checked_at,
+        trace: None,
     }
 }
 

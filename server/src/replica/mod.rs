@@ -41,6 +41,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::config::Config;
 use crate::session::SessionTracker;
 use crate::storage::Storage;
+use crate::telemetry::trace::WriteTrace;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
@@ -290,6 +291,7 @@ impl Replica {
             fence,
             op,
             checked_at: 0,
+            trace: WriteTrace::current(),
         };
         self.submit_write(write).await
     }
@@ -313,6 +315,7 @@ impl Replica {
         E: From<ReplicaError>,
     {
         let mut rechecks = 0;
+        let trace = WriteTrace::current();
         loop {
             let checked_at = self.read(|t| check(t).map(|()| t.last_zxid()))?;
             let write = Write {
@@ -321,6 +324,7 @@ impl Replica {
                 fence: fence.clone(),
                 op: op.clone(),
                 checked_at,
+                trace: trace.clone(),
             };
             let c = self.submit_write(write).await?;
             match c.result {
@@ -335,7 +339,10 @@ impl Replica {
 
     /// Hands `write` to the leader (itself, or forwarded) and waits until it is
     /// committed and applied here.
-    async fn submit_write(&self, write: Write) -> Result<Committed, ReplicaError> {
+    async fn submit_write(&self, mut write: Write) -> Result<Committed, ReplicaError> {
+        if let Some(trace) = write.trace.as_mut() {
+            trace.handed_on();
+        }
         let mut deadline = None;
         let mut avoid = None;
         let mut why = String::new();

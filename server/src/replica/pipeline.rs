@@ -28,10 +28,10 @@
 //! What it must not do: await storage itself (the persister does), or apply a txn
 //! the core has not handed out as committed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -41,6 +41,7 @@ use super::persist::{Done, PersistJob, Persister};
 use super::{Committed, Proposal, ReadWaiter, ReplicaError, Shared};
 use crate::peer::{Inbound, InboundRx, PeerHandle};
 use crate::security::quota::Ledger;
+use crate::telemetry::trace::WriteTrace;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
 use crate::zab::log::txn_bytes;
@@ -175,13 +176,28 @@ pub(super) async fn admit(budget: &ProposalBytes, write: &Write) -> Option<Admit
     Some(Admitted { permit })
 }
 
-/// A caller waiting for its write, with the write's share of the byte budget and
-/// when it was proposed (for `concord_server_proposal_commit_duration_seconds`).
-pub(super) type Waiter = (
-    oneshot::Sender<Result<Committed, ReplicaError>>,
-    Admitted,
-    Instant,
-);
+/// A caller waiting for its write.
+pub(super) struct Waiter {
+    reply: oneshot::Sender<Result<Committed, ReplicaError>>,
+    /// The write's share of the byte budget, given back when it is answered.
+    _bytes: Admitted,
+    /// When it was proposed (`concord_server_proposal_commit_duration_seconds`).
+    proposed_at: Instant,
+    /// Its trace and when it was proposed, if it is in a sampled trace.
+    trace: Option<(WriteTrace, SystemTime)>,
+}
+
+/// A batch of traced writes being made durable here, for their `fsync` spans.
+pub(super) struct Fsync {
+    /// The Ready whose persist ops hold them (`Node::persisted` reports it).
+    number: u64,
+    started: SystemTime,
+    writes: Vec<(WriteTrace, Zxid)>,
+}
+
+/// Most batches of traced writes waiting for their `fsync` spans; more go untraced
+/// (the persister's queue holds fewer batches than this in practice).
+const FSYNCS_TRACED_MAX: usize = 1024;
 
 /// What the pipeline listens to besides the clock.
 pub(super) struct Inputs {
@@ -201,6 +217,9 @@ pub(super) struct Pipeline {
     pub(super) node: Node,
     /// Callers of this server's proposals, by the zxid the core gave them.
     pub(super) waiting: HashMap<Zxid, Waiter>,
+    /// Batches of traced writes sent to the persister and not yet durable, oldest
+    /// first (at most `FSYNCS_TRACED_MAX`).
+    pub(super) fsyncs: VecDeque<Fsync>,
     /// Callers of read-index requests, by request id.
     pub(super) reading: HashMap<u64, ReadWaiter>,
     pub(super) next_read_id: u64,
@@ -297,7 +316,10 @@ impl Pipeline {
                 Ok(()) = inputs.persisted.changed() => {
                     let done = inputs.persisted.borrow_and_update().clone();
                     match done {
-                        Ok(number) => self.node.persisted(number),
+                        Ok(number) => {
+                            self.fsynced(number);
+                            self.node.persisted(number);
+                        }
                         Err(e) => {
                             self.shared.set_fatal(format!("log append failed: {e}"));
                             break;
@@ -372,10 +394,22 @@ impl Pipeline {
                 fence: p.write.fence,
                 op: p.write.op,
             };
+            let trace = p.write.trace;
             match self.node.propose(txn) {
                 Ok(zxid) => {
                     self.quota.reserve(zxid, reservation);
-                    self.waiting.insert(zxid, (p.reply, p.bytes, proposed_at));
+                    let trace = trace.map(|t| {
+                        let now = SystemTime::now();
+                        t.record("propose", t.handed_on_at(), now, Some(zxid));
+                        (t, now)
+                    });
+                    let waiter = Waiter {
+                        reply: p.reply,
+                        _bytes: p.bytes,
+                        proposed_at,
+                        trace,
+                    };
+                    self.waiting.insert(zxid, waiter);
                 }
                 Err(e) => {
                     self.shared.metrics.proposals_failed.inc();
@@ -434,6 +468,7 @@ impl Pipeline {
             self.install(&snapshot);
         }
         if !ready.persist.is_empty() {
+            self.trace_fsync(ready.number, &ready.persist);
             let job = PersistJob::new(ready.number, ready.persist);
             if !self.persist.send(job) {
                 self.shared.set_fatal("the persister has stopped".into());
@@ -500,20 +535,38 @@ impl Pipeline {
                     }
                     _ => None,
                 };
+                let waiter = self.waiting.remove(&txn.zxid);
+                let apply_started =
+                    waiter
+                        .as_ref()
+                        .and_then(|w| w.trace.as_ref())
+                        .map(|(trace, proposed)| {
+                            let now = SystemTime::now();
+                            trace.record("quorum", *proposed, now, Some(txn.zxid));
+                            now
+                        });
                 let applied = tree.apply(txn);
                 self.quota.settle(txn.zxid);
                 self.quota
                     .applied(&txn.op, &applied.result, closing_owner.as_deref());
+                if let (Some(w), Some(started)) = (&waiter, apply_started) {
+                    if let Some((trace, _)) = &w.trace {
+                        trace.record("apply", started, SystemTime::now(), Some(txn.zxid));
+                    }
+                }
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
-                if let Some((reply, _bytes, proposed_at)) = self.waiting.remove(&txn.zxid) {
+                if let Some(waiter) = waiter {
                     let metrics = &self.shared.metrics;
-                    metrics.proposal_commit.observe(proposed_at.elapsed());
+                    metrics
+                        .proposal_commit
+                        .observe(waiter.proposed_at.elapsed());
                     let committed = Committed {
                         zxid: txn.zxid,
                         result: applied.result,
                     };
-                    replies.push((reply, committed));
+                    let trace = waiter.trace.map(|(t, _)| (t, SystemTime::now()));
+                    replies.push((waiter.reply, committed, trace));
                 }
             }
             self.shared.applied.send_replace(last);
@@ -521,9 +574,13 @@ impl Pipeline {
         self.snapshot_policy.applied(&txns);
         let applied = txns.len() as u64;
         self.shared.metrics.proposals_applied.inc_by(applied);
-        for (reply, committed) in replies {
+        for (reply, committed, trace) in replies {
+            let zxid = committed.zxid;
             // The caller may have gone (cancelled); the write stands regardless.
             let _ = reply.send(Ok(committed));
+            if let Some((trace, applied_at)) = trace {
+                trace.record("reply", applied_at, SystemTime::now(), Some(zxid));
+            }
         }
         self.maybe_snapshot();
     }
@@ -602,6 +659,46 @@ impl Pipeline {
         }
     }
 
+    /// Remembers the traced writes among the txns of Ready `number`'s persist ops,
+    /// for their `fsync` spans.
+    fn trace_fsync(&mut self, number: u64, persist: &[crate::zab::PersistOp]) {
+        if self.fsyncs.len() >= FSYNCS_TRACED_MAX {
+            return;
+        }
+        let writes: Vec<(WriteTrace, Zxid)> = persist
+            .iter()
+            .filter_map(|op| match op {
+                crate::zab::PersistOp::Append(txns) => Some(txns),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|txn| {
+                let (trace, _) = self.waiting.get(&txn.zxid)?.trace.as_ref()?;
+                Some((trace.clone(), txn.zxid))
+            })
+            .collect();
+        if !writes.is_empty() {
+            self.fsyncs.push_back(Fsync {
+                number,
+                started: SystemTime::now(),
+                writes,
+            });
+        }
+    }
+
+    /// Readies up to `number` are durable here: records their traced writes'
+    /// `fsync` spans.
+    fn fsynced(&mut self, number: u64) {
+        let now = SystemTime::now();
+        while self.fsyncs.front().is_some_and(|f| f.number <= number) {
+            if let Some(fsync) = self.fsyncs.pop_front() {
+                for (trace, zxid) in fsync.writes {
+                    trace.record("fsync", fsync.started, now, Some(zxid));
+                }
+            }
+        }
+    }
+
     fn answer_reads(&mut self, reads: Vec<ReadState>) {
         for read in reads {
             if let Some(waiter) = self.reading.remove(&read.id) {
@@ -616,8 +713,10 @@ impl Pipeline {
     fn fail_waiting_unknown(&mut self, why: &str) {
         let failed = self.waiting.len() as u64;
         self.shared.metrics.proposals_failed.inc_by(failed);
-        for (_, (reply, _bytes, _)) in self.waiting.drain() {
-            let _ = reply.send(Err(ReplicaError::Indeterminate(why.into())));
+        for (_, waiter) in self.waiting.drain() {
+            let _ = waiter
+                .reply
+                .send(Err(ReplicaError::Indeterminate(why.into())));
         }
         for (_, waiter) in self.reading.drain() {
             let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));
@@ -627,8 +726,10 @@ impl Pipeline {
     fn fail_waiting(&mut self, why: &str) {
         let failed = self.waiting.len() as u64;
         self.shared.metrics.proposals_failed.inc_by(failed);
-        for (_, (reply, _bytes, _)) in self.waiting.drain() {
-            let _ = reply.send(Err(ReplicaError::Unavailable(why.into())));
+        for (_, waiter) in self.waiting.drain() {
+            let _ = waiter
+                .reply
+                .send(Err(ReplicaError::Unavailable(why.into())));
         }
         for (_, waiter) in self.reading.drain() {
             let _ = waiter.send(Err(ReplicaError::Unavailable(why.into())));

@@ -495,6 +495,7 @@ fn launch(
         shared: shared.clone(),
         node,
         waiting: HashMap::new(),
+        fsyncs: std::collections::VecDeque::new(),
         reading: HashMap::new(),
         next_read_id: 0,
         last_time_ms: 0,

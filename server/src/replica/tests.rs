@@ -206,6 +206,7 @@ async fn writes_wait_for_their_share_of_the_proposal_byte_budget() {
         fence: None,
         op: heavy_txn(1, bytes).op,
         checked_at: 0,
+        trace: None,
     };
     let first = admit(&budget, &write(6000)).await.unwrap();
     assert!(budget.available() < 4000, "{}", budget.available());
@@ -773,6 +774,7 @@ async fn a_group_commit_batch_closes_at_its_byte_bound() {
             fence: None,
             op: heavy_txn(1, 1000).op,
             checked_at: 0,
+            trace: None,
         };
         let bytes = admit(&budget, &write).await.unwrap();
         let (reply, _) = tokio::sync::oneshot::channel();

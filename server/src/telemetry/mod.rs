@@ -1,10 +1,12 @@
-//! Telemetry: logging (tracing to stderr, filtered by `RUST_LOG`, default `info`)
-//! and Prometheus metrics with health and readiness on their own HTTP port.
+//! Telemetry: logging (tracing to stderr, filtered by `RUST_LOG`, default `info`),
+//! Prometheus metrics with health and readiness on their own HTTP port, and
+//! OpenTelemetry traces exported over OTLP.
 //!
 //! ```text
 //!   histogram.rs  lock-free duration histograms
 //!   metrics.rs    what the write path, disk and RPCs record (`Metrics`)
 //!   http.rs       /metrics, /healthz, /readyz on `metrics_addr`
+//!   trace.rs      spans per RPC and along the write path, to `otlp_endpoint`
 //! ```
 //!
 //! What it must not do: know the replica, the tree or the API. Gauges of their state
@@ -14,6 +16,7 @@
 pub mod histogram;
 pub mod http;
 pub mod metrics;
+pub mod trace;
 
 pub use histogram::Seconds;
 pub use metrics::Metrics;

@@ -1,0 +1,338 @@
+//! OpenTelemetry traces, exported over OTLP/gRPC when `otlp_endpoint` is set: a span
+//! per RPC, continuing the caller's W3C `traceparent`, and child spans along the
+//! write path with the write's zxid (docs/operations.md, "Traces").
+//!
+//! ```text
+//!  client ─traceparent─▶ rpc span (api::measure::Call) ─┬─ api      until the write is handed on
+//!                                                       ├─ forward  a follower hands it to its leader
+//!  leader's pipeline, for a write in a sampled trace: ──┼─ propose  until the core gives it a zxid
+//!                                                       ├─ fsync    its batch made durable here
+//!                                                       ├─ quorum   until a quorum has it (committed)
+//!                                                       ├─ apply    applied to the tree
+//!                                                       └─ reply    events published, caller answered
+//! ```
+//!
+//! A forwarded write carries the follower's `forward` span as its `traceparent`
+//! (`SubmitRequest.traceparent`), so the leader's spans sit under it.
+//!
+//! Off (no endpoint), nothing is created: `tracer()` is None and every call here
+//! returns at once. A write whose trace is not sampled carries nothing. Spans wait
+//! for export in the SDK's batch queue (`OTEL_BSP_MAX_QUEUE_SIZE`, 2048 by default:
+//! a full queue drops new spans, it never blocks a write); every span here has a
+//! fixed, small set of attributes, so the queue is bounded in bytes too.
+//!
+//! What it must not do: slow a call that is not traced, or fail one because the
+//! collector is away.
+
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+
+/// The tracer, once `init` has run with an endpoint.
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+
+/// How long an export may take before it is given up (the spans are dropped).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the exit waits for the last spans to go out.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The W3C trace-context headers (gRPC metadata keys).
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The running exporter; `shutdown` sends what is queued.
+pub struct Tracing {
+    provider: SdkTracerProvider,
+}
+
+impl Tracing {
+    /// Exports what is queued and stops (blocks up to `SHUTDOWN_TIMEOUT`: call it off
+    /// the runtime's worker threads, or at exit).
+    pub fn shutdown(self) {
+        if let Err(e) = self.provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT) {
+            tracing::warn!(error = %e, "traces: the last spans may not have been exported");
+        }
+    }
+}
+
+/// Starts exporting spans to `endpoint` (an `http://host:port` OTLP/gRPC collector),
+/// sampling `ratio` of the traces no caller started (a caller's sampled trace is
+/// always continued, an unsampled one never). Must run inside the tokio runtime
+/// (the exporter's channel lives there). A second call changes nothing.
+pub fn init(endpoint: &str, ratio: f64, server_id: u64) -> Result<Tracing, String> {
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| format!("cannot build the OTLP exporter for {endpoint}: {e}"))?;
+    let resource = Resource::builder()
+        .with_service_name("concord")
+        .with_attribute(KeyValue::new("service.instance.id", server_id.to_string()))
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            ratio,
+        ))))
+        .with_resource(resource)
+        .build();
+    let _ = TRACER.set(provider.tracer("concord"));
+    Ok(Tracing { provider })
+}
+
+/// The tracer, if traces are exported.
+fn tracer() -> Option<&'static SdkTracer> {
+    TRACER.get()
+}
+
+/// When the RPC began, kept in its context for the `api` span.
+#[derive(Clone, Copy, Debug)]
+struct RpcStarted(SystemTime);
+
+/// gRPC request headers as the propagator reads them.
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// One string as the propagator reads it (a forwarded write's `traceparent`).
+struct Traceparent<'a>(&'a str);
+
+impl Extractor for Traceparent<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        (key == TRACEPARENT).then_some(self.0)
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec![TRACEPARENT]
+    }
+}
+
+/// The span of an RPC to `path` (`/package.Service/Method`), a child of the trace
+/// context in `headers` if they carry one; None when traces are off. The context
+/// returned holds it: handlers run in it (`FutureExt::with_context`).
+pub fn rpc_span(path: &str, headers: &http::HeaderMap) -> Option<Context> {
+    let tracer = tracer()?;
+    let parent = TraceContextPropagator::new().extract(&Headers(headers));
+    let name = path.trim_start_matches('/');
+    let (service, method) = name.split_once('/').unwrap_or((name, ""));
+    let span = tracer
+        .span_builder(name.to_owned())
+        .with_kind(SpanKind::Server)
+        .with_attributes([
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", service.to_owned()),
+            KeyValue::new("rpc.method", method.to_owned()),
+        ])
+        .start_with_context(tracer, &parent);
+    Some(
+        parent
+            .with_span(span)
+            .with_value(RpcStarted(SystemTime::now())),
+    )
+}
+
+/// Ends an RPC's span with the Concord code the client sees (`OK`, or a failure).
+pub fn end_rpc(cx: &Context, code: &'static str) {
+    let span = cx.span();
+    span.set_attribute(KeyValue::new("concord.code", code));
+    if code != "OK" {
+        span.set_status(Status::error(code));
+    }
+    span.end();
+}
+
+/// What a write in a sampled trace carries along the write path: the span its own
+/// spans are children of, and the times they start at.
+#[derive(Clone, Debug)]
+pub struct WriteTrace {
+    parent: SpanContext,
+    /// When its RPC began, until the `api` span is recorded (None: recorded, or the
+    /// write came from another server).
+    rpc_started: Option<SystemTime>,
+    /// When it was handed to the replica (the `propose` span's start).
+    handed_on: SystemTime,
+}
+
+impl WriteTrace {
+    /// The trace of a write made now, in the current context (its RPC's), if that
+    /// trace is sampled.
+    pub fn current() -> Option<WriteTrace> {
+        tracer()?;
+        let cx = Context::current();
+        let span = cx.span();
+        let parent = span.span_context();
+        if !parent.is_valid() || !parent.is_sampled() {
+            return None;
+        }
+        let now = SystemTime::now();
+        Some(WriteTrace {
+            parent: parent.clone(),
+            rpc_started: cx.get::<RpcStarted>().map(|s| s.0),
+            handed_on: now,
+        })
+    }
+
+    /// The trace of a write another server forwarded with `traceparent` (W3C), if
+    /// traces are exported here and it names a sampled trace.
+    pub fn from_traceparent(traceparent: &str) -> Option<WriteTrace> {
+        tracer()?;
+        let cx = TraceContextPropagator::new().extract(&Traceparent(traceparent));
+        let span = cx.span();
+        let parent = span.span_context();
+        if !parent.is_valid() || !parent.is_sampled() {
+            return None;
+        }
+        Some(WriteTrace {
+            parent: parent.clone(),
+            rpc_started: None,
+            handed_on: SystemTime::now(),
+        })
+    }
+
+    /// The W3C `traceparent` naming this write's parent span.
+    pub fn traceparent(&self) -> String {
+        let p = &self.parent;
+        format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            p.trace_id(),
+            p.span_id(),
+            p.trace_flags().to_u8()
+        )
+    }
+
+    /// The write is handed to the replica now: records the `api` span (from the
+    /// RPC's start) once, and starts the `propose` span's clock.
+    pub fn handed_on(&mut self) {
+        let now = SystemTime::now();
+        if let Some(started) = self.rpc_started.take() {
+            self.record("api", started, now, None);
+        }
+        self.handed_on = now;
+    }
+
+    /// When the write was handed to the replica.
+    pub fn handed_on_at(&self) -> SystemTime {
+        self.handed_on
+    }
+
+    /// Records a finished child span `name` from `start` to `end`, naming `zxid`.
+    pub fn record(
+        &self,
+        name: &'static str,
+        start: SystemTime,
+        end: SystemTime,
+        zxid: Option<u64>,
+    ) {
+        let Some(tracer) = tracer() else { return };
+        let cx = Context::new().with_remote_span_context(self.parent.clone());
+        let mut builder = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .with_start_time(start);
+        if let Some(zxid) = zxid {
+            builder =
+                builder.with_attributes([KeyValue::new("concord.zxid", format!("{zxid:#x}"))]);
+        }
+        builder
+            .start_with_context(tracer, &cx)
+            .end_with_timestamp(end);
+    }
+
+    /// Starts a child span `name` that ends when the returned `Child` does; the
+    /// write's trace continues under it (`Child::trace`).
+    pub fn child(&self, name: &'static str) -> Option<Child> {
+        let tracer = tracer()?;
+        let cx = Context::new().with_remote_span_context(self.parent.clone());
+        let span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Client)
+            .start_with_context(tracer, &cx);
+        let trace = WriteTrace {
+            parent: span.span_context().clone(),
+            rpc_started: None,
+            handed_on: SystemTime::now(),
+        };
+        Some(Child { span, trace })
+    }
+}
+
+/// A span in progress under a write's trace (a forward to the leader).
+pub struct Child {
+    span: opentelemetry_sdk::trace::Span,
+    trace: WriteTrace,
+}
+
+impl Child {
+    /// The write's trace with this span as the parent.
+    pub fn trace(&self) -> WriteTrace {
+        self.trace.clone()
+    }
+
+    /// Ends the span, as failed with `error` if there is one.
+    pub fn end(mut self, error: Option<String>) {
+        if let Some(error) = error {
+            self.span.set_status(Status::error(error));
+        }
+        self.span.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanId, TraceFlags, TraceId, TraceState};
+
+    #[test]
+    fn a_traceparent_names_the_parent_span_and_its_flags() {
+        let parent = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let trace = WriteTrace {
+            parent,
+            rpc_started: None,
+            handed_on: SystemTime::now(),
+        };
+        assert_eq!(
+            trace.traceparent(),
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+    }
+
+    #[test]
+    fn nothing_is_traced_while_traces_are_off() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            TRACEPARENT,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                .parse()
+                .unwrap(),
+        );
+        assert!(rpc_span("/concord.v1.Tree/Create", &headers).is_none());
+        assert!(WriteTrace::current().is_none());
+        assert!(WriteTrace::from_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        )
+        .is_none());
+    }
+}
