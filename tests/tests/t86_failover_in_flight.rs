@@ -4,7 +4,8 @@
 //! (it still hears the leader). Each write succeeds, fails with NOT_LEADER (nothing
 //! done: safe to retry, elsewhere) or fails with OUTCOME_UNKNOWN, and answers within
 //! the server's `leader_wait_ms_max` (asserted with a 5x margin) — never at the
-//! client's deadline.
+//! client's deadline. And a leader cut off from both followers stops claiming a
+//! quorum in `Cluster/Status` before they have elected another.
 
 #![allow(clippy::unwrap_used)]
 
@@ -308,4 +309,55 @@ async fn t86_a_follower_cut_off_from_its_leader_sends_its_clients_elsewhere() {
     )
     .await;
     check(&attempts, &endpoints[leader]).await;
+}
+
+/// A leader cut off from both followers stops claiming a quorum in `Cluster/Status`
+/// (`leader_serving`) before they have elected another leader, and stays so while
+/// the cut lasts; once healed, the ensemble has one leader again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t86_a_leader_cut_off_stops_claiming_its_quorum_before_another_is_elected() {
+    let ensemble = Ensemble::start_proxied(3, options());
+    let old = ensemble.leader(WAIT).await;
+    let old_epoch = ensemble.status(old).await.unwrap().epoch;
+    let others: Vec<usize> = (0..3).filter(|&i| i != old).collect();
+    let proxies = ensemble.proxies.as_ref().unwrap();
+    for &j in &others {
+        proxies.cut(old, j, true);
+        proxies.cut(j, old, true);
+    }
+    let claimed_after_cut = std::sync::Mutex::new(Vec::new());
+    let new = eventually("another leader serving a later epoch", WAIT, || async {
+        let status = ensemble.status(old).await?;
+        claimed_after_cut
+            .lock()
+            .unwrap()
+            .push(status.leader_serving);
+        for &j in &others {
+            let s = ensemble.status(j).await?;
+            if s.leader_serving && s.epoch > old_epoch {
+                return Some(j);
+            }
+        }
+        None
+    })
+    .await;
+    let claimed_after_cut = claimed_after_cut.into_inner().unwrap();
+    // Polled after the new leader was seen serving: the old one no longer claims.
+    let status = ensemble.status(old).await.unwrap();
+    assert!(
+        !status.leader_serving,
+        "server {} claims a quorum while server {} leads: {status:?}",
+        old + 1,
+        new + 1
+    );
+    assert!(
+        claimed_after_cut.contains(&false),
+        "never seen giving up before the election: {claimed_after_cut:?}"
+    );
+    for &j in &others {
+        proxies.cut(old, j, false);
+        proxies.cut(j, old, false);
+    }
+    let leader = ensemble.leader(WAIT).await;
+    assert_ne!(leader, old, "the old leader, behind, does not win back");
 }

@@ -110,7 +110,7 @@ impl Cluster for ClusterService {
             watch_history_oldest_zxid,
             queue_wakeups: self.recipes.wakeups(),
             leader_id: r.leader_id().unwrap_or(0),
-            leader_serving: r.is_leader(),
+            leader_serving: r.leads_quorum(),
         }))
     }
 
