@@ -536,24 +536,22 @@ impl Pipeline {
                     _ => None,
                 };
                 let waiter = self.waiting.remove(&txn.zxid);
-                let apply_started =
-                    waiter
-                        .as_ref()
-                        .and_then(|w| w.trace.as_ref())
-                        .map(|(trace, proposed)| {
-                            let now = SystemTime::now();
-                            trace.record("quorum", *proposed, now, Some(txn.zxid));
-                            now
-                        });
+                // A traced write's quorum span ends, and its apply span begins, here.
+                let traced = waiter.as_ref().and_then(|w| w.trace.as_ref());
+                let apply_started = traced.map(|(trace, proposed)| {
+                    let now = SystemTime::now();
+                    trace.record("quorum", *proposed, now, Some(txn.zxid));
+                    now
+                });
                 let applied = tree.apply(txn);
                 self.quota.settle(txn.zxid);
                 self.quota
                     .applied(&txn.op, &applied.result, closing_owner.as_deref());
-                if let (Some(w), Some(started)) = (&waiter, apply_started) {
-                    if let Some((trace, _)) = &w.trace {
-                        trace.record("apply", started, SystemTime::now(), Some(txn.zxid));
-                    }
-                }
+                let applied_at = traced.zip(apply_started).map(|((trace, _), started)| {
+                    let now = SystemTime::now();
+                    trace.record("apply", started, now, Some(txn.zxid));
+                    now
+                });
                 self.shared.hub.publish(txn.zxid, &applied.events);
                 track_sessions(&self.shared, txn, &applied.result);
                 if let Some(waiter) = waiter {
@@ -565,7 +563,7 @@ impl Pipeline {
                         zxid: txn.zxid,
                         result: applied.result,
                     };
-                    let trace = waiter.trace.map(|(t, _)| (t, SystemTime::now()));
+                    let trace = waiter.trace.map(|(t, _)| t).zip(applied_at);
                     replies.push((waiter.reply, committed, trace));
                 }
             }
