@@ -361,3 +361,52 @@ async fn t86_a_leader_cut_off_stops_claiming_its_quorum_before_another_is_electe
     let leader = ensemble.leader(WAIT).await;
     assert_ne!(leader, old, "the old leader, behind, does not win back");
 }
+
+/// Five servers: the leader L and B, the best vote after it (highest id), are cut
+/// off both ways from two others, X and Y; M, the fifth, reaches everyone. Then L
+/// is killed. B reaches only M, so it must stop winning elections, and M, X and Y
+/// (a quorum that reaches itself) elect a leader: writes through X succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t86_a_candidate_a_quorum_cannot_reach_does_not_stall_the_election() {
+    let mut ensemble = Ensemble::start_proxied(5, options());
+    let leader = ensemble.leader(WAIT).await;
+    let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
+    let last = create_at(&endpoints[leader], "/before").await.unwrap();
+    for i in 0..5 {
+        ensemble.caught_up(i, last, WAIT).await;
+    }
+    let best = (0..5).rev().find(|&i| i != leader).unwrap();
+    let rest: Vec<usize> = (0..5).filter(|&i| i != leader && i != best).collect();
+    let (middle, cut_off) = (rest[0], [rest[1], rest[2]]);
+    let proxies = ensemble.proxies.as_ref().unwrap();
+    for a in [leader, best] {
+        for b in cut_off {
+            proxies.cut(a, b, true);
+            proxies.cut(b, a, true);
+        }
+    }
+    ensemble.servers[leader].kill9();
+    let started = Instant::now();
+    eventually(
+        "a write through a server cut off from the best vote",
+        WAIT,
+        || async {
+            create_at(
+                &endpoints[cut_off[0]],
+                &format!("/after{}", started.elapsed().as_millis()),
+            )
+            .await
+            .ok()
+        },
+    )
+    .await;
+    let new = ensemble
+        .leader_among(&[middle, cut_off[0], cut_off[1]], WAIT)
+        .await;
+    assert_ne!(
+        new,
+        best,
+        "server {} leads without reaching a quorum",
+        best + 1
+    );
+}

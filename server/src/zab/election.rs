@@ -13,6 +13,19 @@
 //! never leads, does not report a decided vote to lookers, and only joins a leader
 //! that a quorum of decided voters reports (as observers do).
 //!
+//! Shunned leaders: a learner that gives up on its leader (silent for
+//! `sync_limit_ticks`, not synced within `init_limit_ticks`, or its stream lost)
+//! ranks every vote for that leader below every other vote, its own included,
+//! until it syncs with some leader or leads, or `SHUN_SYNC_LIMITS` sync limits
+//! pass (then it votes afresh in a new round, so that the servers, whose shuns
+//! differ meanwhile and may keep any vote from a quorum, agree on an order again).
+//! A leader it was about to follow that says it does not lead is shunned too. So a candidate with the best vote that a quorum cannot reach (it hears a
+//! quorum's votes through a server in the middle, but the quorum never hears from
+//! it) stops winning once its would-be followers have timed out on it, and the
+//! servers that can reach each other elect one of their own. A quorum that follows
+//! a shunned leader is still joined (`on_decided_vote`): what was shunned is this
+//! server's path to it, not its leadership.
+//!
 //! What it must not do: decide safety; any leader it picks still has to win
 //! discovery (a quorum of epoch acks, none with a newer history).
 
@@ -22,6 +35,11 @@ use super::leader::{Leader, LeaderPhase};
 use super::learner::{FollowPhase, Learner};
 use super::message::{Message, Notification, PeerState, ServerId, Vote};
 use super::node::{Node, State};
+
+/// How long a shunned leader stays shunned, in sync limits: long enough for the
+/// others to elect a leader they all reach; bounded, so that no set of shuns can
+/// keep an ensemble from ever electing one.
+const SHUN_SYNC_LIMITS: u64 = 4;
 
 /// Election state of a looking server.
 #[derive(Debug, Default)]
@@ -53,6 +71,21 @@ impl Node {
             zxid: self.log.last_zxid(),
             leader: self.cfg.id,
         }
+    }
+
+    /// Gives up on `leader` for a while (module docs, "Shunned leaders").
+    pub(crate) fn shun(&mut self, leader: ServerId) {
+        if leader != self.cfg.id {
+            let until = self.now + SHUN_SYNC_LIMITS * self.cfg.sync_limit_ticks.max(1);
+            self.shunned.insert(leader, until);
+        }
+    }
+
+    /// Whether `a` is a better vote than `b` for this server: any vote beats one
+    /// for a leader it shuns; otherwise the higher (epoch, zxid, id).
+    fn prefers(&self, a: Vote, b: Vote) -> bool {
+        let rank = |v: Vote| (!self.shunned.contains_key(&v.leader), v);
+        rank(a) > rank(b)
     }
 
     /// Starts a new election round (from start-up, or after leading or following).
@@ -122,6 +155,11 @@ impl Node {
                 let mine = self.my_notification();
                 self.out.send(from, Message::Notification(mine));
             } else if self.yields_to(from, &n) {
+                // A leader I was about to follow that says it does not lead is
+                // shunned as one that went silent would be.
+                if matches!(&self.state, State::Learning(f) if f.leader == from) {
+                    self.shun(from);
+                }
                 self.enter_looking();
             }
             return;
@@ -169,20 +207,25 @@ impl Node {
         }
         let own = self.own_vote();
         let round = self.round;
+        let State::Looking(l) = &self.state else {
+            return;
+        };
+        let newer = n.round > round;
+        let better = self.prefers(n.vote, if newer { own } else { l.vote });
         let State::Looking(l) = &mut self.state else {
             return;
         };
         let mut changed = false;
-        if n.round > round {
+        if newer {
             self.round = n.round;
             l.votes.clear();
-            l.vote = own.max(n.vote);
+            l.vote = if better { n.vote } else { own };
             changed = true;
         } else if n.round < round {
             let mine = self.my_notification();
             self.out.send(from, Message::Notification(mine));
             return;
-        } else if n.vote > l.vote {
+        } else if better {
             l.vote = n.vote;
             changed = true;
         }
@@ -295,6 +338,14 @@ impl Node {
 
     pub(crate) fn tick_looking(&mut self) {
         let now = self.now;
+        // A shun that ends changes how this server ranks votes: it votes afresh,
+        // in a new round, so that every server ranks by the same order again.
+        let shunned = self.shunned.len();
+        self.shunned.retain(|_, until| *until > now);
+        if self.shunned.len() < shunned {
+            self.enter_looking();
+            return;
+        }
         let State::Looking(l) = &mut self.state else {
             return;
         };

@@ -206,6 +206,8 @@ impl Node {
         let slow = f.phase < FollowPhase::UpToDate
             && now.saturating_sub(f.started) > self.cfg.init_limit_ticks;
         if silent || slow {
+            let leader = f.leader;
+            self.shun(leader);
             self.enter_looking();
             return;
         }

@@ -111,6 +111,14 @@
 //! - Elections do not time out into new rounds on their own; a leader that is not
 //!   established within `init_limit_ticks`, or a learner not synchronized within it,
 //!   goes back to looking with a higher round.
+//! - A learner that gives up on its leader (silence, too slow, stream lost, or the
+//!   leader saying it does not lead) shuns it: it ranks votes for it below all
+//!   others until it syncs with a leader, leads, or `4 x sync_limit_ticks` pass
+//!   (then it votes afresh in a new round). In ZooKeeper a candidate with the best
+//!   vote that a quorum cannot reach (it reaches one server, which relays its vote
+//!   to the rest) wins every round and never leads, for as long as the partition
+//!   lasts; here its would-be followers stop voting for it once they time out, and
+//!   the servers that reach each other elect one of their own (`election.rs`).
 //!
 //! What it must not do: touch the network, the disk, a clock, or the tree.
 

@@ -85,6 +85,11 @@ pub struct Node {
     /// it would restart its numbers and the learner could take the first stream's
     /// late messages in place of the second's.
     pub(crate) opened_sessions: BTreeMap<ServerId, VecDeque<u64>>,
+    /// Leaders this server gave up on as their learner (silent, too slow, or the
+    /// stream lost), with the tick until which it votes for none of them
+    /// (`election.rs`, "Shunned leaders"). Cleared once it syncs with a leader or
+    /// establishes its own epoch; at most one entry per voter.
+    pub(crate) shunned: BTreeMap<ServerId, u64>,
 }
 
 /// Sessions remembered per learner in `Node::opened_sessions`. A learner uses one
@@ -125,6 +130,7 @@ impl Node {
             failed: false,
             resyncing,
             opened_sessions: BTreeMap::new(),
+            shunned: BTreeMap::new(),
         };
         if restored.must_resync && alone {
             node.persist(PersistOp::Resynced);
@@ -156,6 +162,7 @@ impl Node {
             return;
         }
         if matches!(&self.state, State::Learning(f) if f.leader == id) {
+            self.shun(id);
             self.enter_looking();
         }
     }

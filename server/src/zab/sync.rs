@@ -101,6 +101,7 @@ impl Node {
             return;
         }
         l.phase = LeaderPhase::Broadcast;
+        self.shunned.clear();
         let now = self.now;
         for h in l.learners.values_mut() {
             h.last_heard = h.last_heard.max(now);
@@ -174,6 +175,7 @@ impl Node {
         }
         self.on_commit(committed);
         self.set_learner_phase(FollowPhase::UpToDate);
+        self.shunned.clear();
         true
     }
 

@@ -1,6 +1,6 @@
 //! Unit tests of the Zab phases on a perfect in-process network with instant disks.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::node::State;
 use super::*;
@@ -26,6 +26,8 @@ struct Harness {
     applied: BTreeMap<ServerId, Vec<Zxid>>,
     persisted: BTreeMap<ServerId, Vec<PersistOp>>,
     down: Vec<ServerId>,
+    /// Links that drop every message: (from, to).
+    blocked: BTreeSet<(ServerId, ServerId)>,
     /// Hold persistence of these nodes (their Readies' ops are not acknowledged).
     slow_disk: Vec<ServerId>,
     held: BTreeMap<ServerId, Vec<u64>>,
@@ -44,6 +46,7 @@ impl Harness {
             applied: BTreeMap::new(),
             persisted: BTreeMap::new(),
             down: vec![],
+            blocked: BTreeSet::new(),
             slow_disk: vec![],
             held: BTreeMap::new(),
         }
@@ -91,7 +94,10 @@ impl Harness {
             let Some((from, env)) = self.net.pop_front() else {
                 return;
             };
-            if self.down.contains(&from) || self.down.contains(&env.to) {
+            if self.down.contains(&from)
+                || self.down.contains(&env.to)
+                || self.blocked.contains(&(from, env.to))
+            {
                 continue;
             }
             if let Some(n) = self.nodes.get_mut(&env.to) {
@@ -213,6 +219,54 @@ fn the_leader_reports_learners_lag() {
         progress(&h),
         [(1, false, true, 3), (2, false, true, 0), (4, true, true, 0)]
     );
+}
+
+/// Five voters led by 5 (the best vote: logs tie, highest id); then `blocked`
+/// links drop everything and 5 dies. 4 has the best vote left but no quorum hears
+/// it: a leader must serve among {1, 2, 3}, which hear each other, within 300 ticks
+/// (a few sync limits). Returns the harness and that leader.
+fn best_vote_cut_off(blocked: &[(ServerId, ServerId)]) -> (Harness, ServerId) {
+    let mut h = Harness::new(&[1, 2, 3, 4, 5], &[]);
+    h.ticks(3);
+    assert_eq!(h.leader(), Some(5));
+    h.blocked.extend(blocked.iter().copied());
+    h.down = vec![5];
+    for _ in 0..300 {
+        h.ticks(1);
+        if let Some(l) = h.leader().filter(|l| [1, 2, 3].contains(l)) {
+            return (h, l);
+        }
+    }
+    let statuses: Vec<Status> = h.nodes.values().map(|n| n.status()).collect();
+    panic!("no leader among 1, 2, 3: {statuses:?}");
+}
+
+/// {4,5} x {1,2} cut both ways, so 3 alone hears everyone (ZooKeeper stalls here
+/// for as long as the cut lasts: 4 wins every round and never hears a quorum).
+#[test]
+fn a_candidate_that_a_quorum_cannot_reach_stops_winning() {
+    let both_ways = [
+        (4, 1),
+        (4, 2),
+        (5, 1),
+        (5, 2),
+        (1, 4),
+        (2, 4),
+        (1, 5),
+        (2, 5),
+    ];
+    let (mut h, leader) = best_vote_cut_off(&both_ways);
+    // Healed, 4 joins that leader rather than taking over.
+    h.blocked.clear();
+    h.ticks(50);
+    assert_eq!(h.leader(), Some(leader));
+    assert_eq!(h.nodes[&4].status().leader, Some(leader));
+}
+
+/// One-way cuts: 4 hears 1 and 2, but they never hear 4.
+#[test]
+fn a_candidate_heard_by_no_quorum_stops_winning_on_one_way_cuts() {
+    best_vote_cut_off(&[(4, 1), (4, 2), (5, 1), (5, 2)]);
 }
 
 #[test]

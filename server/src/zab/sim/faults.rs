@@ -1,5 +1,6 @@
-//! Fault injection (crashes, restarts, partitions, loss, and an operator discarding
-//! a restarting server's history, one at a time) during the chaos phase, and
+//! Fault injection (crashes, restarts, partitions and bridges, loss, and an
+//! operator discarding a restarting server's history, one at a time) during the
+//! chaos phase, and
 //! the liveness phase: heal everything, restart everyone, then require a leader to
 //! commit a new write that every server applies, with equal trees.
 
@@ -38,7 +39,26 @@ impl World {
                     self.restart(id)?;
                 }
             }
-            37..=50 => {
+            37..=42 => {
+                // A bridge: one server hears everyone, two sides hear only it and
+                // their own side (ZooKeeper's election stalls on some of these).
+                if let Some(bridge) = self.pick(&all) {
+                    let side: Vec<ServerId> = all
+                        .iter()
+                        .copied()
+                        .filter(|&s| s != bridge && self.rng.below(2) == 0)
+                        .collect();
+                    self.log(format_args!("bridge {bridge} between {side:?} | rest"));
+                    for &a in all.iter().filter(|&&a| a != bridge) {
+                        for &b in all.iter().filter(|&&b| b != bridge) {
+                            if side.contains(&a) != side.contains(&b) {
+                                self.net.blocked.insert((a, b));
+                            }
+                        }
+                    }
+                }
+            }
+            43..=50 => {
                 let side: Vec<ServerId> = all
                     .iter()
                     .copied()

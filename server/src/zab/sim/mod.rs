@@ -4,7 +4,7 @@
 //! each a `zab::Node`, a simulated disk that loses what was not made durable on a
 //! crash, and a `DataTree` applying committed txns; a network with delay, loss,
 //! duplication, reordering and partitions (symmetric, one-way, isolating the
-//! leader); crashes and restarts; clients writing at the leader and asking for read
+//! leader, a bridge that alone hears both sides); crashes and restarts; clients writing at the leader and asking for read
 //! indexes. Invariants are checked as every event is handled (`check.rs`); then the
 //! liveness phase heals everything and requires a new write to commit everywhere
 //! within a bound. The same seed gives the same trace hash.
