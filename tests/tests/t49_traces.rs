@@ -228,7 +228,9 @@ async fn t49_a_write_in_a_sampled_trace_arrives_with_the_clients_parent() {
     assert_eq!(rpc.kind, SpanKind::Server as i32);
     assert_eq!(rpc.instance, "1");
     check_write_path(&spans, &rpc.span_id, "1", created.zxid);
-    assert_eq!(named(&spans, "api").parent, rpc.span_id);
+    let api = named(&spans, "api");
+    assert_eq!(api.parent, rpc.span_id);
+    assert_eq!(api.zxid, Some(format!("{:#x}", created.zxid)));
     assert_eq!(
         names(&spans),
         names(&spans)
@@ -280,8 +282,10 @@ async fn t49_a_write_through_a_follower_goes_under_its_forward_span() {
         (api.parent.as_slice(), api.instance.as_str()),
         (rpc.span_id.as_slice(), follower_id.as_str())
     );
+    assert_eq!(api.zxid, Some(format!("{:#x}", created.zxid)));
     let forward = named(&spans, "forward");
     assert_eq!(forward.parent, rpc.span_id);
+    assert_eq!(forward.zxid, Some(format!("{:#x}", created.zxid)));
     assert_eq!(forward.instance, follower_id);
     assert_eq!(forward.kind, SpanKind::Client as i32);
     check_write_path(&spans, &forward.span_id, &leader_id, created.zxid);

@@ -587,9 +587,9 @@ impl Replica {
         let forwarded = self.forward_untraced(forwarder, leader, write).await;
         if let Some(span) = span {
             span.end(match &forwarded {
-                Ok(_) => None,
-                Err(Ok(why)) => Some(why.clone()),
-                Err(Err(e)) => Some(e.to_string()),
+                Ok(committed) => Ok(committed.zxid),
+                Err(Ok(why)) => Err(why.clone()),
+                Err(Err(e)) => Err(e.to_string()),
             });
         }
         forwarded

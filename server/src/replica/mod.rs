@@ -315,7 +315,7 @@ impl Replica {
         E: From<ReplicaError>,
     {
         let mut rechecks = 0;
-        let trace = WriteTrace::current();
+        let mut trace = WriteTrace::current();
         loop {
             let checked_at = self.read(|t| check(t).map(|()| t.last_zxid()))?;
             let write = Write {
@@ -327,6 +327,10 @@ impl Replica {
                 trace: trace.clone(),
             };
             let c = self.submit_write(write).await?;
+            // Checked again, it is sent again: one api span is enough.
+            if let Some(trace) = trace.as_mut() {
+                trace.api_recorded();
+            }
             match c.result {
                 Err(TreeError::GrantsChanged { zxid }) if rechecks < GRANT_RECHECKS_MAX => {
                     self.wait_applied(zxid, GRANTS_CHANGE_WAIT_MAX).await?;
@@ -338,11 +342,20 @@ impl Replica {
     }
 
     /// Hands `write` to the leader (itself, or forwarded) and waits until it is
-    /// committed and applied here.
+    /// committed and applied here; a traced write's `api` span is recorded then,
+    /// with its zxid.
     async fn submit_write(&self, mut write: Write) -> Result<Committed, ReplicaError> {
-        if let Some(trace) = write.trace.as_mut() {
-            trace.handed_on();
+        let api = write.trace.as_mut().and_then(WriteTrace::handed_on);
+        let submitted = self.submit_routed(write).await;
+        if let Some(api) = api {
+            let zxid = submitted.as_ref().ok().map(|c| c.zxid).filter(|&z| z != 0);
+            api.record(zxid);
         }
+        submitted
+    }
+
+    /// `submit_write`, once the write is handed on.
+    async fn submit_routed(&self, write: Write) -> Result<Committed, ReplicaError> {
         let mut deadline = None;
         let mut avoid = None;
         let mut why = String::new();

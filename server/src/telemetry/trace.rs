@@ -217,14 +217,24 @@ impl WriteTrace {
         )
     }
 
-    /// The write is handed to the replica now: records the `api` span (from the
-    /// RPC's start) once, and starts the `propose` span's clock.
-    pub fn handed_on(&mut self) {
+    /// The write is handed to the replica now: starts the `propose` span's clock,
+    /// and returns the `api` span (from the RPC's start, the first time), to be
+    /// recorded once the write's zxid is known.
+    pub fn handed_on(&mut self) -> Option<ApiSpan> {
         let now = SystemTime::now();
-        if let Some(started) = self.rpc_started.take() {
-            self.record("api", started, now, None);
-        }
         self.handed_on = now;
+        let started = self.rpc_started.take()?;
+        Some(ApiSpan {
+            trace: self.clone(),
+            started,
+            ended: now,
+        })
+    }
+
+    /// The `api` span went with an earlier attempt of this write: later attempts
+    /// record none.
+    pub fn api_recorded(&mut self) {
+        self.rpc_started = None;
     }
 
     /// When the write was handed to the replica.
@@ -273,6 +283,20 @@ impl WriteTrace {
     }
 }
 
+/// A write's `api` span, ended and waiting for the write's outcome.
+pub struct ApiSpan {
+    trace: WriteTrace,
+    started: SystemTime,
+    ended: SystemTime,
+}
+
+impl ApiSpan {
+    /// Records it, naming the write's `zxid` if it committed.
+    pub fn record(self, zxid: Option<u64>) {
+        self.trace.record("api", self.started, self.ended, zxid);
+    }
+}
+
 /// A span in progress under a write's trace (a forward to the leader).
 pub struct Child {
     span: opentelemetry_sdk::trace::Span,
@@ -285,10 +309,13 @@ impl Child {
         self.trace.clone()
     }
 
-    /// Ends the span, as failed with `error` if there is one.
-    pub fn end(mut self, error: Option<String>) {
-        if let Some(error) = error {
-            self.span.set_status(Status::error(error));
+    /// Ends the span, naming the write's zxid, or as failed with why.
+    pub fn end(mut self, outcome: Result<u64, String>) {
+        match outcome {
+            Ok(zxid) => self
+                .span
+                .set_attribute(KeyValue::new("concord.zxid", format!("{zxid:#x}"))),
+            Err(why) => self.span.set_status(Status::error(why)),
         }
         self.span.end();
     }
