@@ -45,7 +45,7 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the exit waits for the last spans to go out.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The W3C trace-context headers (gRPC metadata keys).
+/// The W3C trace-context header (a gRPC metadata key).
 pub const TRACEPARENT: &str = "traceparent";
 
 /// The running exporter; `shutdown` sends what is queued.

@@ -14,17 +14,17 @@
 //! that a quorum of decided voters reports (as observers do).
 //!
 //! Shunned leaders: a learner that gives up on its leader (silent for
-//! `sync_limit_ticks`, not synced within `init_limit_ticks`, or its stream lost)
-//! ranks every vote for that leader below every other vote, its own included,
-//! until it syncs with some leader or leads, or `SHUN_SYNC_LIMITS` sync limits
-//! pass (then it votes afresh in a new round, so that the servers, whose shuns
-//! differ meanwhile and may keep any vote from a quorum, agree on an order again).
-//! A leader it was about to follow that says it does not lead is shunned too. So a candidate with the best vote that a quorum cannot reach (it hears a
-//! quorum's votes through a server in the middle, but the quorum never hears from
-//! it) stops winning once its would-be followers have timed out on it, and the
-//! servers that can reach each other elect one of their own. A quorum that follows
-//! a shunned leader is still joined (`on_decided_vote`): what was shunned is this
-//! server's path to it, not its leadership.
+//! `sync_limit_ticks`, not synced within `init_limit_ticks`, its stream lost, or
+//! saying it does not lead) ranks every vote for that leader below every other
+//! vote, its own included, until it syncs with some leader or leads, or
+//! `SHUN_SYNC_LIMITS` sync limits pass (then it votes afresh in a new round, so that
+//! the servers, whose shuns differ meanwhile and may keep any vote from a quorum,
+//! agree on one order again). So a candidate with the best vote that a quorum
+//! cannot reach (it hears a quorum's votes through a server in the middle, but the
+//! quorum never hears from it) stops winning once its would-be followers have timed
+//! out on it, and the servers that can reach each other elect one of their own. A
+//! quorum that follows a shunned leader is still joined (`on_decided_vote`): what
+//! was shunned is this server's path to it, not its leadership.
 //!
 //! What it must not do: decide safety; any leader it picks still has to win
 //! discovery (a quorum of epoch acks, none with a newer history).

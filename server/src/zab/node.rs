@@ -85,8 +85,8 @@ pub struct Node {
     /// it would restart its numbers and the learner could take the first stream's
     /// late messages in place of the second's.
     pub(crate) opened_sessions: BTreeMap<ServerId, VecDeque<u64>>,
-    /// Leaders this server gave up on as their learner (silent, too slow, or the
-    /// stream lost), with the tick until which it votes for none of them
+    /// Leaders this server gave up on as their learner (silent, too slow, the
+    /// stream lost, or saying they do not lead), with the tick until which it votes for none of them
     /// (`election.rs`, "Shunned leaders"). Cleared once it syncs with a leader or
     /// establishes its own epoch; at most one entry per voter.
     pub(crate) shunned: BTreeMap<ServerId, u64>,
