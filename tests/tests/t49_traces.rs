@@ -106,8 +106,8 @@ impl Collector {
         self.spans.lock().unwrap().clone()
     }
 
-    /// The spans of trace `trace`, once `done` says they are all there.
-    async fn trace(&self, trace: TraceId, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+    /// The spans of trace `trace`, once one of each name in `names` is there.
+    async fn trace(&self, trace: TraceId, names: &[&str]) -> Vec<Received> {
         let id = trace.to_bytes().to_vec();
         eventually("the trace's spans at the collector", WAIT, || {
             let spans: Vec<Received> = self
@@ -115,7 +115,8 @@ impl Collector {
                 .into_iter()
                 .filter(|s| s.trace_id == id)
                 .collect();
-            std::future::ready(done(&spans).then_some(spans))
+            let done = names.iter().all(|n| spans.iter().any(|s| s.name == *n));
+            std::future::ready(done.then_some(spans))
         })
         .await
     }
@@ -154,8 +155,13 @@ fn client_span(seed: u8, sampled: bool) -> SpanContext {
     )
 }
 
-fn in_span(parent: &SpanContext) -> opentelemetry::Context {
-    opentelemetry::Context::new().with_remote_span_context(parent.clone())
+/// Creates `path` with the SDK inside the client span `parent`; its zxid.
+async fn create_in(client: &concord::Client, path: &str, parent: &SpanContext) -> u64 {
+    let cx = opentelemetry::Context::new().with_remote_span_context(parent.clone());
+    let created = client
+        .create(path, "x", Default::default())
+        .with_context(cx);
+    created.await.unwrap().zxid
 }
 
 /// The one span named `name` in `spans`.
@@ -198,26 +204,11 @@ async fn t49_a_write_in_a_sampled_trace_arrives_with_the_clients_parent() {
         .create("/untraced", "x", Default::default())
         .await
         .unwrap();
-    let unsampled = client_span(1, false);
-    client
-        .create("/unsampled", "x", Default::default())
-        .with_context(in_span(&unsampled))
-        .await
-        .unwrap();
+    create_in(&client, "/unsampled", &client_span(1, false)).await;
 
     let sampled = client_span(2, true);
-    let created = client
-        .create("/traced", "x", Default::default())
-        .with_context(in_span(&sampled))
-        .await
-        .unwrap();
-    let spans = collector
-        .trace(sampled.trace_id(), |spans| {
-            WRITE_PATH
-                .iter()
-                .all(|n| spans.iter().any(|s| s.name == *n))
-        })
-        .await;
+    let zxid = create_in(&client, "/traced", &sampled).await;
+    let spans = collector.trace(sampled.trace_id(), &WRITE_PATH).await;
 
     let rpc = named(&spans, "concord.v1.Tree/Create");
     assert_eq!(
@@ -227,10 +218,10 @@ async fn t49_a_write_in_a_sampled_trace_arrives_with_the_clients_parent() {
     );
     assert_eq!(rpc.kind, SpanKind::Server as i32);
     assert_eq!(rpc.instance, "1");
-    check_write_path(&spans, &rpc.span_id, "1", created.zxid);
+    check_write_path(&spans, &rpc.span_id, "1", zxid);
     let api = named(&spans, "api");
     assert_eq!(api.parent, rpc.span_id);
-    assert_eq!(api.zxid, Some(format!("{:#x}", created.zxid)));
+    assert_eq!(api.zxid, Some(format!("{:#x}", zxid)));
     assert_eq!(
         names(&spans),
         names(&spans)
@@ -259,19 +250,10 @@ async fn t49_a_write_through_a_follower_goes_under_its_forward_span() {
     let follower = (leader + 1) % 3;
     let client = ensemble.servers[follower].sdk().await;
     let sampled = client_span(3, true);
-    let created = client
-        .create("/forwarded", "x", Default::default())
-        .with_context(in_span(&sampled))
-        .await
-        .unwrap();
-    let spans = collector
-        .trace(sampled.trace_id(), |spans| {
-            let want = ["concord.v1.Tree/Create", "forward"]
-                .iter()
-                .chain(&WRITE_PATH);
-            want.clone().all(|n| spans.iter().any(|s| s.name == *n))
-        })
-        .await;
+    let zxid = create_in(&client, "/forwarded", &sampled).await;
+    let mut names = vec!["concord.v1.Tree/Create", "forward"];
+    names.extend(WRITE_PATH);
+    let spans = collector.trace(sampled.trace_id(), &names).await;
     let follower_id = (follower + 1).to_string();
     let leader_id = (leader + 1).to_string();
     let rpc = named(&spans, "concord.v1.Tree/Create");
@@ -282,11 +264,11 @@ async fn t49_a_write_through_a_follower_goes_under_its_forward_span() {
         (api.parent.as_slice(), api.instance.as_str()),
         (rpc.span_id.as_slice(), follower_id.as_str())
     );
-    assert_eq!(api.zxid, Some(format!("{:#x}", created.zxid)));
+    assert_eq!(api.zxid, Some(format!("{:#x}", zxid)));
     let forward = named(&spans, "forward");
     assert_eq!(forward.parent, rpc.span_id);
-    assert_eq!(forward.zxid, Some(format!("{:#x}", created.zxid)));
+    assert_eq!(forward.zxid, Some(format!("{:#x}", zxid)));
     assert_eq!(forward.instance, follower_id);
     assert_eq!(forward.kind, SpanKind::Client as i32);
-    check_write_path(&spans, &forward.span_id, &leader_id, created.zxid);
+    check_write_path(&spans, &forward.span_id, &leader_id, zxid);
 }

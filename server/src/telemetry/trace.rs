@@ -46,7 +46,7 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The W3C trace-context header (a gRPC metadata key).
-pub const TRACEPARENT: &str = "traceparent";
+const TRACEPARENT: &str = "traceparent";
 
 /// The running exporter; `shutdown` sends what is queued.
 pub struct Tracing {
@@ -171,39 +171,35 @@ pub struct WriteTrace {
 }
 
 impl WriteTrace {
-    /// The trace of a write made now, in the current context (its RPC's), if that
-    /// trace is sampled.
-    pub fn current() -> Option<WriteTrace> {
+    /// The trace of a write whose spans go under `cx`'s span, if traces are
+    /// exported and that span is in a sampled trace.
+    fn under(cx: &Context) -> Option<WriteTrace> {
         tracer()?;
-        let cx = Context::current();
         let span = cx.span();
         let parent = span.span_context();
         if !parent.is_valid() || !parent.is_sampled() {
             return None;
         }
-        let now = SystemTime::now();
         Some(WriteTrace {
             parent: parent.clone(),
             rpc_started: cx.get::<RpcStarted>().map(|s| s.0),
-            handed_on: now,
+            handed_on: SystemTime::now(),
         })
     }
 
-    /// The trace of a write another server forwarded with `traceparent` (W3C), if
-    /// traces are exported here and it names a sampled trace.
+    /// The trace of a write made now, in the current context (its RPC's).
+    pub fn current() -> Option<WriteTrace> {
+        WriteTrace::under(&Context::current())
+    }
+
+    /// The trace of a write another server forwarded with `traceparent` (W3C).
     pub fn from_traceparent(traceparent: &str) -> Option<WriteTrace> {
-        tracer()?;
-        let cx = TraceContextPropagator::new().extract(&Traceparent(traceparent));
-        let span = cx.span();
-        let parent = span.span_context();
-        if !parent.is_valid() || !parent.is_sampled() {
-            return None;
-        }
-        Some(WriteTrace {
-            parent: parent.clone(),
-            rpc_started: None,
-            handed_on: SystemTime::now(),
-        })
+        WriteTrace::under(&TraceContextPropagator::new().extract(&Traceparent(traceparent)))
+    }
+
+    /// A context whose span is this write's parent, for its child spans.
+    fn parent_context(&self) -> Context {
+        Context::new().with_remote_span_context(self.parent.clone())
     }
 
     /// The W3C `traceparent` naming this write's parent span.
@@ -251,17 +247,15 @@ impl WriteTrace {
         zxid: Option<u64>,
     ) {
         let Some(tracer) = tracer() else { return };
-        let cx = Context::new().with_remote_span_context(self.parent.clone());
         let mut builder = tracer
             .span_builder(name)
             .with_kind(SpanKind::Internal)
             .with_start_time(start);
         if let Some(zxid) = zxid {
-            builder =
-                builder.with_attributes([KeyValue::new("concord.zxid", format!("{zxid:#x}"))]);
+            builder = builder.with_attributes([zxid_attribute(zxid)]);
         }
         builder
-            .start_with_context(tracer, &cx)
+            .start_with_context(tracer, &self.parent_context())
             .end_with_timestamp(end);
     }
 
@@ -269,11 +263,10 @@ impl WriteTrace {
     /// write's trace continues under it (`Child::trace`).
     pub fn child(&self, name: &'static str) -> Option<Child> {
         let tracer = tracer()?;
-        let cx = Context::new().with_remote_span_context(self.parent.clone());
         let span = tracer
             .span_builder(name)
             .with_kind(SpanKind::Client)
-            .start_with_context(tracer, &cx);
+            .start_with_context(tracer, &self.parent_context());
         let trace = WriteTrace {
             parent: span.span_context().clone(),
             rpc_started: None,
@@ -281,6 +274,11 @@ impl WriteTrace {
         };
         Some(Child { span, trace })
     }
+}
+
+/// A span's `concord.zxid`: the write's zxid in hex, as the logs print it.
+fn zxid_attribute(zxid: u64) -> KeyValue {
+    KeyValue::new("concord.zxid", format!("{zxid:#x}"))
 }
 
 /// A write's `api` span, ended and waiting for the write's outcome.
@@ -312,9 +310,7 @@ impl Child {
     /// Ends the span, naming the write's zxid, or as failed with why.
     pub fn end(mut self, outcome: Result<u64, String>) {
         match outcome {
-            Ok(zxid) => self
-                .span
-                .set_attribute(KeyValue::new("concord.zxid", format!("{zxid:#x}"))),
+            Ok(zxid) => self.span.set_attribute(zxid_attribute(zxid)),
             Err(why) => self.span.set_status(Status::error(why)),
         }
         self.span.end();

@@ -81,13 +81,6 @@ impl Node {
         }
     }
 
-    /// Whether `a` is a better vote than `b` for this server: any vote beats one
-    /// for a leader it shuns; otherwise the higher (epoch, zxid, id).
-    fn prefers(&self, a: Vote, b: Vote) -> bool {
-        let rank = |v: Vote| (!self.shunned.contains_key(&v.leader), v);
-        rank(a) > rank(b)
-    }
-
     /// Starts a new election round (from start-up, or after leading or following).
     pub(crate) fn enter_looking(&mut self) {
         if let State::Leading(leader) = &mut self.state {
@@ -207,14 +200,11 @@ impl Node {
         }
         let own = self.own_vote();
         let round = self.round;
-        let State::Looking(l) = &self.state else {
-            return;
-        };
-        let newer = n.round > round;
-        let better = self.prefers(n.vote, if newer { own } else { l.vote });
         let State::Looking(l) = &mut self.state else {
             return;
         };
+        let newer = n.round > round;
+        let better = prefers(&self.shunned, n.vote, if newer { own } else { l.vote });
         let mut changed = false;
         if newer {
             self.round = n.round;
@@ -361,4 +351,11 @@ impl Node {
             self.broadcast_vote();
         }
     }
+}
+
+/// Whether `a` is a better vote than `b` for a server shunning `shunned`: any vote
+/// beats one for a shunned leader; otherwise the higher (epoch, zxid, id).
+fn prefers(shunned: &BTreeMap<ServerId, u64>, a: Vote, b: Vote) -> bool {
+    let rank = |v: Vote| (!shunned.contains_key(&v.leader), v);
+    rank(a) > rank(b)
 }
