@@ -735,17 +735,19 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
             last = last.max(c.zxid);
         }
     }
-    // Wait until the leader's storage has dropped the log's start.
-    let storage = leader.storage();
+    // Wait until the leader's Zab log no longer reaches back to the first write
+    // (its storage purges before the core compacts, so the storage's log start says
+    // less): the 300 writes hold at least 300,000 bytes until a snapshot covers one.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while storage.log_start().unwrap() == 0 {
+    while leader.log_bytes().0 >= 300 * 1000 {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the log was never purged"
+            "the log was never compacted"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let late = Replica::start(&config_of(2)).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     late.wait_applied(last, Duration::from_secs(20))
         .await
         .unwrap();
@@ -753,8 +755,16 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
         late.read(|t| t.get("/n9-29").map(|n| n.data.len())),
         Some(1000)
     );
-    let snapshots = late.storage().snapshots().unwrap();
-    assert!(!snapshots.is_empty(), "server 3 was not sent a snapshot");
+    // The SNAP is applied while it is written (it is durable before server 3 acks
+    // NEWLEADER, not before it applies): wait for it in storage.
+    let storage = late.storage();
+    while storage.snapshots().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "server 3 was not sent a snapshot"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     late.shutdown();
     for r in &replicas {
         r.shutdown();
