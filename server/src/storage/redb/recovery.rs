@@ -1,6 +1,7 @@
-//! Opening a redb store: create the tables, remove incomplete snapshots, validate the
-//! log after the newest snapshot, and compute `last_zxid`; and discarding a store
-//! (kept aside under a new name) for an operator who chose to start again empty.
+//! Opening a redb store: create a new one whole (beside its name, then renamed),
+//! create the tables, remove incomplete snapshots, validate the log after the newest
+//! snapshot, and compute `last_zxid`; and discarding a store (kept aside under a new
+//! name) for an operator who chose to start again empty.
 //!
 //! ```text
 //!   open ─▶ tables ─▶ chunks without index? delete ─▶ log after newest snapshot:
@@ -50,20 +51,35 @@ impl RedbStorage {
     /// Err(BadLogEntry) naming its zxid; nothing is removed.
     pub fn open(path: &Path) -> Result<(RedbStorage, OpenReport), StorageError> {
         let what = format!("open {}", path.display());
+        let exists = path
+            .try_exists()
+            .map_err(|e| StorageError::Io(format!("{what}: {e}")))?;
+        if !exists {
+            create_whole(path)?;
+        }
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(redb_err(&what))?;
-        write_durably(&db, &what, |wtx| {
-            wtx.open_table(LOG).map_err(redb_err("create log"))?;
-            wtx.open_table(META).map_err(redb_err("create meta"))?;
-            wtx.open_table(STATE).map_err(redb_err("create state"))?;
-            wtx.open_table(SNAP_CHUNKS)
-                .map_err(redb_err("create chunks"))?;
-            wtx.open_table(SNAP_INDEX)
-                .map_err(redb_err("create index"))?;
-            Ok(())
-        })?;
+        RedbStorage::recover(db, &what)
+    }
+
+    /// `open` over another redb backend (a test's disk that crashes).
+    #[cfg(test)]
+    pub(crate) fn open_backend(
+        backend: impl ::redb::StorageBackend,
+    ) -> Result<(RedbStorage, OpenReport), StorageError> {
+        let what = "open backend";
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create_with_backend(backend)
+            .map_err(redb_err(what))?;
+        RedbStorage::recover(db, what)
+    }
+
+    /// What `open` does once redb has opened the file.
+    fn recover(db: Database, what: &str) -> Result<(RedbStorage, OpenReport), StorageError> {
+        create_tables(&db, what)?;
         let report = OpenReport {
             incomplete_snapshots_removed: remove_incomplete_snapshots(&db)?,
         };
@@ -80,6 +96,50 @@ impl RedbStorage {
         };
         Ok((store, report))
     }
+}
+
+/// Creates an empty store at `path` so that no crash can leave part of one there
+/// (redb sizes a new file before it writes its header, and a file without a
+/// header never opens again): the store is made beside it under a name of its
+/// own, committed, renamed into place, and the rename synced in the directory.
+fn create_whole(path: &Path) -> Result<(), StorageError> {
+    let io = |e: std::io::Error| StorageError::Io(format!("create {}: {e}", path.display()));
+    let mut creating = path.as_os_str().to_owned();
+    creating.push(".creating");
+    let creating = PathBuf::from(creating);
+    match std::fs::remove_file(&creating) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
+    let what = format!("create {}", creating.display());
+    let db = Database::builder()
+        .set_cache_size(CACHE_BYTES)
+        .create(&creating)
+        .map_err(redb_err(&what))?;
+    create_tables(&db, &what)?;
+    drop(db);
+    std::fs::rename(&creating, path).map_err(io)?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
+}
+
+/// Creates the store's tables where missing, in one durable commit.
+fn create_tables(db: &Database, what: &str) -> Result<(), StorageError> {
+    write_durably(db, what, |wtx| {
+        wtx.open_table(LOG).map_err(redb_err("create log"))?;
+        wtx.open_table(META).map_err(redb_err("create meta"))?;
+        wtx.open_table(STATE).map_err(redb_err("create state"))?;
+        wtx.open_table(SNAP_CHUNKS)
+            .map_err(redb_err("create chunks"))?;
+        wtx.open_table(SNAP_INDEX)
+            .map_err(redb_err("create index"))?;
+        Ok(())
+    })
 }
 
 /// Deletes chunks that have no index record (a save interrupted by a crash).

@@ -302,3 +302,25 @@ fn discard_refuses_a_store_open_elsewhere_and_works_without_one() {
     assert_eq!(done.kept_at, None);
     assert_eq!(reopen(&other).0.get_u64("must_resync").unwrap(), Some(1));
 }
+
+/// redb sizes a new file before it writes its header, and a crash between the two
+/// leaves a file that never opens (the crash tests found it): a store is made beside
+/// its path and renamed into place, so what such a crash leaves is only a leftover
+/// beside it, which the next open replaces.
+#[test]
+fn a_crash_while_creating_leaves_no_store_that_cannot_open() {
+    let dir = TempDir::new().unwrap();
+    let path = db_path(&dir);
+    let creating = dir.path().join("concord.redb.creating");
+    // What such a crash leaves: a sized file of zeros, no header.
+    std::fs::write(&creating, vec![0u8; 4096]).unwrap();
+    assert!(
+        Database::open(&creating).is_err(),
+        "a headerless file is not a store"
+    );
+    let (s, _) = reopen(&path);
+    s.append(&txns(1..=3)).unwrap();
+    drop(s);
+    assert!(!creating.exists(), "the leftover was replaced and renamed");
+    assert_eq!(zxids(&reopen(&path).0), vec![1, 2, 3]);
+}
