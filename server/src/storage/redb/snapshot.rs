@@ -2,8 +2,10 @@
 //! loads, and purging old snapshots with the log below them.
 //!
 //! ```text
-//!   save:  [drop old index] [chunks 0..4] [chunks 4..8] ... [index record]
+//!   save:  [chunks 0..4] [chunks 4..8] ... [index record]
 //!          each [..] one durable commit; appends may commit between them
+//!   save over a snapshot at the same zxid: nothing if the bytes are the same,
+//!          else [all chunks, index record] in one commit
 //!   purge: [drop old index records, raise log_start] [old chunks] [old log, in batches]
 //! ```
 //!
@@ -28,75 +30,95 @@ const PREALLOC_BYTES_MAX: u64 = 64 << 20;
 /// redb's write lock behind each of these commits.
 pub(super) const PURGE_ENTRIES_PER_COMMIT: usize = 1_000;
 
-/// Writes a snapshot in several commits, publishing its index record last.
+/// Writes a snapshot in several commits, publishing its index record last. One
+/// already at `zxid` is never hidden while its replacement is written (the log may
+/// start at it): the same bytes again change nothing, and other bytes replace it in
+/// one commit.
 pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
     let what = "save snapshot";
     let chunks: Vec<&[u8]> = data.chunks(CHUNK_BYTES).collect();
     let chunk_count = u32::try_from(chunks.len())
         .map_err(|_| StorageError::Misuse(format!("snapshot of {} bytes", data.len())))?;
-    // A snapshot already at this zxid is replaced: hide it before touching its chunks.
-    store.write(what, |wtx| remove_index(wtx, zxid))?;
+    let record = (data.len() as u64, chunk_count, crc32fast::hash(data));
+    if let Some(old) = index_record(&store.db, zxid)? {
+        if old == record && load(&store.db, zxid).is_ok() {
+            return Ok(());
+        }
+        let _order = store.lock_order()?;
+        store.write(what, |wtx| {
+            insert_chunks(wtx, zxid, 0, &chunks)?;
+            publish_in(wtx, zxid, record)
+        })?;
+        store.last_zxid.fetch_max(zxid, Ordering::AcqRel);
+        return Ok(());
+    }
     let mut first_index: u32 = 0;
     for group in chunks.chunks(CHUNKS_PER_COMMIT) {
-        store.write(what, |wtx| {
-            let mut table = wtx.open_table(SNAP_CHUNKS).map_err(redb_err(what))?;
-            for (index, chunk) in (first_index..).zip(group) {
-                table
-                    .insert((zxid, index), *chunk)
-                    .map_err(redb_err(what))?;
-            }
-            Ok(())
-        })?;
+        store.write(what, |wtx| insert_chunks(wtx, zxid, first_index, group))?;
         // chunk_count fits in u32, so this cannot wrap before the last group.
         first_index = first_index.saturating_add(CHUNKS_PER_COMMIT as u32);
     }
-    publish(store, zxid, data, chunk_count)
-}
-
-fn remove_index(wtx: &WriteTransaction, zxid: Zxid) -> Result<(), StorageError> {
-    let mut index = wtx
-        .open_table(SNAP_INDEX)
-        .map_err(redb_err("save snapshot"))?;
-    index.remove(zxid).map_err(redb_err("save snapshot"))?;
+    // The last commit, under the order lock since it may raise `last_zxid`.
+    let _order = store.lock_order()?;
+    store.write(what, |wtx| publish_in(wtx, zxid, record))?;
+    store.last_zxid.fetch_max(zxid, Ordering::AcqRel);
     Ok(())
 }
 
-/// The last commit of `save`: drops leftover chunks of a bigger replaced snapshot and
-/// writes the index record, under the order lock since it may raise `last_zxid`. A
-/// snapshot beyond the log's last entry (a SNAP from the leader, installed over an
-/// emptied log) raises `log_start` to its zxid in the same commit: the txns below it
-/// are not in the log, so no older snapshot may be replayed from.
-fn publish(
-    store: &RedbStorage,
+/// The index record of the snapshot at `zxid`, if it is complete.
+fn index_record(db: &::redb::Database, zxid: Zxid) -> Result<Option<IndexRecord>, StorageError> {
+    let what = "read snapshot index";
+    let rtx = db.begin_read().map_err(redb_err(what))?;
+    let index = rtx.open_table(SNAP_INDEX).map_err(redb_err(what))?;
+    let record = index.get(zxid).map_err(redb_err(what))?;
+    Ok(record.map(|v| v.value()))
+}
+
+/// (total bytes, chunk count, crc32 of all bytes).
+type IndexRecord = (u64, u32, u32);
+
+fn insert_chunks(
+    wtx: &WriteTransaction,
     zxid: Zxid,
-    data: &[u8],
-    chunk_count: u32,
+    first_index: u32,
+    chunks: &[&[u8]],
 ) -> Result<(), StorageError> {
-    let what = "publish snapshot";
-    let record = (data.len() as u64, chunk_count, crc32fast::hash(data));
-    let _order = store.lock_order()?;
-    store.write(what, |wtx| {
-        let mut chunks = wtx.open_table(SNAP_CHUNKS).map_err(redb_err(what))?;
-        chunks
-            .retain_in((zxid, chunk_count)..=(zxid, u32::MAX), |_, _| false)
+    let what = "save snapshot";
+    let mut table = wtx.open_table(SNAP_CHUNKS).map_err(redb_err(what))?;
+    for (index, chunk) in (first_index..).zip(chunks) {
+        table
+            .insert((zxid, index), *chunk)
             .map_err(redb_err(what))?;
-        let mut index = wtx.open_table(SNAP_INDEX).map_err(redb_err(what))?;
-        index.insert(zxid, record).map_err(redb_err(what))?;
-        let log = wtx.open_table(LOG).map_err(redb_err(what))?;
-        let log_last = log.last().map_err(redb_err(what))?.map(|(k, _)| k.value());
-        if log_last.is_none_or(|last| last < zxid) {
-            let mut state = wtx.open_table(STATE).map_err(redb_err(what))?;
-            let old = state
-                .get(LOG_START_KEY)
-                .map_err(redb_err(what))?
-                .map_or(0, |v| v.value());
-            state
-                .insert(LOG_START_KEY, old.max(zxid))
-                .map_err(redb_err(what))?;
-        }
-        Ok(())
-    })?;
-    store.last_zxid.fetch_max(zxid, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// What makes a snapshot visible: drops chunks beyond its count (left by a bigger
+/// one replaced, or by a save that failed) and writes the index record. A snapshot
+/// beyond the log's last entry (a SNAP from the leader, installed over an emptied
+/// log) raises `log_start` to its zxid in the same commit: the txns below it are not
+/// in the log, so no older snapshot may be replayed from.
+fn publish_in(wtx: &WriteTransaction, zxid: Zxid, record: IndexRecord) -> Result<(), StorageError> {
+    let what = "publish snapshot";
+    let chunk_count = record.1;
+    let mut chunks = wtx.open_table(SNAP_CHUNKS).map_err(redb_err(what))?;
+    chunks
+        .retain_in((zxid, chunk_count)..=(zxid, u32::MAX), |_, _| false)
+        .map_err(redb_err(what))?;
+    let mut index = wtx.open_table(SNAP_INDEX).map_err(redb_err(what))?;
+    index.insert(zxid, record).map_err(redb_err(what))?;
+    let log = wtx.open_table(LOG).map_err(redb_err(what))?;
+    let log_last = log.last().map_err(redb_err(what))?.map(|(k, _)| k.value());
+    if log_last.is_none_or(|last| last < zxid) {
+        let mut state = wtx.open_table(STATE).map_err(redb_err(what))?;
+        let old = state
+            .get(LOG_START_KEY)
+            .map_err(redb_err(what))?
+            .map_or(0, |v| v.value());
+        state
+            .insert(LOG_START_KEY, old.max(zxid))
+            .map_err(redb_err(what))?;
+    }
     Ok(())
 }
 
