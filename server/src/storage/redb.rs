@@ -19,6 +19,10 @@
 //!
 //! What it must not do: interpret txns beyond checking them, or know Zab's rules.
 
+#[cfg(test)]
+mod crash_disk;
+#[cfg(test)]
+mod crash_tests;
 mod recovery;
 mod snapshot;
 #[cfg(test)]
