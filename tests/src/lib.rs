@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod ensemble;
+pub mod linearizability;
 mod proxy;
 pub mod script;
 pub use ensemble::{children_at, create_at, tree_at, Ensemble};
