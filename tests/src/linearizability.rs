@@ -47,6 +47,9 @@ pub struct Op<I, O> {
     pub ret: u64,
 }
 
+/// An operation on `M`'s inputs and outputs.
+pub type ModelOp<M> = Op<<M as Model>::Input, <M as Model>::Output>;
+
 /// A sequential specification: the state an operation leaves, given the output it
 /// had (`None`: not known, any output will do); `None` if the output is impossible.
 pub trait Model {
@@ -157,8 +160,8 @@ impl Events {
 }
 
 /// Checks one key's history against `model`.
-pub fn check<M: Model>(model: &M, history: &[Op<M::Input, M::Output>]) -> Result<(), Verdict> {
-    let ops: Vec<&Op<M::Input, M::Output>> = history
+pub fn check<M: Model>(model: &M, history: &[ModelOp<M>]) -> Result<(), Verdict> {
+    let ops: Vec<&ModelOp<M>> = history
         .iter()
         .filter(|op| !matches!(op.outcome, Outcome::Failed))
         .collect();
@@ -248,9 +251,9 @@ pub fn check<M: Model>(model: &M, history: &[Op<M::Input, M::Output>]) -> Result
 /// Checks each key's history on its own; the first key that fails, with its verdict.
 pub fn check_keys<K: Ord + Clone, M: Model>(
     model: &M,
-    history: impl IntoIterator<Item = (K, Op<M::Input, M::Output>)>,
+    history: impl IntoIterator<Item = (K, ModelOp<M>)>,
 ) -> Result<(), (K, Verdict)> {
-    let mut by_key: BTreeMap<K, Vec<Op<M::Input, M::Output>>> = BTreeMap::new();
+    let mut by_key: BTreeMap<K, Vec<ModelOp<M>>> = BTreeMap::new();
     for (key, op) in history {
         by_key.entry(key).or_default().push(op);
     }
