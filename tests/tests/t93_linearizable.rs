@@ -1,13 +1,17 @@
 //! Linearizability on real processes (issue 15 point 4, a first nemesis): six
-//! clients, two on each server of a 3-server ensemble, set, compare-and-set (a set
-//! naming the version last seen) and read linearizably three keys, recording each
-//! call and its outcome, while the leader is killed with -9 and restarted, or frozen
-//! with SIGSTOP until the others elect a new one and then thawed, round after round.
+//! clients, two on each server of a 3-server ensemble with a proxy on every peer
+//! link, set, compare-and-set (a set naming the version last seen) and read
+//! linearizably three keys, recording each call and its outcome, while the leader,
+//! round after round, is killed with -9, frozen with SIGSTOP, isolated both ways, or
+//! cut off one way (the followers' bytes to it dropped), until the others elect a
+//! new leader; then it is restarted, thawed or healed.
 //! The history must be linearizable key by key (`concord_tests::linearizability`):
 //! every acknowledged set in order, no read older than a write acknowledged before
-//! it was called, no two sets taking the same version. A write whose outcome is not
-//! known (a timeout, a dropped connection, OUTCOME_UNKNOWN) may have happened or
-//! not; NOT_LEADER promises nothing was done.
+//! it was called, no two sets taking the same version. The clients are the Rust
+//! SDK's, writing with a session and request ids, so a write whose outcome the SDK
+//! does not know is retried and answered with its first outcome; one still unknown
+//! when the SDK gives up may have happened or not, and an error the SDK calls
+//! retry-safe (nothing was done) never happened.
 //!
 //! A failing run writes its history to a file and prints where it is.
 
@@ -16,10 +20,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use concord::{Client, Error, ErrorCode, ReadOptions, RetryPolicy, WriteOptions};
 use concord_proto::v1 as pb;
 use concord_server::zab::rng::Rng;
 use concord_tests::linearizability::{check_keys, NodeInput, NodeModel, NodeOutput, Op, Outcome};
-use concord_tests::{code_of, tree_at, Ensemble, ServerOptions};
+use concord_tests::{eventually, tree_at, Ensemble, ServerOptions};
 use tokio::sync::watch;
 
 const LEADER_WAIT: Duration = Duration::from_secs(20);
@@ -27,9 +32,20 @@ const LEADER_WAIT: Duration = Duration::from_secs(20);
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const KEYS: usize = 3;
 const CLIENTS: usize = 6;
-/// Ops per client at most, so the history (and the check) stays bounded.
-const OPS_MAX: usize = 3_000;
-const ROUNDS: usize = 4;
+/// Ops per client and round at most, so the history (and the check) stays bounded.
+const OPS_PER_ROUND_MAX: usize = 1_000;
+/// Ops the clients record after each round before the next.
+const OPS_BETWEEN_ROUNDS: usize = 200;
+/// Rounds of the nemesis in CI: each of its four faults twice. The long run:
+/// `T93_ROUNDS=200 cargo test -p concord-tests --test t93_linearizable -- --nocapture`.
+const ROUNDS_DEFAULT: usize = 8;
+
+fn rounds() -> usize {
+    std::env::var("T93_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ROUNDS_DEFAULT)
+}
 
 type History = Arc<Mutex<Vec<(usize, Op<NodeInput, NodeOutput>)>>>;
 
@@ -43,32 +59,47 @@ fn now(start: Instant) -> u64 {
 }
 
 /// What an error says about a call: a definite answer, nothing done, or unknown.
-fn outcome_of(status: &tonic::Status, input: &NodeInput) -> Outcome<NodeOutput> {
-    match (code_of(status).as_str(), input) {
-        ("BAD_VERSION", _) => Outcome::Ok(NodeOutput::BadVersion),
-        ("NOT_LEADER", _) | (_, NodeInput::Get) => Outcome::Failed,
+fn outcome_of(e: &Error, input: &NodeInput) -> Outcome<NodeOutput> {
+    match (e.code(), input) {
+        (ErrorCode::BadVersion, _) => Outcome::Ok(NodeOutput::BadVersion),
+        (_, NodeInput::Get) => Outcome::Failed,
+        _ if e.is_retry_safe() => Outcome::Failed,
         _ => Outcome::Unknown,
     }
 }
 
-/// One client on `endpoint`: random ops on random keys until `stop` or `OPS_MAX`.
+/// One client, on the Rust SDK with `endpoint` first: random ops on random keys
+/// until `stop` or `ops_max`. Its writes carry its session and a request id each, so
+/// the SDK retries one whose outcome it does not know (the server applies it at most
+/// once and answers the retry with the first outcome): few stay unknown.
 async fn client(
-    endpoint: String,
+    endpoints: Vec<String>,
     id: usize,
     start: Instant,
     history: History,
     stop: watch::Receiver<bool>,
+    ops_max: usize,
 ) {
+    let client = Client::builder()
+        .endpoints(endpoints)
+        .call_timeout(CALL_TIMEOUT)
+        .retry(RetryPolicy {
+            elapsed_max_ms: 10_000,
+            ..RetryPolicy::default()
+        })
+        .connect()
+        .await
+        .unwrap();
+    let session = client.open_session(10_000).await.unwrap();
     let mut rng = Rng::new(id as u64);
-    let mut tree = tree_at(&endpoint, CALL_TIMEOUT);
     // The version this client last saw of each key, for its compare-and-sets.
     let mut seen = [0i32; KEYS];
-    for n in 0..OPS_MAX {
+    for n in 0..ops_max {
         if *stop.borrow() {
             break;
         }
         let key = rng.below(KEYS as u64) as usize;
-        let value = (id * OPS_MAX + n + 1) as u64;
+        let value = (id * ops_max + n + 1) as u64;
         let input = match rng.below(10) {
             0..4 => NodeInput::Set {
                 value,
@@ -83,44 +114,38 @@ async fn client(
         let call = now(start);
         let outcome = match &input {
             NodeInput::Set { value, version } => {
-                let reply = tree
-                    .set(pb::SetRequest {
-                        path: key_path(key),
-                        data: value.to_string().into(),
-                        version: version.unwrap_or(-1),
-                        ..Default::default()
-                    })
-                    .await;
-                match reply {
-                    Ok(r) => {
-                        let version = r.into_inner().stat.unwrap().version;
-                        seen[key] = version;
-                        Outcome::Ok(NodeOutput::Set { version })
+                let write = WriteOptions {
+                    session_id: session.id(),
+                    request_id: n as u64 + 1,
+                    ..WriteOptions::default()
+                };
+                let path = key_path(key);
+                let set = client.set_with(&path, value.to_string(), version.unwrap_or(-1), &write);
+                match set.await {
+                    Ok(updated) => {
+                        seen[key] = updated.stat.version;
+                        Outcome::Ok(NodeOutput::Set {
+                            version: updated.stat.version,
+                        })
                     }
                     Err(e) => outcome_of(&e, &input),
                 }
             }
             _ => {
-                let reply = tree
-                    .get(pb::GetRequest {
-                        path: key_path(key),
-                        linearizable: true,
-                        ..Default::default()
-                    })
-                    .await;
-                match reply {
-                    Ok(r) => {
-                        let r = r.into_inner();
-                        let version = r.stat.unwrap().version;
-                        seen[key] = version;
-                        let value = std::str::from_utf8(&r.data).unwrap().parse().unwrap();
-                        Outcome::Ok(NodeOutput::Value(Some((value, version))))
+                let read = ReadOptions {
+                    linearizable: true,
+                    ..ReadOptions::default()
+                };
+                match client.get(&key_path(key), read).await {
+                    Ok(node) => {
+                        seen[key] = node.stat.version;
+                        let value = std::str::from_utf8(&node.data).unwrap().parse().unwrap();
+                        Outcome::Ok(NodeOutput::Value(Some((value, node.stat.version))))
                     }
                     Err(e) => outcome_of(&e, &input),
                 }
             }
         };
-        let failed = !matches!(outcome, Outcome::Ok(_));
         history.lock().unwrap().push((
             key,
             Op {
@@ -130,22 +155,12 @@ async fn client(
                 ret: now(start),
             },
         ));
-        if failed {
-            // A server down or between leaders: try again a little later.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 }
 
-/// Waits until a leader other than `old` serves a write, through the others.
-async fn new_leader_serves(ensemble: &Ensemble, old: usize) -> usize {
-    let others: Vec<usize> = (0..ensemble.servers.len()).filter(|&i| i != old).collect();
-    ensemble.leader_among(&others, LEADER_WAIT).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn t93_histories_stay_linearizable_across_kills_and_pauses_of_the_leader() {
-    let mut ensemble = Ensemble::start(3, ServerOptions::server_defaults());
+async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_the_leader() {
+    let mut ensemble = Ensemble::start_proxied(3, ServerOptions::server_defaults());
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
     let leader = ensemble.leader(LEADER_WAIT).await;
     let start = Instant::now();
@@ -181,33 +196,71 @@ async fn t93_histories_stay_linearizable_across_kills_and_pauses_of_the_leader()
     let (stop, stopped) = watch::channel(false);
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
-            let endpoint = endpoints[id % endpoints.len()].clone();
+            // Its own server first, then the others.
+            let mut mine = endpoints.clone();
+            mine.rotate_left(id % endpoints.len());
+            let ops_max = OPS_PER_ROUND_MAX * rounds();
             tokio::spawn(client(
-                endpoint,
+                mine,
                 id,
                 start,
                 history.clone(),
                 stopped.clone(),
+                ops_max,
             ))
         })
         .collect();
-    for round in 0..ROUNDS {
-        let leader = ensemble.leader(LEADER_WAIT).await;
-        if round % 2 == 0 {
-            ensemble.servers[leader].kill9();
-            new_leader_serves(&ensemble, leader).await;
-            ensemble.servers[leader].restart();
-        } else {
-            ensemble.servers[leader].signal("STOP");
-            new_leader_serves(&ensemble, leader).await;
-            ensemble.servers[leader].signal("CONT");
+    let proxies = ensemble.proxies.take().unwrap();
+    for round in 0..rounds() {
+        let old = ensemble.leader(LEADER_WAIT).await;
+        let others: Vec<usize> = (0..endpoints.len()).filter(|&i| i != old).collect();
+        match round % 4 {
+            0 => {
+                ensemble.servers[old].kill9();
+                ensemble.leader_among(&others, LEADER_WAIT).await;
+                ensemble.servers[old].restart();
+            }
+            1 => {
+                ensemble.servers[old].signal("STOP");
+                ensemble.leader_among(&others, LEADER_WAIT).await;
+                ensemble.servers[old].signal("CONT");
+            }
+            2 => {
+                // The leader isolated: no byte either way between it and the others.
+                for &j in &others {
+                    proxies.cut(old, j, true);
+                    proxies.cut(j, old, true);
+                }
+                ensemble.leader_among(&others, LEADER_WAIT).await;
+                for &j in &others {
+                    proxies.cut(old, j, false);
+                    proxies.cut(j, old, false);
+                }
+            }
+            _ => {
+                // One way: the followers' links to the leader drop what they send,
+                // so it hears no ack while they still hear it.
+                for &j in &others {
+                    proxies.cut(j, old, true);
+                }
+                ensemble.leader_among(&others, LEADER_WAIT).await;
+                for &j in &others {
+                    proxies.cut(j, old, false);
+                }
+            }
         }
-        // Every server back and caught up before the next round.
+        // Every server back and caught up, and the clients busy again, before the
+        // next round.
         let leader = ensemble.leader(LEADER_WAIT).await;
         let zxid = ensemble.status(leader).await.map_or(0, |s| s.zxid);
         for i in 0..endpoints.len() {
             ensemble.caught_up(i, zxid, LEADER_WAIT).await;
         }
+        let recorded = history.lock().unwrap().len();
+        eventually("the clients record ops again", LEADER_WAIT, || async {
+            (history.lock().unwrap().len() >= recorded + OPS_BETWEEN_ROUNDS).then_some(())
+        })
+        .await;
     }
     stop.send_replace(true);
     for c in clients {
@@ -219,10 +272,18 @@ async fn t93_histories_stay_linearizable_across_kills_and_pauses_of_the_leader()
     };
     let acked = count(|o| matches!(o, Outcome::Ok(_)));
     let unknown = count(|o| matches!(o, Outcome::Unknown));
+    let mut took: Vec<u64> = history.iter().map(|(_, op)| op.ret - op.call).collect();
+    took.sort_unstable();
+    let ms = |q: usize| {
+        took.get(q * took.len().saturating_sub(1) / 100)
+            .map_or(0, |ns| ns / 1_000_000)
+    };
     eprintln!(
-        "t93: {} ops, {acked} acknowledged, {unknown} unknown, {} failed",
+        "t93: {} ops, {acked} acknowledged, {unknown} unknown, {} failed; each took {} ms at the median, {} at p99",
         history.len(),
-        history.len() - acked - unknown
+        history.len() - acked - unknown,
+        ms(50),
+        ms(99)
     );
     assert!(acked > 100, "only {acked} ops were acknowledged");
     if let Err((key, verdict)) = check_keys(&NodeModel, history.iter().cloned()) {
