@@ -249,6 +249,25 @@ impl Server {
         self.child = Some(child);
     }
 
+    /// Discards the stopped server's data as an operator would after losing its disk
+    /// (`concord --discard-local-state` with its own flags): it rejoins empty, from
+    /// the leader, when restarted. Panics if the command fails.
+    pub fn discard_local_state(&self) {
+        assert!(
+            self.child.is_none(),
+            "stop the server before discarding its data"
+        );
+        let out = command(&self.data_dir, &self.addr.to_string(), &self.options)
+            .arg("--discard-local-state")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "--discard-local-state failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The server's log so far (all runs).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
@@ -271,13 +290,10 @@ impl Drop for Server {
     }
 }
 
-fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child, SocketAddr) {
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
-    let mut child = Command::new(bin("concord"))
+/// `concord` with the flags of a server on `data_dir`, listening on `listen`.
+fn command(data_dir: &Path, listen: &str, o: &ServerOptions) -> Command {
+    let mut command = Command::new(bin("concord"));
+    command
         .arg("--listen")
         .arg(listen)
         .arg("--data-dir")
@@ -294,7 +310,17 @@ fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child
                 hi.to_string(),
             ]
         }))
-        .args(&o.extra)
+        .args(&o.extra);
+    command
+}
+
+fn spawn(data_dir: &Path, listen: &str, o: &ServerOptions, log: &Path) -> (Child, SocketAddr) {
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    let mut child = command(data_dir, listen, o)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)

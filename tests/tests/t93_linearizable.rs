@@ -4,7 +4,8 @@
 //! linearizably three keys, recording each call and its outcome, while the leader,
 //! round after round, is killed with -9, frozen with SIGSTOP, isolated both ways, or
 //! cut off one way (the followers' bytes to it dropped), until the others elect a
-//! new leader; then it is restarted, thawed or healed.
+//! new leader, then restarted, thawed or healed; or a follower loses its disk (kill
+//! -9, `--discard-local-state`, restart empty).
 //! The history must be linearizable key by key (`concord_tests::linearizability`):
 //! every acknowledged set in order, no read older than a write acknowledged before
 //! it was called, no two sets taking the same version. The clients are the Rust
@@ -20,7 +21,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use concord::{Client, Error, ErrorCode, ReadOptions, RetryPolicy, WriteOptions};
+use concord::{Client, Error, ErrorCode, ReadOptions, RetryPolicy, Session, WriteOptions};
 use concord_proto::v1 as pb;
 use concord_server::zab::rng::Rng;
 use concord_tests::linearizability::{check_keys, NodeInput, NodeModel, NodeOutput, Op, Outcome};
@@ -36,9 +37,9 @@ const CLIENTS: usize = 6;
 const OPS_PER_ROUND_MAX: usize = 1_000;
 /// Ops the clients record after each round before the next.
 const OPS_BETWEEN_ROUNDS: usize = 200;
-/// Rounds of the nemesis in CI: each of its four faults twice. The long run:
+/// Rounds of the nemesis in CI: each of its five faults twice. The long run:
 /// `T93_ROUNDS=200 cargo test -p concord-tests --test t93_linearizable -- --nocapture`.
-const ROUNDS_DEFAULT: usize = 8;
+const ROUNDS_DEFAULT: usize = 10;
 
 fn rounds() -> usize {
     std::env::var("T93_ROUNDS")
@@ -68,18 +69,8 @@ fn outcome_of(e: &Error, input: &NodeInput) -> Outcome<NodeOutput> {
     }
 }
 
-/// One client, on the Rust SDK with `endpoint` first: random ops on random keys
-/// until `stop` or `ops_max`. Its writes carry its session and a request id each, so
-/// the SDK retries one whose outcome it does not know (the server applies it at most
-/// once and answers the retry with the first outcome): few stay unknown.
-async fn client(
-    endpoints: Vec<String>,
-    id: usize,
-    start: Instant,
-    history: History,
-    stop: watch::Receiver<bool>,
-    ops_max: usize,
-) {
+/// A Rust SDK client of `endpoints` (the first is tried first) and its session.
+async fn connect(endpoints: Vec<String>) -> (Client, Session) {
     let client = Client::builder()
         .endpoints(endpoints)
         .call_timeout(CALL_TIMEOUT)
@@ -91,6 +82,21 @@ async fn client(
         .await
         .unwrap();
     let session = client.open_session(10_000).await.unwrap();
+    (client, session)
+}
+
+/// One client: random ops on random keys until `stop` or `ops_max`. Its writes carry
+/// its session and a request id each, so the SDK retries one whose outcome it does
+/// not know (the server applies it at most once and answers the retry with the
+/// first outcome): few stay unknown.
+async fn client(
+    (client, session): (Client, Session),
+    id: usize,
+    start: Instant,
+    history: History,
+    stop: watch::Receiver<bool>,
+    ops_max: usize,
+) {
     let mut rng = Rng::new(id as u64);
     // The version this client last saw of each key, for its compare-and-sets.
     let mut seen = [0i32; KEYS];
@@ -194,27 +200,28 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         ));
     }
     let (stop, stopped) = watch::channel(false);
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|id| {
-            // Its own server first, then the others.
-            let mut mine = endpoints.clone();
-            mine.rotate_left(id % endpoints.len());
-            let ops_max = OPS_PER_ROUND_MAX * rounds();
-            tokio::spawn(client(
-                mine,
-                id,
-                start,
-                history.clone(),
-                stopped.clone(),
-                ops_max,
-            ))
+    // Connected, with their sessions, before the first fault.
+    let mut connected = Vec::new();
+    for id in 0..CLIENTS {
+        // Its own server first, then the others.
+        let mut mine = endpoints.clone();
+        mine.rotate_left(id % endpoints.len());
+        connected.push(connect(mine).await);
+    }
+    let ops_max = OPS_PER_ROUND_MAX * rounds();
+    let clients: Vec<_> = connected
+        .into_iter()
+        .enumerate()
+        .map(|(id, c)| {
+            let (history, stopped) = (history.clone(), stopped.clone());
+            tokio::spawn(client(c, id, start, history, stopped, ops_max))
         })
         .collect();
     let proxies = ensemble.proxies.take().unwrap();
     for round in 0..rounds() {
         let old = ensemble.leader(LEADER_WAIT).await;
         let others: Vec<usize> = (0..endpoints.len()).filter(|&i| i != old).collect();
-        match round % 4 {
+        match round % 5 {
             0 => {
                 ensemble.servers[old].kill9();
                 ensemble.leader_among(&others, LEADER_WAIT).await;
@@ -236,6 +243,14 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
                     proxies.cut(old, j, false);
                     proxies.cut(j, old, false);
                 }
+            }
+            3 => {
+                // A follower loses its disk: killed, its data discarded, restarted
+                // empty (it rejoins by SNAP from the leader).
+                let f = others[0];
+                ensemble.servers[f].kill9();
+                ensemble.servers[f].discard_local_state();
+                ensemble.servers[f].restart();
             }
             _ => {
                 // One way: the followers' links to the leader drop what they send,
