@@ -360,6 +360,22 @@ async fn t10_a_retried_write_is_applied_once() {
     let first = tree.create(req.clone()).await.unwrap().into_inner();
     let retry = tree.create(req).await.unwrap().into_inner();
     assert_eq!(first.path, retry.path);
+    // The retry is answered with the write's own zxid, as the first answer was (not
+    // the zxid at which the retry found it done).
+    let zxid = |h: Option<pb::ResponseHeader>| h.unwrap().zxid;
+    assert_eq!(zxid(retry.header), zxid(first.header));
+    let set = pb::SetRequest {
+        path: "/r".into(),
+        data: b"x".to_vec().into(),
+        version: -1,
+        session_id: sid,
+        request_id: 8,
+        ..Default::default()
+    };
+    let first = tree.set(set.clone()).await.unwrap().into_inner();
+    let retry = tree.set(set).await.unwrap().into_inner();
+    assert_eq!(retry.stat, first.stat);
+    assert_eq!(zxid(retry.header), zxid(first.header));
     let children = tree
         .children(pb::ChildrenRequest {
             path: "/r".into(),

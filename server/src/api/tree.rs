@@ -105,7 +105,7 @@ impl Tree for TreeService {
         let mut op =
             convert::create_op(r.path, r.data, r.mode, r.ttl_ms, r.session_id, self.limits)?;
         op.path = view.create_path_in(&op.path, op.mode.is_sequential())?;
-        let (zxid, result) = self
+        let (_, result) = self
             .write(
                 &view,
                 r.session_id,
@@ -117,8 +117,10 @@ impl Tree for TreeService {
         let TxnResult::Created { path, stat: s } = result else {
             return Err(unexpected(&result));
         };
+        // The create's own zxid: a retry answered from the retry cache was applied
+        // (as a no-op) at a later `zxid`.
         Ok(Response::new(pb::CreateResponse {
-            header: self.header(zxid),
+            header: self.header(s.czxid),
             path: view.path_out(&path),
             stat: Some(stat(&s)),
         }))
@@ -184,14 +186,15 @@ impl Tree for TreeService {
             data,
             version: r.version,
         });
-        let (zxid, result) = self
+        let (_, result) = self
             .write(&view, r.session_id, r.request_id, r.fence, op)
             .await?;
         let TxnResult::Set { stat: s } = result else {
             return Err(unexpected(&result));
         };
+        // The set's own zxid, as for a create.
         Ok(Response::new(pb::SetResponse {
-            header: self.header(zxid),
+            header: self.header(s.mzxid),
             stat: Some(stat(&s)),
         }))
     }
