@@ -14,14 +14,22 @@
 //! when the SDK gives up may have happened or not, and an error the SDK calls
 //! retry-safe (nothing was done) never happened.
 //!
+//! Three watchers, one starting on each server, watch every data change under the
+//! keys, resumed after every break: each delivers every acknowledged set exactly
+//! once, in zxid order, and (when no write stayed unknown) nothing else.
+//!
 //! A failing run writes its history to a file and prints where it is.
 
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use concord::{Client, Error, ErrorCode, ReadOptions, RetryPolicy, Session, WriteOptions};
+use concord::{
+    Client, Error, ErrorCode, EventKind, ReadOptions, RetryPolicy, Session, Watch, WatchMessage,
+    WatchOptions, WriteOptions,
+};
 use concord_proto::v1 as pb;
 use concord_server::zab::rng::Rng;
 use concord_tests::linearizability::{check_keys, NodeInput, NodeModel, NodeOutput, Op, Outcome};
@@ -48,7 +56,15 @@ fn rounds() -> usize {
         .unwrap_or(ROUNDS_DEFAULT)
 }
 
-type History = Arc<Mutex<Vec<(usize, Op<NodeInput, NodeOutput>)>>>;
+/// What the clients recorded: each op with its key, and the zxid of each set that
+/// took (what the watchers must deliver).
+#[derive(Default)]
+struct Recorded {
+    ops: Vec<(usize, Op<NodeInput, NodeOutput>)>,
+    set_zxids: Vec<u64>,
+}
+
+type History = Arc<Mutex<Recorded>>;
 
 fn key_path(key: usize) -> String {
     format!("/lin/k{key}")
@@ -130,6 +146,7 @@ async fn client(
                 match set.await {
                     Ok(updated) => {
                         seen[key] = updated.stat.version;
+                        history.lock().unwrap().set_zxids.push(updated.zxid);
                         Outcome::Ok(NodeOutput::Set {
                             version: updated.stat.version,
                         })
@@ -152,7 +169,7 @@ async fn client(
                 }
             }
         };
-        history.lock().unwrap().push((
+        history.lock().unwrap().ops.push((
             key,
             Op {
                 input,
@@ -161,6 +178,54 @@ async fn client(
                 ret: now(start),
             },
         ));
+    }
+}
+
+/// A watch of every data change under /lin after `after`, on `endpoints` (the first
+/// tried first), resumed after every break for as long as it takes.
+async fn watch_from(endpoints: Vec<String>, after: u64) -> Watch {
+    let client = Client::builder()
+        .endpoints(endpoints)
+        .call_timeout(CALL_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    let forever = RetryPolicy {
+        attempts_max: 0,
+        elapsed_max_ms: 0,
+        ..RetryPolicy::default()
+    };
+    client
+        .watch(WatchOptions {
+            path: "/lin".into(),
+            recursive: true,
+            kinds: vec![EventKind::DataChanged],
+            start_zxid: Some(after),
+            progress_interval_ms: 200,
+            resume: Some(forever),
+            ..WatchOptions::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// The zxids `watch` delivers, until it has passed the zxid `until` is given, and
+/// how often it resumed.
+async fn watcher(mut watch: Watch, until: watch::Receiver<Option<u64>>) -> (Vec<u64>, u64) {
+    let mut zxids = Vec::new();
+    loop {
+        if let (Some(last), Some(at)) = (*until.borrow(), watch.last_zxid()) {
+            if at >= last {
+                return (zxids, watch.resumes());
+            }
+        }
+        // Progress every 200 ms when idle, so `until` is looked at again.
+        match watch.next().await {
+            Some(Ok(WatchMessage::Event(e))) => zxids.push(e.zxid),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => panic!("the watch failed: {e}"),
+            None => panic!("the watch ended"),
+        }
     }
 }
 
@@ -179,9 +244,10 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         })
         .await
         .unwrap();
+    let mut created = 0;
     for key in 0..KEYS {
         let call = now(start);
-        admin
+        let reply = admin
             .create(pb::CreateRequest {
                 path: key_path(key),
                 data: "0".into(),
@@ -189,7 +255,8 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
             })
             .await
             .unwrap();
-        history.lock().unwrap().push((
+        created = reply.into_inner().header.unwrap().zxid;
+        history.lock().unwrap().ops.push((
             key,
             Op {
                 input: NodeInput::Create(0),
@@ -207,6 +274,14 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         let mut mine = endpoints.clone();
         mine.rotate_left(id % endpoints.len());
         connected.push(connect(mine).await);
+    }
+    let (done, until) = watch::channel(None);
+    let mut watchers = Vec::new();
+    for id in 0..endpoints.len() {
+        let mut mine = endpoints.clone();
+        mine.rotate_left(id);
+        let w = watch_from(mine, created).await;
+        watchers.push(tokio::spawn(watcher(w, until.clone())));
     }
     let ops_max = OPS_PER_ROUND_MAX * rounds();
     let clients: Vec<_> = connected
@@ -271,9 +346,9 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         for i in 0..endpoints.len() {
             ensemble.caught_up(i, zxid, LEADER_WAIT).await;
         }
-        let recorded = history.lock().unwrap().len();
+        let recorded = history.lock().unwrap().ops.len();
         eventually("the clients record ops again", LEADER_WAIT, || async {
-            (history.lock().unwrap().len() >= recorded + OPS_BETWEEN_ROUNDS).then_some(())
+            (history.lock().unwrap().ops.len() >= recorded + OPS_BETWEEN_ROUNDS).then_some(())
         })
         .await;
     }
@@ -281,7 +356,43 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
     for c in clients {
         c.await.unwrap();
     }
-    let history = std::mem::take(&mut *history.lock().unwrap());
+    let Recorded {
+        ops: history,
+        set_zxids,
+    } = std::mem::take(&mut *history.lock().unwrap());
+    // Every watcher delivers each set once, in zxid order, across its resumes.
+    done.send_replace(set_zxids.iter().max().copied());
+    let unknown_sets = history
+        .iter()
+        .filter(|(_, op)| matches!(op.outcome, Outcome::Unknown))
+        .count();
+    for (i, w) in watchers.into_iter().enumerate() {
+        let (delivered, resumes) = tokio::time::timeout(LEADER_WAIT, w)
+            .await
+            .unwrap_or_else(|_| panic!("watcher {i} never caught up"))
+            .unwrap();
+        assert!(
+            delivered.windows(2).all(|z| z[0] < z[1]),
+            "watcher {i} delivered events out of order or twice"
+        );
+        let delivered: BTreeSet<u64> = delivered.into_iter().collect();
+        let missed: Vec<&u64> = set_zxids
+            .iter()
+            .filter(|z| !delivered.contains(z))
+            .collect();
+        assert!(missed.is_empty(), "watcher {i} missed sets at {missed:x?}");
+        if unknown_sets == 0 {
+            assert_eq!(
+                delivered.len(),
+                set_zxids.len(),
+                "watcher {i} made up events"
+            );
+        }
+        eprintln!(
+            "t93: watcher {i} delivered {} events, resumed {resumes} times",
+            delivered.len()
+        );
+    }
     let count = |f: fn(&Outcome<NodeOutput>) -> bool| {
         history.iter().filter(|(_, op)| f(&op.outcome)).count()
     };
