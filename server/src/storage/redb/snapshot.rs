@@ -40,27 +40,27 @@ pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), S
     let chunk_count = u32::try_from(chunks.len())
         .map_err(|_| StorageError::Misuse(format!("snapshot of {} bytes", data.len())))?;
     let record = (data.len() as u64, chunk_count, crc32fast::hash(data));
-    if let Some(old) = index_record(&store.db, zxid)? {
-        if old == record && load(&store.db, zxid).is_ok() {
-            return Ok(());
+    let replacing = match index_record(&store.db, zxid)? {
+        Some(old) if old == record && load(&store.db, zxid).is_ok() => return Ok(()),
+        old => old.is_some(),
+    };
+    if !replacing {
+        let mut first_index: u32 = 0;
+        for group in chunks.chunks(CHUNKS_PER_COMMIT) {
+            store.write(what, |wtx| insert_chunks(wtx, zxid, first_index, group))?;
+            // chunk_count fits in u32, so this cannot wrap before the last group.
+            first_index = first_index.saturating_add(CHUNKS_PER_COMMIT as u32);
         }
-        let _order = store.lock_order()?;
-        store.write(what, |wtx| {
-            insert_chunks(wtx, zxid, 0, &chunks)?;
-            publish_in(wtx, zxid, record)
-        })?;
-        store.last_zxid.fetch_max(zxid, Ordering::AcqRel);
-        return Ok(());
     }
-    let mut first_index: u32 = 0;
-    for group in chunks.chunks(CHUNKS_PER_COMMIT) {
-        store.write(what, |wtx| insert_chunks(wtx, zxid, first_index, group))?;
-        // chunk_count fits in u32, so this cannot wrap before the last group.
-        first_index = first_index.saturating_add(CHUNKS_PER_COMMIT as u32);
-    }
-    // The last commit, under the order lock since it may raise `last_zxid`.
+    // The last commit (a replacement's only one), under the order lock since it may
+    // raise `last_zxid`.
     let _order = store.lock_order()?;
-    store.write(what, |wtx| publish_in(wtx, zxid, record))?;
+    store.write(what, |wtx| {
+        if replacing {
+            insert_chunks(wtx, zxid, 0, &chunks)?;
+        }
+        publish_in(wtx, zxid, record)
+    })?;
     store.last_zxid.fetch_max(zxid, Ordering::AcqRel);
     Ok(())
 }
