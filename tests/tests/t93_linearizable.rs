@@ -14,6 +14,8 @@
 //! when the SDK gives up may have happened or not, and an error the SDK calls
 //! retry-safe (nothing was done) never happened.
 //!
+//! A third of the reads are default reads (any server's applied state): not in the
+//! history, but like every answer never older than what their client had seen.
 //! Three watchers, one starting on each server, watch every data change under the
 //! keys, resumed after every break: each delivers every acknowledged set exactly
 //! once, in zxid order, and (when no write stayed unknown) nothing else.
@@ -62,6 +64,8 @@ fn rounds() -> usize {
 struct Recorded {
     ops: Vec<(usize, Op<NodeInput, NodeOutput>)>,
     set_zxids: Vec<u64>,
+    /// Answers older than something their client had seen before it asked.
+    went_back: Vec<String>,
 }
 
 type History = Arc<Mutex<Recorded>>;
@@ -116,6 +120,8 @@ async fn client(
     let mut rng = Rng::new(id as u64);
     // The version this client last saw of each key, for its compare-and-sets.
     let mut seen = [0i32; KEYS];
+    // The newest zxid this client has been answered with.
+    let mut seen_zxid = 0;
     for n in 0..ops_max {
         if *stop.borrow() {
             break;
@@ -133,6 +139,14 @@ async fn client(
             },
             _ => NodeInput::Get,
         };
+        if input == NodeInput::Get && rng.chance(333) {
+            // A default read: served by any server from what it has applied, so not
+            // linearizable, but never older than what this client has seen.
+            if let Ok(node) = client.get(&key_path(key), ReadOptions::default()).await {
+                went_back(&history, id, "a default read", node.zxid, &mut seen_zxid);
+            }
+            continue;
+        }
         let call = now(start);
         let outcome = match &input {
             NodeInput::Set { value, version } => {
@@ -146,6 +160,7 @@ async fn client(
                 match set.await {
                     Ok(updated) => {
                         seen[key] = updated.stat.version;
+                        went_back(&history, id, "a set", updated.zxid, &mut seen_zxid);
                         history.lock().unwrap().set_zxids.push(updated.zxid);
                         Outcome::Ok(NodeOutput::Set {
                             version: updated.stat.version,
@@ -162,6 +177,7 @@ async fn client(
                 match client.get(&key_path(key), read).await {
                     Ok(node) => {
                         seen[key] = node.stat.version;
+                        went_back(&history, id, "a read", node.zxid, &mut seen_zxid);
                         let value = std::str::from_utf8(&node.data).unwrap().parse().unwrap();
                         Outcome::Ok(NodeOutput::Value(Some((value, node.stat.version))))
                     }
@@ -227,6 +243,18 @@ async fn watcher(mut watch: Watch, until: watch::Receiver<Option<u64>>) -> (Vec<
             None => panic!("the watch ended"),
         }
     }
+}
+
+/// Records an answer at `zxid` older than `seen` (what client `id` had seen before
+/// it asked), and moves `seen` on.
+fn went_back(history: &History, id: usize, what: &str, zxid: u64, seen: &mut u64) {
+    if zxid < *seen {
+        history.lock().unwrap().went_back.push(format!(
+            "client {id}: {what} answered at {zxid:#x} after it had seen {:#x}",
+            *seen
+        ));
+    }
+    *seen = (*seen).max(zxid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -359,7 +387,12 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
     let Recorded {
         ops: history,
         set_zxids,
+        went_back,
     } = std::mem::take(&mut *history.lock().unwrap());
+    assert!(
+        went_back.is_empty(),
+        "answers older than their client had seen: {went_back:?}"
+    );
     // Every watcher delivers each set once, in zxid order, across its resumes.
     done.send_replace(set_zxids.iter().max().copied());
     let unknown_sets = history
