@@ -21,6 +21,8 @@ pub mod server;
 pub mod session;
 pub mod storage;
 pub mod telemetry;
+#[cfg(test)]
+mod test_env;
 pub mod tree;
 pub mod txn;
 pub mod watch;

@@ -35,7 +35,7 @@ use concord::{
 use concord_proto::v1 as pb;
 use concord_server::zab::rng::Rng;
 use concord_tests::linearizability::{check_keys, NodeInput, NodeModel, NodeOutput, Op, Outcome};
-use concord_tests::{eventually, tree_at, Ensemble, ServerOptions};
+use concord_tests::{eventually, tree_at, Ensemble, Proxies, ServerOptions};
 use tokio::sync::watch;
 
 const LEADER_WAIT: Duration = Duration::from_secs(20);
@@ -245,6 +245,17 @@ async fn watcher(mut watch: Watch, until: watch::Receiver<Option<u64>>) -> (Vec<
     }
 }
 
+/// Cuts (or heals, `cut` false) the links from `others` to `leader`, and the links
+/// back too when `both_ways`.
+fn cut_off(proxies: &Proxies, leader: usize, others: &[usize], both_ways: bool, cut: bool) {
+    for &j in others {
+        proxies.cut(j, leader, cut);
+        if both_ways {
+            proxies.cut(leader, j, cut);
+        }
+    }
+}
+
 /// Records an answer at `zxid` older than `seen` (what client `id` had seen before
 /// it asked), and moves `seen` on.
 fn went_back(history: &History, id: usize, what: &str, zxid: u64, seen: &mut u64) {
@@ -311,7 +322,8 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         let w = watch_from(mine, created).await;
         watchers.push(tokio::spawn(watcher(w, until.clone())));
     }
-    let ops_max = OPS_PER_ROUND_MAX * rounds();
+    let rounds = rounds();
+    let ops_max = OPS_PER_ROUND_MAX * rounds;
     let clients: Vec<_> = connected
         .into_iter()
         .enumerate()
@@ -321,7 +333,7 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         })
         .collect();
     let proxies = ensemble.proxies.take().unwrap();
-    for round in 0..rounds() {
+    for round in 0..rounds {
         let old = ensemble.leader(LEADER_WAIT).await;
         let others: Vec<usize> = (0..endpoints.len()).filter(|&i| i != old).collect();
         match round % 5 {
@@ -337,15 +349,9 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
             }
             2 => {
                 // The leader isolated: no byte either way between it and the others.
-                for &j in &others {
-                    proxies.cut(old, j, true);
-                    proxies.cut(j, old, true);
-                }
+                cut_off(&proxies, old, &others, true, true);
                 ensemble.leader_among(&others, LEADER_WAIT).await;
-                for &j in &others {
-                    proxies.cut(old, j, false);
-                    proxies.cut(j, old, false);
-                }
+                cut_off(&proxies, old, &others, true, false);
             }
             3 => {
                 // A follower loses its disk: killed, its data discarded, restarted
@@ -358,13 +364,9 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
             _ => {
                 // One way: the followers' links to the leader drop what they send,
                 // so it hears no ack while they still hear it.
-                for &j in &others {
-                    proxies.cut(j, old, true);
-                }
+                cut_off(&proxies, old, &others, false, true);
                 ensemble.leader_among(&others, LEADER_WAIT).await;
-                for &j in &others {
-                    proxies.cut(j, old, false);
-                }
+                cut_off(&proxies, old, &others, false, false);
             }
         }
         // Every server back and caught up, and the clients busy again, before the
@@ -393,12 +395,13 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         went_back.is_empty(),
         "answers older than their client had seen: {went_back:?}"
     );
+    let count = |f: fn(&Outcome<NodeOutput>) -> bool| {
+        history.iter().filter(|(_, op)| f(&op.outcome)).count()
+    };
+    let acked = count(|o| matches!(o, Outcome::Ok(_)));
+    let unknown = count(|o| matches!(o, Outcome::Unknown));
     // Every watcher delivers each set once, in zxid order, across its resumes.
     done.send_replace(set_zxids.iter().max().copied());
-    let unknown_sets = history
-        .iter()
-        .filter(|(_, op)| matches!(op.outcome, Outcome::Unknown))
-        .count();
     for (i, w) in watchers.into_iter().enumerate() {
         let (delivered, resumes) = tokio::time::timeout(LEADER_WAIT, w)
             .await
@@ -414,7 +417,7 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
             .filter(|z| !delivered.contains(z))
             .collect();
         assert!(missed.is_empty(), "watcher {i} missed sets at {missed:x?}");
-        if unknown_sets == 0 {
+        if unknown == 0 {
             assert_eq!(
                 delivered.len(),
                 set_zxids.len(),
@@ -426,11 +429,6 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
             delivered.len()
         );
     }
-    let count = |f: fn(&Outcome<NodeOutput>) -> bool| {
-        history.iter().filter(|(_, op)| f(&op.outcome)).count()
-    };
-    let acked = count(|o| matches!(o, Outcome::Ok(_)));
-    let unknown = count(|o| matches!(o, Outcome::Unknown));
     let mut took: Vec<u64> = history.iter().map(|(_, op)| op.ret - op.call).collect();
     took.sort_unstable();
     let ms = |q: usize| {

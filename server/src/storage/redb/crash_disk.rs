@@ -27,7 +27,7 @@ use ::redb::StorageBackend;
 use crate::zab::rng::Rng;
 
 /// The unit a disk writes whole.
-pub(crate) const SECTOR_BYTES: u64 = 512;
+const SECTOR_BYTES: u64 = 512;
 
 /// Called at every crash point, before the write, sync or length change happens.
 pub(crate) type CrashHook = Box<dyn FnMut(&Disk) + Send>;
@@ -45,7 +45,7 @@ pub(crate) enum Tear {
 }
 
 /// The disk's contents.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub(crate) struct Disk {
     /// What the process reads: every write so far.
     cached: Vec<u8>,
@@ -63,7 +63,7 @@ pub(crate) struct Disk {
 
 impl Disk {
     /// A disk holding `image`, all of it durable.
-    pub(crate) fn from_image(image: Vec<u8>) -> Disk {
+    fn from_image(image: Vec<u8>) -> Disk {
         Disk {
             cached: image.clone(),
             shortest_since_sync: image.len(),
@@ -119,12 +119,12 @@ impl Disk {
                 // This write's bytes within the sector.
                 let start = (sector * SECTOR_BYTES).max(*offset);
                 let end = ((sector + 1) * SECTOR_BYTES).min(*offset + data.len() as u64);
-                let (start, end) = (start as usize, end as usize);
-                if image.len() < end {
-                    image.resize(end, 0);
-                }
-                let from = start - *offset as usize;
-                image[start..end].copy_from_slice(&data[from..from + (end - start)]);
+                let from = (start - *offset) as usize;
+                put(
+                    &mut image,
+                    start,
+                    &data[from..from + (end - start) as usize],
+                );
             }
         }
         image.resize(len, 0);
@@ -132,12 +132,7 @@ impl Disk {
     }
 
     fn write(&mut self, offset: u64, data: &[u8]) {
-        let start = offset as usize;
-        let end = start + data.len();
-        if self.cached.len() < end {
-            self.cached.resize(end, 0);
-        }
-        self.cached[start..end].copy_from_slice(data);
+        put(&mut self.cached, offset, data);
         self.unsynced.push((offset, data.to_vec()));
     }
 
@@ -151,17 +146,22 @@ impl Disk {
         // of the whole disk (it holds zeros past any shorter length it had meanwhile).
         self.durable.truncate(self.shortest_since_sync);
         for (offset, data) in self.unsynced.drain(..) {
-            let start = offset as usize;
-            let end = start + data.len();
-            if self.durable.len() < end {
-                self.durable.resize(end, 0);
-            }
-            self.durable[start..end].copy_from_slice(&data);
+            put(&mut self.durable, offset, &data);
         }
         self.durable.resize(self.cached.len(), 0);
         self.shortest_since_sync = self.cached.len();
         self.syncs += 1;
     }
+}
+
+/// Writes `data` at `offset` into `bytes`, growing it with zeros as a file would.
+fn put(bytes: &mut Vec<u8>, offset: u64, data: &[u8]) {
+    let start = offset as usize;
+    let end = start + data.len();
+    if bytes.len() < end {
+        bytes.resize(end, 0);
+    }
+    bytes[start..end].copy_from_slice(data);
 }
 
 /// The sectors that `len` bytes at `offset` touch.
@@ -194,7 +194,7 @@ impl CrashDisk {
 
     /// Runs `change` on the disk after the crash hook has seen it as it was.
     fn crash_point(&self, change: impl FnOnce(&mut Disk)) {
-        let mut disk = self.disk.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut disk = self.disk();
         if let Some(hook) = &self.hook {
             (hook.lock().unwrap_or_else(PoisonError::into_inner))(&disk);
         }

@@ -32,6 +32,7 @@ use bytes::Bytes;
 use super::crash_disk::{CrashDisk, Disk, Tear};
 use super::RedbStorage;
 use crate::storage::Storage;
+use crate::test_env::env_u64;
 use crate::txn::{make_zxid, SetOp, Txn, TxnOp, Zxid};
 use crate::zab::rng::Rng;
 
@@ -208,7 +209,6 @@ struct Crashes {
     rng: Rng,
     /// The sync count at the last `Tear::DropAll` image checked.
     dropped_all_at: Option<u64>,
-    points: u64,
     images: u64,
     image_bytes_max: usize,
     failure: Option<String>,
@@ -217,11 +217,7 @@ struct Crashes {
 impl Crashes {
     /// A crash point: every tear's image must reopen as a store the model allows.
     fn at(&mut self, disk: &Disk) {
-        if !self.armed {
-            return;
-        }
-        self.points += 1;
-        if self.failure.is_some() {
+        if !self.armed || self.failure.is_some() {
             return;
         }
         for tear in TEARS {
@@ -293,11 +289,9 @@ fn check(image: Vec<u8>, in_flight: &InFlight) -> Result<(), String> {
         ));
     }
     let last = log.last().copied().unwrap_or(0).max(newest);
-    if store.last_zxid().map_err(io)? != last {
-        return Err(format!(
-            "last_zxid {:#x}, expected {last:#x}",
-            store.last_zxid().map_err(io)?
-        ));
+    let last_zxid = store.last_zxid().map_err(io)?;
+    if last_zxid != last {
+        return Err(format!("last_zxid {last_zxid:#x}, expected {last:#x}"));
     }
     for key in before.meta.keys().chain(after.meta.keys()) {
         let value = store.get_u64(key).map_err(io)?;
@@ -325,7 +319,6 @@ fn run_seed(seed: u64) -> Result<Covered, String> {
         in_flight: InFlight::default(),
         rng: Rng::new(seed ^ 0xc7a5),
         dropped_all_at: None,
-        points: 0,
         images: 0,
         image_bytes_max: 0,
         failure: None,
@@ -335,9 +328,10 @@ fn run_seed(seed: u64) -> Result<Covered, String> {
         Box::new(move |disk: &Disk| crashes.lock().unwrap().at(disk))
     };
     let disk = Arc::new(Mutex::new(Disk::default()));
-    let (store, _) = RedbStorage::open_backend(CrashDisk::new(disk, Some(hook)))
+    let (store, _) = RedbStorage::open_backend(CrashDisk::new(disk.clone(), Some(hook)))
         .map_err(|e| format!("open: {e}"))?;
     crashes.lock().unwrap().armed = true;
+    let armed_at = disk.lock().unwrap().points();
     let failed = |crashes: &Mutex<Crashes>| crashes.lock().unwrap().failure.take();
     let mut model = Model::default();
     for call in workload(seed) {
@@ -353,19 +347,13 @@ fn run_seed(seed: u64) -> Result<Covered, String> {
             return Err(f);
         }
     }
+    let points = disk.lock().unwrap().points() - armed_at;
     let c = crashes.lock().unwrap();
     Ok(Covered {
-        points: c.points,
+        points,
         images: c.images,
         image_bytes_max: c.image_bytes_max,
     })
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 #[test]

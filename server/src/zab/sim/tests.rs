@@ -2,13 +2,7 @@
 //! planted bugs each being caught.
 
 use super::*;
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use crate::test_env::env_u64;
 
 fn env_bug() -> Option<PlantedBug> {
     match std::env::var("ZAB_BUG").ok().as_deref() {
