@@ -198,7 +198,9 @@ pub struct Config {
     // Failover for calls in flight.
     /// Longest a write waits for a leader to hand it to — this server looking (an
     /// election under way), or following a leader it cannot reach — before it fails
-    /// with NOT_LEADER (nothing was done: safe to retry, elsewhere).
+    /// with NOT_LEADER (nothing was done: safe to retry, elsewhere). Counted from when
+    /// the server lost its leader: once it has had none for this long, new writes fail
+    /// at once until it finds one.
     pub leader_wait_ms_max: u64,
 
     // Identities and teams (docs/security.md).

@@ -144,9 +144,16 @@ pub struct Replica {
 struct Shared {
     server_id: u64,
     tick_ms: u64,
-    /// Longest a write waits for a leader to hand it to (this server looking, or
-    /// unable to reach the leader it follows) before it fails with NotLeader.
+    /// Longest writes wait for a leader to hand them to (this server looking, or
+    /// unable to reach the leader it follows), counted from when it lost its leader,
+    /// before they fail with NotLeader.
     leader_wait: Duration,
+    /// Since when this server has had no leader to hand writes to, as its writes
+    /// last saw it: the stretch's start and its newest sighting. Every write's wait
+    /// ends `leader_wait` after the stretch began, so once it has lasted that long
+    /// writes fail at once (as a looking ZooKeeper server or etcd's ErrNoLeader do)
+    /// instead of each holding its client for the whole wait.
+    leaderless: Mutex<Option<Leaderless>>,
     /// The applied tree. Writers: the pipeline only, one txn batch at a time.
     tree: RwLock<DataTree>,
     /// The newest applied zxid, for `wait_applied` and progress.
@@ -231,6 +238,46 @@ async fn changed(rx: Option<&mut watch::Receiver<u64>>) {
     }
 }
 
+/// A stretch with no leader to hand writes to (`Shared::leaderless`).
+#[derive(Clone, Copy, Debug)]
+struct Leaderless {
+    since: tokio::time::Instant,
+    seen: tokio::time::Instant,
+    /// The epoch this server knew when the stretch began: a newer one means a leader
+    /// took office since, so a new stretch begins.
+    epoch: u32,
+}
+
+impl Shared {
+    /// When a write that found no leader at `now`, in `epoch`, stops waiting for one:
+    /// the end of the current leaderless stretch, or of a new one from `now` if a
+    /// leader took office since or the last sighting is older than a whole wait (a
+    /// leader may have come and gone unseen).
+    fn leaderless_until(&self, now: tokio::time::Instant, epoch: u32) -> tokio::time::Instant {
+        let mut stretch = lock(&self.leaderless);
+        let since = match *stretch {
+            Some(s)
+                if s.epoch == epoch
+                    && now.saturating_duration_since(s.seen) <= self.leader_wait =>
+            {
+                s.since
+            }
+            _ => now,
+        };
+        *stretch = Some(Leaderless {
+            since,
+            seen: now,
+            epoch,
+        });
+        since + self.leader_wait
+    }
+
+    /// A write found a leader: the leaderless stretch, if any, is over.
+    fn leader_found(&self) {
+        lock(&self.leaderless).take();
+    }
+}
+
 /// Locks a std mutex; a poisoned one is still consistent (no critical section here
 /// can panic midway).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -274,8 +321,9 @@ impl Replica {
     /// Submits a write that must still hold `fence` when it is applied (checked by the
     /// tree, in zxid order), and waits until it is committed and applied here. A
     /// follower forwards it to its leader. A server with no leader to hand it to
-    /// (looking, or following a leader it cannot reach) holds it for at most
-    /// `leader_wait_ms_max`, then fails it with NotLeader; a write the leader
+    /// (looking, or following a leader it cannot reach) holds it until
+    /// `leader_wait_ms_max` after it lost its leader, then fails it with NotLeader
+    /// (so after that long without one, at once); a write the leader
     /// certainly did not apply goes to the next leader; one sent with no answer
     /// fails as Indeterminate.
     pub async fn submit_fenced(
@@ -392,8 +440,10 @@ impl Replica {
 
     /// Waits for a leader to hand a write to: this server leading an established
     /// epoch, or a leader it follows whose path answers (other than `avoid`, a
-    /// (leader, epoch) that just failed to take it). The wait starts `deadline` on
-    /// its first need and ends at it with NotLeader (the write was not applied).
+    /// (leader, epoch) that just failed to take it). The wait sets `deadline` on
+    /// its first need — `leader_wait` after this server lost its leader, or after
+    /// now when only this write's leader failed it — and ends at it with NotLeader
+    /// (the write was not applied).
     async fn route(
         &self,
         deadline: &mut Option<tokio::time::Instant>,
@@ -414,21 +464,30 @@ impl Replica {
                 heard.borrow_and_update();
             }
             if self.is_leader() {
+                self.shared.leader_found();
                 return Ok(Route::Local);
             }
             let target = self.forward_target();
             let mut why = why.to_owned();
+            // Whether this server has no leader for any write (not only for this one,
+            // which its leader just failed to take).
+            let mut leaderless = true;
             if let Some((forwarder, leader)) = target {
                 let avoided = avoid == Some((leader, self.epoch()));
                 if !avoided && forwarder.reaches(leader) {
+                    self.shared.leader_found();
                     return Ok(Route::Forward(forwarder, leader));
                 }
-                if !avoided {
+                if avoided {
+                    leaderless = false;
+                } else {
                     why = format!("cannot reach leader {leader}");
                 }
             }
             let now = tokio::time::Instant::now();
-            let until = *deadline.get_or_insert(now + self.shared.leader_wait);
+            let stretch_end = leaderless.then(|| self.shared.leaderless_until(now, self.epoch()));
+            let until =
+                *deadline.get_or_insert(stretch_end.unwrap_or(now + self.shared.leader_wait));
             if now >= until {
                 if why.is_empty() {
                     why = format!("no leader for {} ms", self.shared.leader_wait.as_millis());

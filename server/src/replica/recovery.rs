@@ -449,6 +449,7 @@ fn launch(
         server_id: config.server_id,
         tick_ms: config.tick_ms,
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
+        leaderless: Mutex::new(None),
         tree: RwLock::new(tree),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
