@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
 use std::time::Duration;
 
 use concord_proto::v1 as pb;
@@ -21,7 +22,16 @@ pub struct Ensemble {
     pub servers: Vec<Server>,
     /// The proxy on every peer link (`start_proxied` only).
     pub proxies: Option<Proxies>,
+    /// What to keep if the test fails (`keep_on_failure`).
+    keep: Option<Keep>,
     _configs: tempfile::TempDir,
+}
+
+/// What a failing run keeps, and how to run it again.
+struct Keep {
+    name: String,
+    replay: String,
+    history: Box<dyn Fn() -> String + Send + Sync>,
 }
 
 impl Ensemble {
@@ -156,8 +166,26 @@ impl Ensemble {
         Ensemble {
             servers,
             proxies,
+            keep: None,
             _configs: configs,
         }
+    }
+
+    /// If the test fails (panics) while the ensemble lives, its servers are killed
+    /// and their logs, data folders and config files are copied, with `history()`,
+    /// to a folder named after `name` in the temp folder; the folder and `replay`
+    /// (the command that runs the test again) are printed.
+    pub fn keep_on_failure(
+        &mut self,
+        name: &str,
+        replay: String,
+        history: impl Fn() -> String + Send + Sync + 'static,
+    ) {
+        self.keep = Some(Keep {
+            name: name.to_owned(),
+            replay,
+            history: Box::new(history),
+        });
     }
 
     /// `Cluster/Status` of server `i`, or None if it is down or does not answer
@@ -222,6 +250,53 @@ impl Ensemble {
     }
 }
 
+impl Drop for Ensemble {
+    fn drop(&mut self) {
+        let Some(keep) = self.keep.take() else {
+            return;
+        };
+        if !std::thread::panicking() {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("{}-{}", keep.name, std::process::id()));
+        let kept = (|| -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("history.txt"), (keep.history)())?;
+            copy_dir(self._configs.path(), &dir.join("configs"))?;
+            for (i, server) in self.servers.iter_mut().enumerate() {
+                server.kill9();
+                let id = i + 1;
+                std::fs::copy(&server.log_path, dir.join(format!("server-{id}.log")))?;
+                copy_dir(&server.data_dir, &dir.join(format!("server-{id}-data")))?;
+            }
+            Ok(())
+        })();
+        match kept {
+            Ok(()) => eprintln!(
+                "kept the history, the servers' logs, data folders and configs in {}\nreplay: {}",
+                dir.display(),
+                keep.replay
+            ),
+            Err(e) => eprintln!("could not keep the run in {}: {e}", dir.display()),
+        }
+    }
+}
+
+/// Copies the folder `from` (files and folders in it) to `to`.
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
 fn loopback_listener() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").unwrap()
 }
@@ -229,12 +304,17 @@ fn loopback_listener() -> TcpListener {
 /// A Tree client for `endpoint` that connects on first use and gives up on a call
 /// after `timeout` (servers in these tests get killed and stopped).
 pub fn tree_at(endpoint: &str, timeout: Duration) -> pb::tree_client::TreeClient<Channel> {
-    let channel = Channel::from_shared(endpoint.to_owned())
+    pb::tree_client::TreeClient::new(channel_at(endpoint, timeout))
+}
+
+/// A channel to `endpoint` that connects on first use and gives up on a call after
+/// `timeout`.
+pub fn channel_at(endpoint: &str, timeout: Duration) -> Channel {
+    Channel::from_shared(endpoint.to_owned())
         .unwrap()
         .connect_timeout(Duration::from_millis(500))
         .timeout(timeout)
-        .connect_lazy();
-    pb::tree_client::TreeClient::new(channel)
+        .connect_lazy()
 }
 
 /// Creates persistent `path` (its data is the path) through `endpoint`; returns

@@ -7,10 +7,12 @@
 #![allow(clippy::unwrap_used)]
 
 mod ensemble;
+pub mod fencing;
+pub mod histories;
 pub mod linearizability;
 mod proxy;
 pub mod script;
-pub use ensemble::{children_at, create_at, tree_at, Ensemble};
+pub use ensemble::{channel_at, children_at, create_at, tree_at, Ensemble};
 pub use proxy::Proxies;
 
 use std::io::{BufRead, BufReader};
@@ -25,6 +27,15 @@ use tonic::transport::Channel;
 
 /// How long a server may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The number in environment variable `name`, or `default` if it is unset or not a
+/// number: the knobs of the long runs (`T93_ROUNDS`, `T94_SEED`, ...).
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 /// Path of a binary built in this workspace (`concord`, `concordctl`).
 pub fn bin(name: &str) -> PathBuf {

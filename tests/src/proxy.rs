@@ -1,11 +1,16 @@
-//! A TCP proxy per peer link, to cut one direction of a link between two servers
-//! while the other keeps flowing: bytes from the dialling server to its target are
-//! dropped (the connection stays open, as with a one-way partition), bytes back
-//! still pass.
+//! A TCP proxy per peer link, to fault one direction of a link between two servers
+//! while the other keeps flowing. Each server sends its messages to a peer on the
+//! connection it dialled, so the faults of the link (i → j) act on the bytes server
+//! i sends through the proxy (i, j):
 //!
 //! ```text
 //!   server i ──dials──▶ proxy (i → j) ──▶ server j's peer address
-//!                       cut: i's bytes are read and dropped; j's still reach i
+//!     cut:   i's bytes are read and dropped (the connection stays open, as with a
+//!            one-way partition, a blackhole when both directions are cut);
+//!     delay: i's bytes reach j that much later, in order;
+//!     sever: every open connection through the proxy is closed at once (both
+//!            sides see it end; i dials again);
+//!     j's bytes back to i pass untouched.
 //! ```
 //!
 //! Every proxy of an ensemble runs on one runtime of its own (the test's runtime
@@ -13,11 +18,18 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Chunks read but not yet written by a delaying link, at most (64 KiB each), so a
+/// delayed link holds at most 16 MiB before the sender waits.
+const DELAYED_CHUNKS_MAX: usize = 256;
 
 /// The proxies of one ensemble, by (dialling server index, target server index).
 pub struct Proxies {
@@ -28,8 +40,16 @@ pub struct Proxies {
 /// One link's proxy.
 struct Proxy {
     addr: SocketAddr,
-    /// Set: bytes from the dialling side are dropped.
-    cut: Arc<AtomicBool>,
+    faults: Arc<Faults>,
+    /// Bumped to close every open connection through the proxy.
+    severed: watch::Sender<u64>,
+}
+
+/// What is done to the bytes the dialling side sends.
+#[derive(Default)]
+struct Faults {
+    cut: AtomicBool,
+    delay_ms: AtomicU64,
 }
 
 impl Proxies {
@@ -51,24 +71,56 @@ impl Proxies {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
-        let cut = Arc::new(AtomicBool::new(false));
+        let faults = Arc::new(Faults::default());
+        let (severed, _) = watch::channel(0);
         let runtime = self.runtime.as_ref().unwrap();
-        let flag = cut.clone();
+        let (link, sever) = (faults.clone(), severed.clone());
         runtime.spawn(async move {
             let listener = TcpListener::from_std(listener).unwrap();
             while let Ok((inbound, _)) = listener.accept().await {
-                tokio::spawn(pipe(inbound, target, flag.clone()));
+                let severed = sever.subscribe();
+                tokio::spawn(pipe(inbound, target, link.clone(), severed));
             }
         });
-        self.links.insert((from, to), Proxy { addr, cut });
+        let proxy = Proxy {
+            addr,
+            faults,
+            severed,
+        };
+        self.links.insert((from, to), proxy);
         addr
     }
 
     /// Drops (`true`) or passes again (`false`) every byte server `from` sends on
     /// its link to server `to`; what `to` sends back on that link still arrives.
     pub fn cut(&self, from: usize, to: usize, cut: bool) {
-        let proxy = &self.links[&(from, to)];
-        proxy.cut.store(cut, Ordering::SeqCst);
+        self.links[&(from, to)]
+            .faults
+            .cut
+            .store(cut, Ordering::SeqCst);
+    }
+
+    /// Delays every byte server `from` sends on its link to server `to` by `delay`
+    /// (zero: none), from the next byte read on.
+    pub fn delay(&self, from: usize, to: usize, delay: Duration) {
+        let ms = delay.as_millis() as u64;
+        self.links[&(from, to)]
+            .faults
+            .delay_ms
+            .store(ms, Ordering::SeqCst);
+    }
+
+    /// Closes every connection open now on server `from`'s link to server `to`.
+    pub fn sever(&self, from: usize, to: usize) {
+        self.links[&(from, to)].severed.send_modify(|n| *n += 1);
+    }
+
+    /// Heals every link: nothing cut, nothing delayed.
+    pub fn heal_all(&self) {
+        for proxy in self.links.values() {
+            proxy.faults.cut.store(false, Ordering::SeqCst);
+            proxy.faults.delay_ms.store(0, Ordering::SeqCst);
+        }
     }
 
     /// The address server `from` dials for server `to`.
@@ -85,8 +137,14 @@ impl Drop for Proxies {
     }
 }
 
-/// Copies one connection both ways until either side closes.
-async fn pipe(inbound: TcpStream, target: SocketAddr, cut: Arc<AtomicBool>) {
+/// Copies one connection both ways until either side closes or the link is
+/// severed, doing to the dialling side's bytes what `faults` says.
+async fn pipe(
+    inbound: TcpStream,
+    target: SocketAddr,
+    faults: Arc<Faults>,
+    mut severed: watch::Receiver<u64>,
+) {
     let Ok(outbound) = TcpStream::connect(target).await else {
         return;
     };
@@ -94,24 +152,42 @@ async fn pipe(inbound: TcpStream, target: SocketAddr, cut: Arc<AtomicBool>) {
     let _ = outbound.set_nodelay(true);
     let (mut from_reader, mut from_writer) = inbound.into_split();
     let (mut to_reader, mut to_writer) = outbound.into_split();
-    let up = async {
+    // Read chunks, each with the time it may be written, in order.
+    let (chunks, mut delayed) = mpsc::channel::<(Instant, Vec<u8>)>(DELAYED_CHUNKS_MAX);
+    // Owns the sender, so the writer ends once the reader has.
+    let read = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match from_reader.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if cut.load(Ordering::SeqCst) {
+            if faults.cut.load(Ordering::SeqCst) {
                 continue;
             }
-            if to_writer.write_all(&buf[..n]).await.is_err() {
+            let delay = Duration::from_millis(faults.delay_ms.load(Ordering::SeqCst));
+            if chunks
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     };
+    let write = async {
+        while let Some((due, chunk)) = delayed.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to_writer.write_all(&chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    let up = async { tokio::join!(read, write) };
     let down = tokio::io::copy(&mut to_reader, &mut from_writer);
     tokio::select! {
-        () = up => {}
+        _ = up => {}
         _ = down => {}
+        _ = severed.changed() => {}
     }
 }
