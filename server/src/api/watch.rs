@@ -164,6 +164,10 @@ impl WatchService {
                 "start_zxid {after:#x} is ahead of the commit point {committed:#x}"
             )));
         }
+        // Known committed is not yet applied (and published to the hub) when this
+        // server heard of the commit before its own fsync of the txn ended: the feed
+        // starts from `after` once it is.
+        self.replica.wait_applied(after, READ_WAIT_MAX).await?;
         watch::check_resumable(self.replica.hub(), self.replica.storage(), after)
             .await
             .map_err(watch_status)?;

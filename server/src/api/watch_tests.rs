@@ -1,4 +1,5 @@
-//! Watch resumes on a server that is behind its leader.
+//! Watch resumes on a server that is behind its leader, or behind its own commit
+//! point.
 
 #![allow(clippy::unwrap_used)]
 
@@ -6,11 +7,60 @@ use std::time::Duration;
 
 use concord_proto::v1 as pb;
 use concord_proto::v1::watch_server::Watch as _;
+use tokio::task::JoinHandle;
 use tokio_stream::StreamExt;
-use tonic::Request;
+use tonic::{Request, Response, Status};
 
 use super::watch::WatchService;
-use crate::replica::tests::{create, patient_byte_budgets, stalled_follower, StalledFollower};
+use crate::replica::tests::{
+    create, patient_byte_budgets, slow_follower, stalled_follower, SlowFollower, Stall,
+    StalledFollower,
+};
+use crate::replica::Replica;
+use crate::txn::Zxid;
+
+type Opened = JoinHandle<Result<Response<WatchStream>, Status>>;
+type WatchStream = <WatchService as pb::watch_server::Watch>::WatchStream;
+
+/// Opens, in a task of its own, a watch of the whole tree on `replica` that resumes
+/// after `zxid`.
+fn resume_on(replica: &Replica, zxid: Zxid) -> Opened {
+    let service = WatchService::new(replica.clone());
+    let request = pb::WatchRequest {
+        path: "/".into(),
+        recursive: true,
+        start_zxid: Some(zxid),
+        ..Default::default()
+    };
+    tokio::spawn(async move { service.watch(Request::new(request)).await })
+}
+
+/// The stream of `opened`, once it has opened (30 s at most).
+async fn stream_of(opened: Opened) -> WatchStream {
+    tokio::time::timeout(Duration::from_secs(30), opened)
+        .await
+        .expect("the watch opened in time")
+        .unwrap()
+        .unwrap()
+        .into_inner()
+}
+
+/// The next node creation the stream delivers: (path, zxid).
+async fn next_created(stream: &mut WatchStream) -> (String, Zxid) {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("an event in time")
+            .expect("the stream goes on")
+            .unwrap();
+        match msg.msg {
+            Some(pb::watch_response::Msg::Event(e)) if e.kind == pb::EventKind::Created as i32 => {
+                return (e.path, e.zxid)
+            }
+            _ => {}
+        }
+    }
+}
 
 /// A client that saw the leader's newest zxid resumes its watch on a follower that
 /// has not caught up (its in-memory log is full while its snapshot is stalled): the
@@ -28,34 +78,68 @@ async fn a_watch_resumes_on_a_follower_behind_what_the_client_has_seen() {
         last,
     } = stalled_follower(&patient_byte_budgets(&dirs)).await;
     assert!(slow.committed_zxid() < last, "the follower is behind");
-    let service = WatchService::new(slow.clone());
-    let request = pb::WatchRequest {
-        path: "/".into(),
-        recursive: true,
-        start_zxid: Some(last),
-        ..Default::default()
-    };
-    let opened = tokio::spawn(async move { service.watch(Request::new(request)).await });
+    let opened = resume_on(&slow, last);
     // The open waits for the follower to catch up; let it.
     stall.send_replace(false);
-    let mut stream = tokio::time::timeout(Duration::from_secs(30), opened)
-        .await
-        .expect("the watch opened in time")
-        .unwrap()
-        .unwrap()
-        .into_inner();
+    let mut stream = stream_of(opened).await;
     let after = leader.submit(0, 0, create("/after")).await.unwrap();
-    let event = loop {
-        let msg = tokio::time::timeout(Duration::from_secs(20), stream.next())
-            .await
-            .expect("an event in time")
-            .expect("the stream goes on")
-            .unwrap();
-        if let Some(pb::watch_response::Msg::Event(e)) = msg.msg {
-            break e;
-        }
-    };
-    assert_eq!((event.path.as_str(), event.zxid), ("/after", after.zxid));
+    assert_eq!(
+        next_created(&mut stream).await,
+        ("/after".into(), after.zxid)
+    );
+    for r in replicas.iter().chain([&slow]) {
+        r.shutdown();
+    }
+}
+
+/// A follower hears that a txn is committed before its own fsync of the txn ends, so
+/// its commit point runs ahead of what it has applied (and published to its watch
+/// hub). A client that saw that txn elsewhere resumes its watch there: the stream
+/// starts once the txn is applied, instead of failing with BAD_ARGUMENTS ("ahead of
+/// the published zxid"), which ended the watch (found by t94).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resumes_on_a_follower_that_has_not_applied_what_it_knows_committed() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let SlowFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+    } = slow_follower(&patient_byte_budgets(&dirs), Stall::Fsyncs, false).await;
+    stall.send_replace(true);
+    // The leader and the other follower make a quorum without the slow one. The
+    // second write's proposal comes after the first one's COMMIT, so the slow one has
+    // something to persist (a Ready that is not empty) and reports that commit.
+    let seen = leader.submit(0, 0, create("/seen")).await.unwrap();
+    let next = leader.submit(0, 0, create("/next")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.committed_zxid() < seen.zxid {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower never heard of the commit: {:#x} < {:#x}, {:?}, applied {:#x}",
+            slow.committed_zxid(),
+            seen.zxid,
+            slow.role(),
+            slow.applied_zxid()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        slow.wait_applied(seen.zxid, Duration::ZERO).await.is_err(),
+        "the follower has not applied what it knows committed"
+    );
+    let opened = resume_on(&slow, seen.zxid);
+    // The fsync ends a little later. (This pause only gives the old code the time to
+    // fail; the stream must work whenever the fsync ends.)
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stall.send_replace(false);
+    let mut stream = stream_of(opened).await;
+    let after = leader.submit(0, 0, create("/after")).await.unwrap();
+    assert_eq!(next_created(&mut stream).await, ("/next".into(), next.zxid));
+    assert_eq!(
+        next_created(&mut stream).await,
+        ("/after".into(), after.zxid)
+    );
     for r in replicas.iter().chain([&slow]) {
         r.shutdown();
     }

@@ -213,19 +213,43 @@ pub(super) async fn snapshotter(
     }
 }
 
-/// A test-only way to stall a replica's snapshotter: a replica started inside
+/// Test-only ways to stall a replica's disk. A replica started inside
 /// `SNAPSHOTS.scope(gate, ..)` hands its snapshot requests to a relay that holds each
 /// one while `gate` reads true (the pipeline sees the snapshot as pending, as with a
-/// slow disk). Task-local, so tests running at once do not meet.
+/// slow disk); one started inside `FSYNCS.scope(gate, ..)` hears that its writes are
+/// durable only while `gate` reads false (its fsyncs seem to take as long as the
+/// gate is closed). Task-local, so tests running at once do not meet.
 #[cfg(test)]
 pub(super) mod stall {
     use tokio::sync::{mpsc, watch};
 
+    use crate::replica::persist::Done;
     use crate::replica::pipeline::SnapshotJob;
 
     tokio::task_local! {
         /// While it reads true, snapshot requests wait before they are written.
         pub(in crate::replica) static SNAPSHOTS: watch::Receiver<bool>;
+        /// While it reads true, the pipeline hears of no finished fsync.
+        pub(in crate::replica) static FSYNCS: watch::Receiver<bool>;
+    }
+
+    /// `done` itself outside a `FSYNCS` scope; inside one, a receiver that gets
+    /// `done`'s newest value whenever the gate reads false.
+    pub(in crate::replica) fn fsyncs(done: Done) -> Done {
+        let Ok(mut gate) = FSYNCS.try_with(Clone::clone) else {
+            return done;
+        };
+        let (tx, rx) = watch::channel(done.borrow().clone());
+        tokio::spawn(async move {
+            let mut done = done;
+            while done.changed().await.is_ok() {
+                let _ = gate.wait_for(|stalled| !stalled).await;
+                if tx.send(done.borrow_and_update().clone()).is_err() {
+                    return;
+                }
+            }
+        });
+        rx
     }
 
     /// `jobs` itself outside a `SNAPSHOTS` scope; inside one, a channel fed from

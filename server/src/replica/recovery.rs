@@ -491,6 +491,8 @@ fn launch(
     let (snap_tx, snap_rx) = mpsc::channel(1);
     #[cfg(test)]
     let snap_rx = housekeeping::stall::relay(snap_rx);
+    #[cfg(test)]
+    let persisted_rx = housekeeping::stall::fsyncs(persisted_rx);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
     let pipeline = Pipeline {
         shared: shared.clone(),

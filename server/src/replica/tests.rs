@@ -560,21 +560,12 @@ pub(crate) struct StalledFollower {
 }
 
 pub(crate) async fn stalled_follower(configs: &[Config]) -> StalledFollower {
-    use super::housekeeping::stall::SNAPSHOTS;
-    let mut replicas = Vec::new();
-    for config in &configs[..2] {
-        replicas.push(Replica::start(config).await.unwrap());
-    }
-    let leader = leader_of(&replicas).await;
-    let c = leader.submit(0, 0, create("/big")).await.unwrap();
-    let (stall, gate) = tokio::sync::watch::channel(true);
-    let slow = SNAPSHOTS
-        .scope(gate, Replica::start(&configs[2]))
-        .await
-        .unwrap();
-    slow.wait_applied(c.zxid, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let SlowFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+    } = slow_follower(configs, Stall::Snapshots, true).await;
     let last = write_big(&leader, 2, 32).await;
     let cap = configs[2].log_memory_bytes_max;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -592,6 +583,48 @@ pub(crate) async fn stalled_follower(configs: &[Config]) -> StalledFollower {
         slow,
         stall,
         last,
+    }
+}
+
+/// What a slow follower's disk stalls (`housekeeping::stall`).
+pub(crate) enum Stall {
+    Snapshots,
+    Fsyncs,
+}
+
+/// Three replicas: two that elected a leader and created `/big`, and a third that
+/// has applied it, started with `stall` (closed at first when `closed`).
+pub(crate) struct SlowFollower {
+    pub(crate) replicas: Vec<Replica>,
+    pub(crate) leader: Replica,
+    pub(crate) slow: Replica,
+    pub(crate) stall: tokio::sync::watch::Sender<bool>,
+}
+
+pub(crate) async fn slow_follower(configs: &[Config], what: Stall, closed: bool) -> SlowFollower {
+    use super::housekeeping::stall::{FSYNCS, SNAPSHOTS};
+    let mut replicas = Vec::new();
+    for config in &configs[..2] {
+        replicas.push(Replica::start(config).await.unwrap());
+    }
+    let leader = leader_of(&replicas).await;
+    // The node `write_big` sets.
+    let c = leader.submit(0, 0, create("/big")).await.unwrap();
+    let (stall, gate) = tokio::sync::watch::channel(closed);
+    let start = Replica::start(&configs[2]);
+    let slow = match what {
+        Stall::Snapshots => SNAPSHOTS.scope(gate, start).await,
+        Stall::Fsyncs => FSYNCS.scope(gate, start).await,
+    }
+    .unwrap();
+    slow.wait_applied(c.zxid, Duration::from_secs(20))
+        .await
+        .unwrap();
+    SlowFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
     }
 }
 
