@@ -240,6 +240,16 @@ impl Ensemble {
             .collect()
     }
 
+    /// Waits until there is a leader and every server has applied what it had
+    /// applied then.
+    pub async fn all_caught_up(&self, timeout: Duration) {
+        let leader = self.leader(timeout).await;
+        let zxid = self.status(leader).await.map_or(0, |s| s.zxid);
+        for i in 0..self.servers.len() {
+            self.caught_up(i, zxid, timeout).await;
+        }
+    }
+
     /// Waits until server `i` has applied at least `zxid`.
     pub async fn caught_up(&self, i: usize, zxid: u64, timeout: Duration) {
         let what = format!("server {} applies zxid {zxid:#x}", i + 1);

@@ -90,11 +90,7 @@ async fn t93_histories_stay_linearizable_across_kills_pauses_and_partitions_of_t
         }
         // Every server back and caught up, and the clients busy again, before the
         // next round.
-        let leader = ensemble.leader(LEADER_WAIT).await;
-        let zxid = ensemble.status(leader).await.map_or(0, |s| s.zxid);
-        for i in 0..servers {
-            ensemble.caught_up(i, zxid, LEADER_WAIT).await;
-        }
+        ensemble.all_caught_up(LEADER_WAIT).await;
         workload.wait_ops(OPS_BETWEEN_ROUNDS).await;
     }
     workload.finish().await;

@@ -175,11 +175,7 @@ async fn t94_histories_stay_linearizable_across_partitions_of_five_servers() {
         }
         // Every server back and caught up, and the clients busy again, before the
         // next round.
-        let leader = ensemble.leader(LEADER_WAIT).await;
-        let zxid = ensemble.status(leader).await.map_or(0, |s| s.zxid);
-        for i in 0..SERVERS {
-            ensemble.caught_up(i, zxid, LEADER_WAIT).await;
-        }
+        ensemble.all_caught_up(LEADER_WAIT).await;
         workload.wait_ops(OPS_BETWEEN_ROUNDS).await;
     }
     workload.finish().await;

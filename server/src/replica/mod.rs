@@ -468,24 +468,22 @@ impl Replica {
                 return Ok(Route::Local);
             }
             let target = self.forward_target();
+            // Only this write's leader failed it (the server may still have one for
+            // other writes): its own wait, not the server's leaderless stretch.
+            let avoided = target
+                .as_ref()
+                .is_some_and(|(_, leader)| avoid == Some((*leader, self.epoch())));
             let mut why = why.to_owned();
-            // Whether this server has no leader for any write (not only for this one,
-            // which its leader just failed to take).
-            let mut leaderless = true;
-            if let Some((forwarder, leader)) = target {
-                let avoided = avoid == Some((leader, self.epoch()));
-                if !avoided && forwarder.reaches(leader) {
+            if let Some((forwarder, leader)) = target.filter(|_| !avoided) {
+                if forwarder.reaches(leader) {
                     self.shared.leader_found();
                     return Ok(Route::Forward(forwarder, leader));
                 }
-                if avoided {
-                    leaderless = false;
-                } else {
-                    why = format!("cannot reach leader {leader}");
-                }
+                why = format!("cannot reach leader {leader}");
             }
             let now = tokio::time::Instant::now();
-            let stretch_end = leaderless.then(|| self.shared.leaderless_until(now, self.epoch()));
+            // Called on every wake, so the stretch stays seen while writes wait in it.
+            let stretch_end = (!avoided).then(|| self.shared.leaderless_until(now, self.epoch()));
             let until =
                 *deadline.get_or_insert(stretch_end.unwrap_or(now + self.shared.leader_wait));
             if now >= until {
