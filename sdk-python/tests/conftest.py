@@ -9,8 +9,10 @@ project's test script builds it before running these tests).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import queue
+import random
 import signal
 import socket
 import subprocess
@@ -160,11 +162,27 @@ def root(server: Server) -> str:
     return f"/t-{uuid.uuid4().hex[:12]}"
 
 
+_FIRST_PORT, _PORT_COUNT = 20_000, 12_000
+_next_port = itertools.count(random.randrange(_PORT_COUNT))
+
+
 def free_port() -> int:
-    """A port on 127.0.0.1 nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port on 127.0.0.1 nothing listens on now, and no earlier call returned.
+
+    Drawn below the kernel's ephemeral range (32768 and up on Linux), which every
+    bind to port 0 and every outgoing connection takes its port from, so nothing
+    else takes it between this check and a server binding it (as
+    tests/src/lib.rs free_ports).
+    """
+    for _ in range(_PORT_COUNT):
+        port = _FIRST_PORT + next(_next_port) % _PORT_COUNT
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
 
 
 # -- running one test body against either client -----------------------------------

@@ -3,7 +3,6 @@ hosts and a retry policy goes on reading and writing, and its session lives on."
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Iterator
@@ -15,7 +14,7 @@ import concord
 from concord import State
 from concord._proto import cluster_pb2, cluster_pb2_grpc
 
-from conftest import Server
+from conftest import Server, free_port
 
 SIZE = 3
 
@@ -24,14 +23,7 @@ class Ensemble:
     """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs)."""
 
     def __init__(self) -> None:
-        held = [(socket.socket(), socket.socket()) for _ in range(SIZE)]
-        for pair in held:
-            for s in pair:
-                s.bind(("127.0.0.1", 0))
-        addrs = [tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in pair) for pair in held]
-        for pair in held:
-            for s in pair:
-                s.close()
+        addrs = [(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}") for _ in range(SIZE)]
         members = "".join(
             f'[[members]]\nid = {j + 1}\nclient_addr = "{c}"\npeer_addr = "{p}"\nrole = "voter"\n'
             for j, (c, p) in enumerate(addrs)

@@ -3,7 +3,7 @@
 //! stopped and restarted one by one through their `Server`.
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use concord_proto::v1 as pb;
 use tonic::transport::Channel;
 
 use crate::proxy::Proxies;
-use crate::{eventually, Server, ServerOptions};
+use crate::{eventually, free_addr, Server, ServerOptions};
 
 /// How long the helpers below wait for one call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,15 +109,8 @@ impl Ensemble {
         };
         let size = voters + observers;
         let configs = tempfile::tempdir().unwrap();
-        // Hold every listener at once so the ports differ, then free them.
-        let held: Vec<(TcpListener, TcpListener)> = (0..size)
-            .map(|_| (loopback_listener(), loopback_listener()))
-            .collect();
-        let addrs: Vec<(SocketAddr, SocketAddr)> = held
-            .iter()
-            .map(|(c, p)| (c.local_addr().unwrap(), p.local_addr().unwrap()))
-            .collect();
-        drop(held);
+        let addrs: Vec<(SocketAddr, SocketAddr)> =
+            (0..size).map(|_| (free_addr(), free_addr())).collect();
         // The peer address server `viewer` dials for server `j`.
         let mut peer_addr_of = |viewer: usize, j: usize| match proxies.as_mut() {
             Some(proxies) if viewer != j => proxies.add(viewer, j, addrs[j].1),
@@ -305,10 +298,6 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn loopback_listener() -> TcpListener {
-    TcpListener::bind("127.0.0.1:0").unwrap()
 }
 
 /// A Tree client for `endpoint` that connects on first use and gives up on a call

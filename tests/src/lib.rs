@@ -645,12 +645,46 @@ fn collect(
 }
 
 /// A free port on 127.0.0.1, for a listener a server binds itself (such as
-/// `--metrics-addr`): bound, read, and released at once.
+/// `--metrics-addr`, or an ensemble member's client and peer ports).
 pub fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    SocketAddr::from(([127, 0, 0, 1], free_ports(1)))
+}
+
+/// The first of `span` consecutive ports on 127.0.0.1 that are all free right now,
+/// and that no other call in this process has handed out.
+///
+/// A port is found free by binding it and letting it go, so something else may
+/// take it before the server binds it. Two things make that unlikely: the ports are
+/// drawn below the kernel's ephemeral range (32768 and up on Linux), which every
+/// `bind(":0")` and every outgoing connection takes its port from (a proxy's
+/// listener once took a port handed out for a server's peer port); and calls in one
+/// process walk the range in turn from a random start, so parallel tests in one
+/// binary never share a port, and processes seldom do.
+pub fn free_ports(span: u16) -> u16 {
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+    const FIRST: u32 = 20_000;
+    const COUNT: u32 = 12_000;
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let draw = RandomState::new().hash_one(std::process::id());
+        AtomicU32::new((draw % u64::from(COUNT)) as u32)
+    });
+    let span32 = u32::from(span.max(1));
+    for _ in 0..COUNT / span32 {
+        let at = next.fetch_add(span32, Ordering::Relaxed) % (COUNT - span32);
+        let base = (FIRST + at) as u16;
+        let free = (base..base + span.max(1))
+            .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        if free {
+            return base;
+        }
+    }
+    panic!(
+        "no {span} free consecutive ports in {FIRST}..{}",
+        FIRST + COUNT
+    );
 }
 
 /// A plain HTTP/1.1 GET of `path` at `addr`, within `timeout`: the status code and

@@ -7,14 +7,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use concord_tests::script::{free_base_port, run, script, Stop};
 use concord_tests::{
-    bin, config_flags, create_at, tree_at, Background, Ensemble, Server, ServerOptions,
+    bin, config_flags, create_at, free_addr, tree_at, Background, Ensemble, Server, ServerOptions,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -220,10 +219,7 @@ async fn t91_a_tls_ensemble_admits_its_members_and_nobody_else() {
     // member's, claiming member g's id from addresses of its own.
     let intruder = ca.issue(dir.path(), "intruder", "intruder.example");
     let g_config = config_of(&ensemble, g);
-    let fresh = || {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().to_string()
-    };
+    let fresh = || free_addr().to_string();
     let (client, peer) = (fresh(), fresh());
     let toml = with_peer_tls(&g_config, &peer_toml(&ca_pem, &intruder))
         .replace(&top_value(&g_config, "client_addr"), &client)
