@@ -59,7 +59,7 @@ impl DataTree {
     /// A tree holding only the root "/" (all-zero stat, persistent, no data).
     pub fn new() -> Self {
         let mut nodes = imbl::HashMap::new();
-        nodes.insert("/".to_string(), Node::root());
+        nodes.insert("/".to_string(), Arc::new(Node::root()));
         DataTree {
             nodes,
             sessions: imbl::OrdMap::new(),

@@ -248,8 +248,12 @@ pub(crate) struct Node {
 /// The whole replicated state: nodes, sessions, and the last applied zxid.
 #[derive(Clone, Debug)]
 pub struct DataTree {
-    /// Every node by full path; the root "/" always exists.
-    pub(crate) nodes: imbl::HashMap<String, Node>,
+    /// Every node by full path; the root "/" always exists. Each node is behind an
+    /// `Arc`: the map's chunks have a slot for every possible entry, used or not, so
+    /// a slot holding a pointer instead of the node itself takes a fifth of the
+    /// memory (docs/benchmarks.md, "Reads, failover, memory"). A write changes a
+    /// node in place (`Arc::make_mut`) unless a snapshot's clone still shares it.
+    pub(crate) nodes: imbl::HashMap<String, Arc<Node>>,
     /// Live sessions by id.
     pub(crate) sessions: imbl::OrdMap<u64, SessionEntry>,
     /// The zxid of the last txn applied (0 for an empty tree).

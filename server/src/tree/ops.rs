@@ -92,7 +92,7 @@ impl DataTree {
             ttl_ms: if op.mode.is_ttl() { op.ttl_ms } else { 0 },
             children: imbl::OrdSet::new(),
         };
-        self.nodes.insert(path.to_string(), node);
+        self.nodes.insert(path.to_string(), Arc::new(node));
         self.count_node(path, op.data.len(), 1);
         if ephemeral {
             if let Some(session) = self.sessions.get_mut(&ctx.session_id) {
@@ -112,7 +112,7 @@ impl DataTree {
     /// Adds `path` to its parent's children and records the child change.
     fn link_child(&mut self, path: &str, ctx: &Ctx, events: &mut Vec<Event>) {
         let parent_path = path::parent(path);
-        if let Some(parent) = self.nodes.get_mut(parent_path) {
+        if let Some(parent) = self.nodes.get_mut(parent_path).map(Arc::make_mut) {
             parent.children.insert(path::name(path).to_string());
             child_changed(parent, ctx);
             events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));
@@ -132,6 +132,7 @@ impl DataTree {
         let node = self
             .nodes
             .get_mut(&op.path)
+            .map(Arc::make_mut)
             .ok_or_else(|| no_node(&op.path))?;
         let prev_data = std::mem::replace(&mut node.data, op.data.clone());
         node.stat.version = node.stat.version.wrapping_add(1);
@@ -266,10 +267,10 @@ impl DataTree {
             self.reap_candidates.remove(path);
         }
         let mut deleted = ctx.event(EventKind::Deleted, path, node.stat);
-        deleted.prev_data = node.data;
+        deleted.prev_data = node.data.clone();
         events.push(deleted);
         let parent_path = path::parent(path);
-        if let Some(parent) = self.nodes.get_mut(parent_path) {
+        if let Some(parent) = self.nodes.get_mut(parent_path).map(Arc::make_mut) {
             parent.children.remove(path::name(path));
             child_changed(parent, ctx);
             events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));

@@ -126,7 +126,7 @@ fn permits_of(node: &Node) -> u32 {
 impl DataTree {
     /// The permits of queue `queue`, if it exists.
     pub fn queue_permits(&self, queue: &str) -> Option<u32> {
-        self.nodes.get(queue).map(permits_of)
+        self.nodes.get(queue).map(|n| permits_of(n))
     }
 
     /// Up to `limit` (0: all) members of queue `queue` in order, holders first.

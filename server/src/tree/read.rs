@@ -14,7 +14,7 @@ use super::*;
 impl DataTree {
     /// The node at `path`, if any.
     pub fn get(&self, path: &str) -> Option<NodeView> {
-        self.nodes.get(path).map(Node::view)
+        self.nodes.get(path).map(|n| n.view())
     }
 
     /// Up to `limit` (0: all) children of `path` with names > `after`, sorted, with stats.

@@ -30,6 +30,8 @@
 //!
 //! What it must not do: panic or allocate without bound on garbage input.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -362,6 +364,7 @@ impl DataTree {
         let node = self
             .nodes
             .get_mut(parent)
+            .map(Arc::make_mut)
             .ok_or_else(|| malformed(format!("parent {parent:?} missing")))?;
         if node.mode.is_ephemeral() {
             return Err(malformed(format!("ephemeral {parent:?} has children")));
@@ -393,7 +396,11 @@ impl DataTree {
             ttl_ms: rec.ttl_ms,
             children: imbl::OrdSet::new(),
         };
-        if self.nodes.insert(path.to_string(), node).is_some() {
+        if self
+            .nodes
+            .insert(path.to_string(), Arc::new(node))
+            .is_some()
+        {
             return Err(malformed(format!("{path:?} appears twice")));
         }
         Ok(())

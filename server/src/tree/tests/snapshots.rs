@@ -135,7 +135,9 @@ fn unreachable_nodes_fail_encoding() {
         other => panic!("encoded a tree with an orphan: {other:?}"),
     }
     let mut tree = rich_tree().tree;
-    tree.nodes.get_mut("/app").unwrap().children.remove("cfg");
+    Arc::make_mut(tree.nodes.get_mut("/app").unwrap())
+        .children
+        .remove("cfg");
     assert!(tree.encode_snapshot().is_err(), "a child its parent lost");
 }
 
@@ -143,7 +145,9 @@ fn unreachable_nodes_fail_encoding() {
 fn inconsistent_content_with_good_crc_is_rejected() {
     let d = rich_tree();
     let mut tree = d.tree.clone();
-    tree.nodes.get_mut("/app").unwrap().stat.num_children = 99;
+    Arc::make_mut(tree.nodes.get_mut("/app").unwrap())
+        .stat
+        .num_children = 99;
     assert!(decode_err(&tree).contains("num_children"));
 
     let mut tree = d.tree.clone();
@@ -152,7 +156,9 @@ fn inconsistent_content_with_good_crc_is_rejected() {
     assert!(decode_err(&tree).contains("not a session"));
 
     let mut tree = d.tree.clone();
-    tree.nodes.get_mut("/app/cfg").unwrap().stat.ephemeral_owner = owner;
+    Arc::make_mut(tree.nodes.get_mut("/app/cfg").unwrap())
+        .stat
+        .ephemeral_owner = owner;
     assert!(decode_err(&tree).contains("owner"));
 
     let mut tree = d.tree.clone();
@@ -174,8 +180,27 @@ fn inconsistent_content_with_good_crc_is_rejected() {
     let mut tree = d.tree.clone();
     let node = tree.nodes.get("/app/cfg").unwrap().clone();
     tree.nodes.insert("/app/e1/kid".into(), node);
-    let e1 = tree.nodes.get_mut("/app/e1").unwrap();
+    let e1 = Arc::make_mut(tree.nodes.get_mut("/app/e1").unwrap());
     e1.children.insert("kid".into());
     e1.stat.num_children = 1;
     assert!(decode_err(&tree).contains("ephemeral"));
+}
+
+#[test]
+fn a_clone_keeps_every_node_as_it_was_while_the_tree_changes() {
+    // Nodes are shared between a tree and its clones (a snapshot is a clone) and
+    // copied on write: no write through the tree may show in the clone.
+    let mut d = Driver::new();
+    d.mk("/a", CreateMode::Persistent);
+    d.ok(create("/a/b", "one", CreateMode::Persistent));
+    let clone = d.tree.clone();
+    let digest = clone.digest();
+    d.ok(set("/a/b", "two", -1));
+    d.ok(create("/a/c", "", CreateMode::Persistent));
+    d.ok(delete("/a/b", -1));
+    assert_eq!(clone.get("/a/b").unwrap().data, "one");
+    assert_eq!(clone.get("/a").unwrap().stat.num_children, 1);
+    assert!(clone.get("/a/c").is_none());
+    assert_eq!(clone.digest(), digest);
+    assert_ne!(d.tree.digest(), digest);
 }
