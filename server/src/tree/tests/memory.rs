@@ -1,9 +1,10 @@
 //! What the tree of the benchmark's memory workload costs: 1,000,000 nodes of 100
 //! bytes under one parent (`bench/src/memory.rs`), and the size of its snapshot,
-//! which the Zab core keeps in memory for SNAP. The breakdown in docs/benchmarks
-//! comes from here. Ignored by default (it is a measurement, and slow in debug):
+//! which the Zab core keeps in memory for SNAP; and what a read and an apply cost on
+//! that tree. The breakdown in docs/benchmarks comes from here. Ignored by default
+//! (they are measurements, and slow in debug):
 //!
-//!   cargo test --release -p concord-server tree::tests::memory -- --ignored --nocapture
+//!   cargo test --release -p concord-server tree::tests::memory -- --ignored --nocapture --test-threads 1
 //!
 //! The test binary uses the system allocator, the server mimalloc, so per-node
 //! figures differ a little from the server's.
@@ -20,12 +21,11 @@ fn rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-#[test]
-#[ignore = "a measurement of RSS; run it alone, in release"]
-fn a_million_nodes_of_100_bytes() {
-    const NODES: usize = 1_000_000;
+const NODES: usize = 1_000_000;
+
+/// A tree with the benchmark's nodes: NODES of 100 bytes under /bench-memory.
+fn filled() -> Driver {
     let mut d = Driver::new();
-    let before = rss_mib();
     d.mk("/bench-memory", CreateMode::Persistent);
     let data = "x".repeat(100);
     for i in 0..NODES {
@@ -35,6 +35,14 @@ fn a_million_nodes_of_100_bytes() {
             CreateMode::Persistent,
         ));
     }
+    d
+}
+
+#[test]
+#[ignore = "a measurement of RSS; run it alone, in release"]
+fn a_million_nodes_of_100_bytes() {
+    let before = rss_mib();
+    let d = filled();
     let tree = rss_mib() - before;
     let snapshot = d.tree.encode_snapshot().unwrap();
     let snapshot_mib = snapshot.len() as f64 / (1 << 20) as f64;
@@ -47,4 +55,27 @@ fn a_million_nodes_of_100_bytes() {
         .get(&format!("/bench-memory/n{}", NODES - 1))
         .is_some());
     assert!(tree > 0.0 && snapshot_mib > 0.0, "nothing measured");
+}
+
+/// What a read and the apply of a Set cost on that tree, with the nodes taken in an
+/// order that defeats the caches (the worst case for the map's layout): the other
+/// side of the memory figures when the map changes.
+#[test]
+#[ignore = "a measurement of time; run it alone, in release"]
+fn gets_and_sets_on_a_million_nodes() {
+    let mut d = filled();
+    let paths: Vec<String> = (0..NODES)
+        .map(|i| format!("/bench-memory/n{}", (i * 7919) % NODES))
+        .collect();
+    let start = std::time::Instant::now();
+    let found = paths.iter().filter(|p| d.tree.get(p).is_some()).count();
+    let get_ns = start.elapsed().as_nanos() as f64 / NODES as f64;
+    const SETS: usize = 100_000;
+    let start = std::time::Instant::now();
+    for path in &paths[..SETS] {
+        d.ok(set(path, "y", -1));
+    }
+    let set_ns = start.elapsed().as_nanos() as f64 / SETS as f64;
+    println!("{NODES} nodes: a get {get_ns:.0} ns, a Set's apply {set_ns:.0} ns");
+    assert_eq!(found, NODES);
 }
