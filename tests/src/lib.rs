@@ -671,11 +671,12 @@ pub fn free_ports(span: u16) -> u16 {
         let draw = RandomState::new().hash_one(std::process::id());
         AtomicU32::new((draw % u64::from(COUNT)) as u32)
     });
-    let span32 = u32::from(span.max(1));
+    let span = span.max(1);
+    let span32 = u32::from(span);
     for _ in 0..COUNT / span32 {
         let at = next.fetch_add(span32, Ordering::Relaxed) % (COUNT - span32);
         let base = (FIRST + at) as u16;
-        let free = (base..base + span.max(1))
+        let free = (base..base + span)
             .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         if free {
             return base;

@@ -219,8 +219,7 @@ async fn t91_a_tls_ensemble_admits_its_members_and_nobody_else() {
     // member's, claiming member g's id from addresses of its own.
     let intruder = ca.issue(dir.path(), "intruder", "intruder.example");
     let g_config = config_of(&ensemble, g);
-    let fresh = || free_addr().to_string();
-    let (client, peer) = (fresh(), fresh());
+    let (client, peer) = (free_addr().to_string(), free_addr().to_string());
     let toml = with_peer_tls(&g_config, &peer_toml(&ca_pem, &intruder))
         .replace(&top_value(&g_config, "client_addr"), &client)
         .replace(&top_value(&g_config, "peer_addr"), &peer);
