@@ -62,7 +62,7 @@ async fn t70_mutual_exclusion_with_fenced_counter() {
     for _ in 0..CLIENTS {
         contenders.push((client(&server).await, lock_client(&server).await));
     }
-    lock_util::fenced_counter(contenders, CYCLES).await;
+    lock_util::fenced_counter(contenders, CYCLES, 1000).await;
     let node = c.get("/counter", ReadOptions::default()).await.unwrap();
     let total = CLIENTS * CYCLES;
     assert_eq!(

@@ -23,7 +23,20 @@ const LEADER_WAIT: Duration = Duration::from_secs(20);
 async fn t84_mutual_exclusion_with_clients_on_every_server() {
     const CLIENTS: usize = 12;
     const CYCLES: usize = 100;
-    let ensemble = Ensemble::start(3, ServerOptions::default());
+    // Nothing here needs fast ticks or short sessions: the server's own tick (a
+    // sync limit of 500 ms) and 4 s sessions keep a CPU-starved CI run from losing
+    // its leader or a session mid-test, which this no-fault test does not expect.
+    let options = ServerOptions {
+        tick_ms: 100,
+        session_ttl_ms: Some((200, 4000)),
+        ..ServerOptions::default()
+    };
+    let mut ensemble = Ensemble::start(3, options);
+    ensemble.keep_on_failure(
+        "t84_mutual_exclusion",
+        "cargo test -p concord-tests --test t84_locks_ensemble t84_mutual_exclusion".into(),
+        String::new,
+    );
     ensemble.leader(LEADER_WAIT).await;
     client(&ensemble.servers[0])
         .await
@@ -35,7 +48,7 @@ async fn t84_mutual_exclusion_with_clients_on_every_server() {
         let server = &ensemble.servers[i % 3];
         contenders.push((client(server).await, lock_client(server).await));
     }
-    lock_util::fenced_counter(contenders, CYCLES).await;
+    lock_util::fenced_counter(contenders, CYCLES, 4000).await;
     let linearizable = ReadOptions {
         linearizable: true,
         ..ReadOptions::default()

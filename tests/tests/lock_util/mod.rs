@@ -71,13 +71,18 @@ pub fn fenced(key: &str, token: u64) -> WriteOptions {
 /// Each contender (a data client and a lock client, possibly on different servers)
 /// increments `/counter` `cycles` times, reading it and writing it back fenced
 /// while it holds lock "counter". Checks: no lost update, each value written once,
-/// tokens growing in the order the lock was held (FIFO).
-pub async fn fenced_counter(contenders: Vec<(Client, LockClient<Channel>)>, cycles: usize) {
+/// tokens growing in the order the lock was held (FIFO). Each contender's session
+/// has a TTL of `session_ttl_ms`.
+pub async fn fenced_counter(
+    contenders: Vec<(Client, LockClient<Channel>)>,
+    cycles: usize,
+    session_ttl_ms: i64,
+) {
     let total = (contenders.len() * cycles) as u64;
     let mut tasks = Vec::new();
     for (i, (c, mut l)) in contenders.into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
-            let session = c.open_session(1000).await.unwrap();
+            let session = c.open_session(session_ttl_ms).await.unwrap();
             let mut held = Vec::new();
             for _ in 0..cycles {
                 let (key, token) = acquire(&mut l, "counter", session.id(), &format!("c{i}")).await;
