@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
@@ -51,6 +52,7 @@ use tokio::task::JoinHandle;
 pub use codec::{decode, encode, DecodeError, FORMAT_V1};
 
 use crate::config::Member;
+use crate::txn::Zxid;
 use crate::zab::{Envelope, Message, ServerId};
 use queue::DropOldest;
 
@@ -266,6 +268,38 @@ struct Shared {
     local_addr: SocketAddr,
     /// The inbound byte budget (`inbound_bytes_max`), for its depth.
     in_bytes: Arc<Semaphore>,
+    /// Where a SNAP's stored snapshot is read as it is sent.
+    snapshots: SnapshotStore,
+}
+
+/// Where the transport reads the bytes of a SNAP the core sent without them
+/// (`zab::Snapshot::stored`): this server's storage. None in tests of the transport
+/// alone, where such a SNAP ends its stream as a snapshot gone from storage does.
+#[derive(Clone, Default)]
+pub struct SnapshotStore(pub Option<Arc<dyn crate::storage::Storage>>);
+
+impl std::fmt::Debug for SnapshotStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "SnapshotStore(storage)"
+        } else {
+            "SnapshotStore(none)"
+        })
+    }
+}
+
+impl SnapshotStore {
+    /// The bytes of the stored snapshot at `zxid`, read off the runtime's threads.
+    async fn load(&self, zxid: Zxid) -> Result<Bytes, String> {
+        let Some(storage) = self.0.clone() else {
+            return Err("no storage to read snapshots from".into());
+        };
+        match tokio::task::spawn_blocking(move || storage.load_snapshot(zxid)).await {
+            Ok(Ok(bytes)) => Ok(Bytes::from(bytes)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(e) => Err(format!("snapshot read task: {e}")),
+        }
+    }
 }
 
 /// The transport: `start` it, then use the handle it gives back.
@@ -274,12 +308,13 @@ pub struct PeerTransport;
 impl PeerTransport {
     /// Serves `Deliver` on `listener`, with `beside` (other server-to-server
     /// services, e.g. the replica's `Forward`), and returns the handle to send with
-    /// and the channel received messages arrive on. Must be called within a tokio
-    /// runtime.
+    /// and the channel received messages arrive on. A SNAP without its bytes is
+    /// filled from `snapshots` as it is sent. Must be called within a tokio runtime.
     pub fn start(
         config: PeerConfig,
         listener: TcpListener,
         beside: tonic::service::Routes,
+        snapshots: SnapshotStore,
     ) -> Result<(PeerHandle, InboundRx), PeerError> {
         let local_addr = listener.local_addr().map_err(PeerError::Listener)?;
         let authorizer = crate::security::peers::PeerAuthorizer::new(&config.members, config.id)
@@ -316,6 +351,7 @@ impl PeerTransport {
             tasks: Mutex::new(Vec::new()),
             local_addr,
             in_bytes: in_bytes.clone(),
+            snapshots,
         });
         let server = inbound::serve(
             shared.clone(),

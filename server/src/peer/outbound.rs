@@ -25,9 +25,10 @@ use concord_proto::peer::v1::peer_transport_client::PeerTransportClient;
 use concord_proto::peer::v1::Frame;
 use futures::stream::{self, Stream, StreamExt};
 
-use super::{codec, Counters, Peer, Shared};
+use super::{codec, Counters, Peer, Shared, SnapshotStore};
 use crate::security::peers::Throttled;
 use crate::zab::rng::Rng;
+use crate::zab::{LeaderMsg, Message, SyncKind};
 
 /// Why one stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -177,13 +178,25 @@ async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
 /// before any message), then the queue's messages as they come. The gRPC stream
 /// polls it directly, so a message goes from the queue to the connection with no
 /// task in between. Messages taken from the queue when the stream breaks are lost.
+///
+/// A SNAP whose snapshot is in storage (`Snapshot::stored`) is read from there
+/// first. If it cannot be (purged meanwhile by a newer snapshot), the stream ends
+/// there: the learner, missing its sync, times out and asks again, and the leader
+/// then syncs it from its newer snapshot. The proposals after that SNAP are never
+/// sent without it.
 fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + Send + 'static {
     let hello = frame(&shared, &peer, Bytes::new(), false);
-    let messages = stream::unfold((shared, peer), move |(shared, peer)| async move {
+    let messages = stream::unfold(Some((shared, peer)), move |state| async move {
+        let (shared, peer) = state?;
         let msgs = peer.queue.pop_all().await;
         let mut batch = Vec::with_capacity(msgs.len());
         let mut sent = 0;
-        for msg in msgs {
+        for mut msg in msgs {
+            if let Err(e) = fill_stored_snapshot(&shared.snapshots, &mut msg).await {
+                tracing::warn!(peer = peer.id, error = %e, "cannot read the snapshot of a SNAP; ending the stream");
+                Counters::add(&shared.counters.sent, sent);
+                return Some((stream::iter(batch), None));
+            }
             let payload = codec::encode(&msg);
             if payload.len() > shared.config.message_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");
@@ -194,9 +207,26 @@ fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + S
             sent += 1;
         }
         Counters::add(&shared.counters.sent, sent);
-        Some((stream::iter(batch), (shared, peer)))
+        Some((stream::iter(batch), Some((shared, peer))))
     });
     stream::once(async move { hello }).chain(messages.flatten())
+}
+
+/// Puts the stored snapshot's bytes into a SNAP sent without them.
+async fn fill_stored_snapshot(snapshots: &SnapshotStore, msg: &mut Message) -> Result<(), String> {
+    if let Message::ToLearner {
+        body: LeaderMsg::Sync(SyncKind::Snap { zxid, data }),
+        ..
+    } = msg
+    {
+        if data.is_empty() {
+            *data = snapshots
+                .load(*zxid)
+                .await
+                .map_err(|e| format!("snapshot at {zxid:#x}: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// One frame to `peer`.

@@ -66,6 +66,15 @@ async fn ensemble_with(
     n: u64,
     tweak: impl Fn(PeerConfig) -> PeerConfig,
 ) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
+    ensemble_stored(n, tweak, |_| SnapshotStore::default()).await
+}
+
+/// `ensemble_with`, server `id` reading stored snapshots from `snapshots(id)`.
+async fn ensemble_stored(
+    n: u64,
+    tweak: impl Fn(PeerConfig) -> PeerConfig,
+    snapshots: impl Fn(u64) -> SnapshotStore,
+) -> (Vec<Member>, Vec<(PeerHandle, Inbox)>) {
     let mut listeners = Vec::new();
     for _ in 0..n {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -78,7 +87,7 @@ async fn ensemble_with(
         .zip(listeners)
         .map(|(id, l)| {
             let config = tweak(config(id, &members));
-            PeerTransport::start(config, l, Routes::default()).unwrap()
+            PeerTransport::start(config, l, Routes::default(), snapshots(id)).unwrap()
         })
         .collect();
     (members, started)
@@ -170,7 +179,13 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
         queue_messages_max: 4,
         ..config(1, &members)
     };
-    let (a, _a_inbox) = PeerTransport::start(a_config, a_listener, Routes::default()).unwrap();
+    let (a, _a_inbox) = PeerTransport::start(
+        a_config,
+        a_listener,
+        Routes::default(),
+        SnapshotStore::default(),
+    )
+    .unwrap();
     for n in 1..=100 {
         a.send(envelope(2, n));
     }
@@ -181,8 +196,13 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
     wait_until("a failed connect", || a.metrics().reconnects >= 2).await;
     assert_eq!(a.metrics().sent, 0, "nothing sent while the peer is down");
 
-    let (b, mut b_inbox) =
-        PeerTransport::start(config(2, &members), bind(b_addr).await, Routes::default()).unwrap();
+    let (b, mut b_inbox) = PeerTransport::start(
+        config(2, &members),
+        bind(b_addr).await,
+        Routes::default(),
+        SnapshotStore::default(),
+    )
+    .unwrap();
     for n in 97..=100 {
         assert_eq!(recv(&mut b_inbox).await, (1, reset(n)));
     }
@@ -211,8 +231,13 @@ async fn t30_restarted_peer_is_reached_again() {
     wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
 
     let b_addr = members[1].peer_addr.socket_addr().unwrap();
-    let (b2, mut b2_inbox) =
-        PeerTransport::start(config(2, &members), bind(b_addr).await, Routes::default()).unwrap();
+    let (b2, mut b2_inbox) = PeerTransport::start(
+        config(2, &members),
+        bind(b_addr).await,
+        Routes::default(),
+        SnapshotStore::default(),
+    )
+    .unwrap();
     // Messages sent into the dying stream may be lost; keep sending until one lands.
     let start = Instant::now();
     let mut n = 1;
@@ -317,6 +342,59 @@ async fn t50_a_message_longer_than_a_frame_travels_in_pieces() {
     assert_eq!(recv(&mut s[1].1).await, (1, reset(6)));
     let a = s[0].0.metrics();
     assert_eq!((a.sent, a.dropped), (3, 1), "the one too long was dropped");
+    for (h, _) in &s {
+        h.shutdown().await;
+    }
+}
+
+/// A SNAP at `zxid` with `data` (empty: the core's SNAP of a stored snapshot).
+fn snap_of(zxid: u64, data: &'static [u8]) -> Message {
+    Message::ToLearner {
+        session: 1,
+        seq: 1,
+        body: crate::zab::LeaderMsg::Sync(crate::zab::SyncKind::Snap {
+            zxid,
+            data: Bytes::from_static(data),
+        }),
+    }
+}
+
+#[tokio::test]
+async fn t53_a_snap_of_a_stored_snapshot_is_sent_with_the_bytes_read_from_storage() {
+    use crate::storage::{MemStorage, Storage};
+    let storage = Arc::new(MemStorage::new());
+    storage.save_snapshot(9, b"the tree at 9").unwrap();
+    let store = SnapshotStore(Some(storage.clone()));
+    let (_, mut s) = ensemble_stored(
+        2,
+        |c| c,
+        |id| match id {
+            1 => store.clone(),
+            _ => SnapshotStore::default(),
+        },
+    )
+    .await;
+    s[0].0.send(Envelope {
+        to: 2,
+        msg: snap_of(9, b""),
+    });
+    assert_eq!(recv(&mut s[1].1).await, (1, snap_of(9, b"the tree at 9")));
+    // A snapshot gone from storage (never at 8): nothing is sent for it, the
+    // stream ends, and the next stream carries what is queued after.
+    s[0].0.send(Envelope {
+        to: 2,
+        msg: snap_of(8, b""),
+    });
+    let first = timeout(DEADLINE, s[1].1.recv())
+        .await
+        .expect("the stream ends");
+    assert_eq!(
+        first,
+        Some(Inbound::StreamLost(1)),
+        "sent without its snapshot"
+    );
+    s[0].0.send(envelope(2, 6));
+    assert_eq!(recv(&mut s[1].1).await, (1, reset(6)));
     for (h, _) in &s {
         h.shutdown().await;
     }

@@ -185,27 +185,24 @@ pub(super) async fn snapshotter(
                 .save_snapshot(zxid, &bytes)
                 .map_err(|e| e.to_string())?;
             storage.purge(keep).map_err(|e| e.to_string())?;
-            Ok::<Vec<u8>, String>(bytes)
+            // The bytes stay in storage only: the peer transport reads a SNAP there.
+            Ok::<usize, String>(bytes.len())
         })
         .await;
         match written {
             Ok(Ok(bytes)) => {
                 let took = started.elapsed();
                 shared.metrics.snapshot_duration.observe(took);
-                let size = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+                let size = i64::try_from(bytes).unwrap_or(i64::MAX);
                 shared.metrics.snapshot_size.set(size);
                 tracing::info!(
                     took_ms = took.as_millis() as u64,
                     zxid = format_args!("{zxid:#x}"),
-                    bytes = bytes.len(),
+                    bytes,
                     "snapshot written"
                 );
-                let snapshot = Snapshot {
-                    zxid,
-                    data: bytes.into(),
-                };
                 // The pipeline gone means the server is stopping.
-                let _ = compacted.send(snapshot).await;
+                let _ = compacted.send(Snapshot::stored(zxid)).await;
             }
             Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),

@@ -26,7 +26,7 @@ use super::pipeline::{Inputs, Pipeline, SnapshotPolicy};
 use super::supervise::spawn_essential;
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
-use crate::peer::{InboundRx, PeerConfig, PeerHandle, PeerTransport};
+use crate::peer::{InboundRx, PeerConfig, PeerHandle, PeerTransport, SnapshotStore};
 use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
@@ -96,7 +96,7 @@ fn way_out(ensemble: bool) -> &'static str {
 
 /// What recovery found on disk.
 struct Recovered {
-    storage: RedbStorage,
+    storage: Arc<RedbStorage>,
     /// The newest good snapshot's state (empty without one).
     tree: DataTree,
     restored: Restored,
@@ -137,7 +137,8 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
         &ensemble,
         super::forward::message_bytes_max(config.request_bytes_max()),
     );
-    let peers = start_peers(config, Routes::new(service)).await?;
+    let snapshots = SnapshotStore(Some(recovered.storage.clone()));
+    let peers = start_peers(config, Routes::new(service), snapshots).await?;
     let replica = launch(config, recovered, Some(peers))?;
     let _ = slot.set(Arc::downgrade(&replica.shared));
     Ok(replica)
@@ -145,7 +146,11 @@ pub(super) async fn start(config: &Config) -> Result<Replica, StartError> {
 
 /// The transport to the other members, listening on `config.peer_addr`, with the
 /// `Forward` service beside it.
-async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartError> {
+async fn start_peers(
+    config: &Config,
+    forward: Routes,
+    snapshots: SnapshotStore,
+) -> Result<Peers, StartError> {
     let listener = crate::listen::bind(config.peer_addr)
         .map_err(|e| StartError::Recovery(format!("peer address {}: {e}", config.peer_addr)))?;
     let tls = crate::security::ServerTls::peer_port(config)
@@ -155,7 +160,7 @@ async fn start_peers(config: &Config, forward: Routes) -> Result<Peers, StartErr
         client_tls: crate::security::PeerClientTls::from_config(config),
         ..peer_config(config)
     };
-    PeerTransport::start(peer_config, listener, forward)
+    PeerTransport::start(peer_config, listener, forward, snapshots)
         .map_err(|e| StartError::Recovery(format!("peer transport: {e}")))
 }
 
@@ -267,7 +272,7 @@ fn recover(file: &std::path::Path, ensemble: bool) -> Result<Recovered, StartErr
         must_resync,
     };
     Ok(Recovered {
-        storage,
+        storage: Arc::new(storage),
         tree,
         restored,
     })
@@ -313,18 +318,10 @@ fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), 
         let decoded = storage
             .load_snapshot(zxid)
             .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                let tree = DataTree::decode_snapshot(&bytes).map_err(|e| e.to_string())?;
-                Ok((tree, bytes))
-            });
+            .and_then(|bytes| DataTree::decode_snapshot(&bytes).map_err(|e| e.to_string()));
         match decoded {
-            Ok((tree, bytes)) => {
-                let snapshot = Snapshot {
-                    zxid,
-                    data: bytes.into(),
-                };
-                return Ok((tree, Some(snapshot)));
-            }
+            // The bytes stay in storage: the peer transport reads them for a SNAP.
+            Ok(tree) => return Ok((tree, Some(Snapshot::stored(zxid)))),
             Err(e) => {
                 tracing::warn!(zxid = format_args!("{zxid:#x}"), error = %e, "skipping a bad snapshot; the log covers the gap to an older one");
                 bad.push(format!("snapshot at zxid {zxid:#x} is unreadable ({e})"));
@@ -419,7 +416,7 @@ fn launch(
     let node = Node::new(zab_config(config), restored, seed(config.server_id))
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let metrics = Arc::new(crate::telemetry::Metrics::new(storage.commit_seconds()));
-    let storage: Arc<dyn Storage> = Arc::new(storage);
+    let storage: Arc<dyn Storage> = storage;
     let observe = super::persist::Observe {
         metrics: metrics.clone(),
         slow: Duration::from_millis(config.fsync_warn_threshold_ms),

@@ -1,7 +1,8 @@
-//! The core's in-memory view of this server's history: the newest snapshot (its zxid
-//! and bytes) and the log entries after it. The runtime keeps the durable copy; the
-//! core keeps this one to synchronize learners (DIFF/TRUNC/SNAP) and to hand out
-//! committed txns. `compact` drops what a newer snapshot covers.
+//! The core's in-memory view of this server's history: the newest snapshot (its zxid,
+//! and its bytes unless they are in storage) and the log entries after it. The
+//! runtime keeps the durable copy; the core keeps this one to synchronize learners
+//! (DIFF/TRUNC/SNAP) and to hand out committed txns. `compact` drops what a newer
+//! snapshot covers.
 //!
 //! The log counts the bytes its entries hold (`bytes()`, by `txn_bytes`): the
 //! runtime snapshots on that count as well as on the number of entries, so the
@@ -73,8 +74,27 @@ fn access_op_bytes(op: &crate::txn::AccessOp) -> usize {
 pub struct Snapshot {
     /// The state is exactly that after applying every txn up to this zxid.
     pub zxid: Zxid,
-    /// The encoded state (opaque to the core; `DataTree::encode_snapshot`).
+    /// The encoded state (opaque to the core; `DataTree::encode_snapshot`), or
+    /// empty for a snapshot already in this server's storage (`Snapshot::stored`).
     pub data: Bytes,
+}
+
+impl Snapshot {
+    /// A snapshot at `zxid` that is durable in this server's storage, without its
+    /// bytes: at a million nodes they weigh over 100 MiB, and they are needed only
+    /// to send a SNAP, which the peer transport then reads from storage (an
+    /// encoded snapshot is never empty, so empty bytes say "in storage").
+    pub fn stored(zxid: Zxid) -> Snapshot {
+        Snapshot {
+            zxid,
+            data: Bytes::new(),
+        }
+    }
+
+    /// Whether the bytes are left in storage (`Snapshot::stored`).
+    pub fn is_stored(&self) -> bool {
+        self.data.is_empty()
+    }
 }
 
 /// Snapshot + entries after it, in strictly increasing zxid order.
