@@ -90,11 +90,6 @@ impl Snapshot {
             data: Bytes::new(),
         }
     }
-
-    /// Whether the bytes are left in storage (`Snapshot::stored`).
-    pub fn is_stored(&self) -> bool {
-        self.data.is_empty()
-    }
 }
 
 /// Snapshot + entries after it, in strictly increasing zxid order.
