@@ -42,8 +42,8 @@
 //!   empty data the transport fills from storage as it sends it).
 //!
 //! The core keeps the log after the snapshot in memory (for DIFF and for handing
-//! out committed txns), and the zxid of the snapshot before it (its bytes too for a
-//! SNAP installed from the leader, until the next compaction). It counts what that log
+//! out committed txns), and the zxid of the snapshot before it (its bytes stay in
+//! storage). It counts what that log
 //! holds (`Node::log_bytes`, `Node::log_txns`); the runtime bounds it by compacting
 //! (snapshots by txns and by bytes) and by holding proposals back while it is full.
 //! A learner behind the newest compaction gets SNAP.

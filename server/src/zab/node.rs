@@ -392,7 +392,10 @@ impl Node {
             return false;
         }
         let zxid = snapshot.zxid;
-        self.log.install(snapshot.clone());
+        // The bytes go to storage only: a SNAP this server sends later is read from
+        // there (one sent before they are durable finds nothing, ends its stream,
+        // and the learner syncs again).
+        self.log.install(Snapshot::stored(zxid));
         self.durable.log_zxid = self.durable.log_zxid.min(self.applied_out);
         self.out.clamp_log(self.applied_out);
         self.persist(PersistOp::Snapshot(snapshot));
