@@ -93,6 +93,17 @@ async fn ensemble_stored(
     (members, started)
 }
 
+/// One transport with no routes beside Deliver and no stored snapshots.
+fn start(config: PeerConfig, listener: TcpListener) -> (PeerHandle, Inbox) {
+    PeerTransport::start(
+        config,
+        listener,
+        Routes::default(),
+        SnapshotStore::default(),
+    )
+    .unwrap()
+}
+
 fn reset(session: u64) -> Message {
     Message::Reset { session }
 }
@@ -179,13 +190,7 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
         queue_messages_max: 4,
         ..config(1, &members)
     };
-    let (a, _a_inbox) = PeerTransport::start(
-        a_config,
-        a_listener,
-        Routes::default(),
-        SnapshotStore::default(),
-    )
-    .unwrap();
+    let (a, _a_inbox) = start(a_config, a_listener);
     for n in 1..=100 {
         a.send(envelope(2, n));
     }
@@ -196,13 +201,7 @@ async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
     wait_until("a failed connect", || a.metrics().reconnects >= 2).await;
     assert_eq!(a.metrics().sent, 0, "nothing sent while the peer is down");
 
-    let (b, mut b_inbox) = PeerTransport::start(
-        config(2, &members),
-        bind(b_addr).await,
-        Routes::default(),
-        SnapshotStore::default(),
-    )
-    .unwrap();
+    let (b, mut b_inbox) = start(config(2, &members), bind(b_addr).await);
     for n in 97..=100 {
         assert_eq!(recv(&mut b_inbox).await, (1, reset(n)));
     }
@@ -231,13 +230,7 @@ async fn t30_restarted_peer_is_reached_again() {
     wait_until("a notices b is gone", || a.metrics().reconnects >= 1).await;
 
     let b_addr = members[1].peer_addr.socket_addr().unwrap();
-    let (b2, mut b2_inbox) = PeerTransport::start(
-        config(2, &members),
-        bind(b_addr).await,
-        Routes::default(),
-        SnapshotStore::default(),
-    )
-    .unwrap();
+    let (b2, mut b2_inbox) = start(config(2, &members), bind(b_addr).await);
     // Messages sent into the dying stream may be lost; keep sending until one lands.
     let start = Instant::now();
     let mut n = 1;
