@@ -178,6 +178,11 @@ impl InboundRx {
         Some(inbound)
     }
 
+    /// Messages and stream ends waiting to be taken.
+    pub fn waiting(&self) -> usize {
+        self.rx.len()
+    }
+
     /// The next message or stream end if one is waiting now.
     pub fn try_recv(&mut self) -> Result<Inbound, mpsc::error::TryRecvError> {
         let (inbound, bytes) = self.rx.try_recv()?;

@@ -296,15 +296,16 @@ impl Pipeline {
             // drop; only the leader's COMMITs (peer messages) free them, so waiting
             // then would never end. Reading goes on instead: those proposals are
             // bounded by the leader's own log, held back at the same size.
-            let log_wait = !leading && !log_room && self.snapshot_policy.pending;
-            let hear_peers = (open && !log_wait) || leading;
+            let hear_peers = self.hears_peers();
             let take = open && batch.is_empty() && ((serving && room > 0 && log_room) || !leading);
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => if hear_peers {
-                    self.node.tick();
-                    super::members::publish(&self.shared, &self.node);
+                    if !self.hear_waiting(&mut inputs.peers) {
+                        break;
+                    }
+                    self.tick(&inputs.peers);
                 },
                 first = inputs.proposals.recv(), if take => {
                     let Some(first) = first else { break };
@@ -327,10 +328,7 @@ impl Pipeline {
                     }
                 }
                 Some(snapshot) = inputs.compacted.recv() => self.compacted(snapshot),
-                Some(inbound) = recv_peer(&mut inputs.peers), if hear_peers => match inbound {
-                    Inbound::Message(from, msg) => self.node.step(from, msg),
-                    Inbound::StreamLost(from) => self.node.peer_lost(from),
-                },
+                Some(inbound) = recv_peer(&mut inputs.peers), if hear_peers => self.hear(inbound),
             }
             running = self.handle_readies();
         }
@@ -341,6 +339,68 @@ impl Pipeline {
         if let Some(peers) = &self.peers {
             peers.shutdown().await;
         }
+    }
+
+    /// One message from a peer, or the end of its stream.
+    fn hear(&mut self, inbound: Inbound) {
+        match inbound {
+            Inbound::Message(from, msg) => self.node.step(from, msg),
+            Inbound::StreamLost(from) => self.node.peer_lost(from),
+        }
+    }
+
+    /// Before a tick: every peer message already waiting is heard (as many as were
+    /// queued when it began), each with its outputs handled, so the tick never counts
+    /// a peer silent whose message has arrived. (The loop takes one input per
+    /// iteration, and a tick may win the race against a queue of them.) False once
+    /// storage failed.
+    fn hear_waiting(&mut self, peers: &mut Option<InboundRx>) -> bool {
+        let Some(rx) = peers else { return true };
+        for _ in 0..rx.waiting() {
+            if !self.hears_peers() {
+                break;
+            }
+            let Ok(inbound) = rx.try_recv() else { break };
+            self.hear(inbound);
+            if !self.handle_readies() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether peer input is read now (the back-pressure rules in `run`): always on
+    /// a leader; on another server, not while its persister is over budget, nor
+    /// while its log is full and a snapshot of its own is pending.
+    fn hears_peers(&self) -> bool {
+        let leading = *self.shared.role.borrow() == Role::Leading;
+        let log_room = self.snapshot_policy.has_room(self.node.log_bytes());
+        let log_wait = !log_room && self.snapshot_policy.pending;
+        leading || (!self.persist.over_budget() && !log_wait)
+    }
+
+    /// One tick of the core's clock. A leader that steps down for want of a quorum
+    /// says which learners it last heard from how many ticks before, and how many
+    /// peer messages were waiting unread.
+    fn tick(&mut self, peers: &Option<InboundRx>) {
+        let heard = if self.node.status().role == Role::Leading {
+            self.node.learner_progress()
+        } else {
+            Vec::new()
+        };
+        self.node.tick();
+        if !heard.is_empty() && self.node.status().role != Role::Leading {
+            let heard: Vec<_> = heard
+                .iter()
+                .map(|p| (p.id, p.heard_ticks_ago + 1))
+                .collect();
+            tracing::warn!(
+                ?heard,
+                unread_peer_messages = peers.as_ref().map_or(0, InboundRx::waiting),
+                "stepped down on a tick: no quorum heard from in time (learner, ticks since heard)"
+            );
+        }
+        super::members::publish(&self.shared, &self.node);
     }
 
     /// Hands a batch of client writes to the core, remembering each caller. On a
