@@ -277,8 +277,8 @@ struct Shared {
     snapshots: SnapshotStore,
 }
 
-/// Where the transport reads the bytes of a SNAP the core sent without them
-/// (`zab::Snapshot::stored`): this server's storage. None in tests of the transport
+/// Where the transport reads the bytes of a SNAP (the core sends it without them):
+/// this server's storage. None in tests of the transport
 /// alone, where such a SNAP ends its stream as a snapshot gone from storage does.
 #[derive(Clone, Default)]
 pub struct SnapshotStore(pub Option<Arc<dyn crate::storage::Storage>>);

@@ -179,8 +179,8 @@ async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
 /// polls it directly, so a message goes from the queue to the connection with no
 /// task in between. Messages taken from the queue when the stream breaks are lost.
 ///
-/// A SNAP whose snapshot is in storage (`Snapshot::stored`) is read from there
-/// first. If it cannot be (purged meanwhile by a newer snapshot), the stream ends
+/// A SNAP (the core sends it without its bytes: the snapshot is in storage) is
+/// filled from storage first. If it cannot be (purged meanwhile by a newer snapshot), the stream ends
 /// there: the learner, missing its sync, times out and asks again, and the leader
 /// then syncs it from its newer snapshot. The proposals after that SNAP are never
 /// sent without it.

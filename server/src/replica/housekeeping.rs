@@ -21,8 +21,7 @@ use tokio::task::JoinHandle;
 use super::pipeline::SnapshotJob;
 use super::{lock, Replica, Shared};
 use crate::tree::TreeError;
-use crate::txn::{CloseReason, TxnOp};
-use crate::zab::Snapshot;
+use crate::txn::{CloseReason, TxnOp, Zxid};
 
 /// Most reap proposals started per tick (the rest wait for later ticks).
 const REAPS_PER_TICK_MAX: usize = 256;
@@ -167,7 +166,7 @@ fn reap_nodes(replica: &Replica, reaping: &Arc<Mutex<HashSet<String>>>) {
 pub(super) async fn snapshotter(
     shared: Weak<Shared>,
     mut jobs: mpsc::Receiver<SnapshotJob>,
-    compacted: mpsc::Sender<Snapshot>,
+    compacted: mpsc::Sender<Zxid>,
     keep: usize,
 ) {
     while let Some(tree) = jobs.recv().await {
@@ -202,7 +201,7 @@ pub(super) async fn snapshotter(
                     "snapshot written"
                 );
                 // The pipeline gone means the server is stopping.
-                let _ = compacted.send(Snapshot::stored(zxid)).await;
+                let _ = compacted.send(zxid).await;
             }
             Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),

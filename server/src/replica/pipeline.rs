@@ -205,8 +205,8 @@ pub(super) struct Inputs {
     pub(super) reads: mpsc::Receiver<ReadWaiter>,
     /// `Ok(number)`: Readies up to `number` are durable; `Err`: storage failed.
     pub(super) persisted: Done,
-    /// Snapshots written by the snapshotter, for `Node::compact`.
-    pub(super) compacted: mpsc::Receiver<Snapshot>,
+    /// The zxids of snapshots written by the snapshotter, for `Node::compact`.
+    pub(super) compacted: mpsc::Receiver<Zxid>,
     /// Messages from the other servers (None: an ensemble of one).
     pub(super) peers: Option<InboundRx>,
 }
@@ -327,7 +327,7 @@ impl Pipeline {
                         }
                     }
                 }
-                Some(snapshot) = inputs.compacted.recv() => self.compacted(snapshot),
+                Some(zxid) = inputs.compacted.recv() => self.compacted(zxid),
                 Some(inbound) = recv_peer(&mut inputs.peers), if hear_peers => self.hear(inbound),
             }
             running = self.handle_readies();
@@ -663,8 +663,8 @@ impl Pipeline {
 
     /// A requested snapshot is written: the core drops the log it covers, and the
     /// next snapshot may be asked for.
-    fn compacted(&mut self, snapshot: Snapshot) {
-        self.node.compact(snapshot);
+    fn compacted(&mut self, zxid: Zxid) {
+        self.node.compact(zxid);
         self.snapshot_policy.pending = false;
         self.maybe_snapshot();
     }

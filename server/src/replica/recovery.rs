@@ -31,7 +31,7 @@ use crate::storage::{RedbStorage, Storage, StorageError};
 use crate::tree::DataTree;
 use crate::txn::{zxid_epoch, Txn, Zxid};
 use crate::watch::{WatchConfig, WatchHub};
-use crate::zab::{self, Node, Restored, Snapshot};
+use crate::zab::{self, Node, Restored};
 
 /// The transport's handle and the channel its messages arrive on.
 type Peers = (PeerHandle, InboundRx);
@@ -308,7 +308,7 @@ impl From<StorageError> for SnapshotError {
 /// unreadable one is skipped for an older one only while the log covers the gap
 /// (the snapshot is at or above `log_start`); with none left, starting from empty
 /// needs the whole log (`log_start` 0). Otherwise: Damaged, naming the bad ones.
-fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), SnapshotError> {
+fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Zxid>), SnapshotError> {
     let log_start = storage.log_start()?;
     let mut bad: Vec<String> = Vec::new();
     for zxid in storage.snapshots()?.into_iter().rev() {
@@ -321,7 +321,7 @@ fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Snapshot>), 
             .and_then(|bytes| DataTree::decode_snapshot(&bytes).map_err(|e| e.to_string()));
         match decoded {
             // The bytes stay in storage: the peer transport reads them for a SNAP.
-            Ok(tree) => return Ok((tree, Some(Snapshot::stored(zxid)))),
+            Ok(tree) => return Ok((tree, Some(zxid))),
             Err(e) => {
                 tracing::warn!(zxid = format_args!("{zxid:#x}"), error = %e, "skipping a bad snapshot; the log covers the gap to an older one");
                 bad.push(format!("snapshot at zxid {zxid:#x} is unreadable ({e})"));

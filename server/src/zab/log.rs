@@ -69,34 +69,25 @@ fn access_op_bytes(op: &crate::txn::AccessOp) -> usize {
     }
 }
 
-/// A snapshot the core can send to a learner far behind.
+/// A snapshot with its bytes: one a learner received in a SNAP, on its way to
+/// storage (`PersistOp::Snapshot`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The state is exactly that after applying every txn up to this zxid.
     pub zxid: Zxid,
-    /// The encoded state (opaque to the core; `DataTree::encode_snapshot`), or
-    /// empty for a snapshot already in this server's storage (`Snapshot::stored`).
+    /// The encoded state (opaque to the core; `DataTree::encode_snapshot`).
     pub data: Bytes,
 }
 
-impl Snapshot {
-    /// A snapshot at `zxid` that is durable in this server's storage, without its
-    /// bytes: at a million nodes they weigh over 100 MiB, and they are needed only
-    /// to send a SNAP, which the peer transport then reads from storage (an
-    /// encoded snapshot is never empty, so empty bytes say "in storage").
-    pub fn stored(zxid: Zxid) -> Snapshot {
-        Snapshot {
-            zxid,
-            data: Bytes::new(),
-        }
-    }
-}
-
-/// Snapshot + entries after it, in strictly increasing zxid order.
+/// Snapshot + entries after it, in strictly increasing zxid order. The snapshot
+/// is known by its zxid only: its bytes are in this server's storage (at a million
+/// nodes they weigh over 100 MiB), needed only to send a SNAP, whose bytes the peer
+/// transport reads from there.
 #[derive(Clone, Debug, Default)]
 pub struct Log {
-    /// The history at or below `start()` is covered by this snapshot (None: empty).
-    snapshot: Option<Snapshot>,
+    /// The history at or below `start()` is covered by the stored snapshot at this
+    /// zxid (None: no snapshot, the log starts at 0).
+    snapshot: Option<Zxid>,
     /// Entries with zxid > start(), ascending.
     entries: Vec<Txn>,
     /// The sum of `txn_bytes` over `entries`.
@@ -106,8 +97,8 @@ pub struct Log {
 impl Log {
     /// A log restored from durable state. Entries at or below the snapshot are
     /// dropped; out-of-order entries are refused.
-    pub fn restore(snapshot: Option<Snapshot>, entries: Vec<Txn>) -> Result<Log, String> {
-        let start = snapshot.as_ref().map_or(0, |s| s.zxid);
+    pub fn restore(snapshot: Option<Zxid>, entries: Vec<Txn>) -> Result<Log, String> {
+        let start = snapshot.unwrap_or(0);
         let entries: Vec<Txn> = entries.into_iter().filter(|t| t.zxid > start).collect();
         if entries.windows(2).any(|w| w[0].zxid >= w[1].zxid) {
             return Err("restored log is not in strictly increasing zxid order".into());
@@ -137,11 +128,12 @@ impl Log {
 
     /// The zxid the snapshot covers (0 without one): the log is complete above it.
     pub fn start(&self) -> Zxid {
-        self.snapshot.as_ref().map_or(0, |s| s.zxid)
+        self.snapshot.unwrap_or(0)
     }
 
-    pub fn snapshot(&self) -> Option<&Snapshot> {
-        self.snapshot.as_ref()
+    /// The zxid of the stored snapshot the log starts from, if any.
+    pub fn snapshot(&self) -> Option<Zxid> {
+        self.snapshot
     }
 
     /// The newest zxid in the history.
@@ -167,20 +159,20 @@ impl Log {
         self.entries.truncate(keep);
     }
 
-    /// Replaces the whole history with a snapshot.
-    pub fn install(&mut self, snapshot: Snapshot) {
+    /// Replaces the whole history with the snapshot at `zxid`.
+    pub fn install(&mut self, zxid: Zxid) {
         self.entries = Vec::new();
         self.bytes = 0;
-        self.snapshot = Some(snapshot);
+        self.snapshot = Some(zxid);
     }
 
-    /// Records a newer snapshot and drops the entries it covers. Ignored if it is
-    /// not newer than the current one or beyond the log.
-    pub fn compact(&mut self, snapshot: Snapshot) -> bool {
-        if snapshot.zxid <= self.start() || snapshot.zxid > self.last_zxid() {
+    /// Records a newer snapshot (at `zxid`) and drops the entries it covers.
+    /// Ignored if it is not newer than the current one or beyond the log.
+    pub fn compact(&mut self, zxid: Zxid) -> bool {
+        if zxid <= self.start() || zxid > self.last_zxid() {
             return false;
         }
-        let drop = self.entries.partition_point(|t| t.zxid <= snapshot.zxid);
+        let drop = self.entries.partition_point(|t| t.zxid <= zxid);
         let freed: usize = self.entries[..drop].iter().map(txn_bytes).sum();
         self.bytes -= freed;
         self.entries.drain(..drop);
@@ -188,7 +180,7 @@ impl Log {
         if self.entries.capacity() > 2 * self.entries.len() + 1024 {
             self.entries.shrink_to(2 * self.entries.len());
         }
-        self.snapshot = Some(snapshot);
+        self.snapshot = Some(zxid);
         true
     }
 
@@ -249,11 +241,7 @@ pub(crate) mod tests {
         assert_eq!(log.floor(0), Some(0));
         assert!(log.contains(make_zxid(2, 1)) && !log.contains(make_zxid(1, 3)));
         assert_eq!(log.range(make_zxid(1, 1), make_zxid(2, 1)).len(), 2);
-        let snap = Snapshot {
-            zxid: make_zxid(1, 2),
-            data: Bytes::new(),
-        };
-        assert!(log.compact(snap));
+        assert!(log.compact(make_zxid(1, 2)));
         assert_eq!(log.start(), make_zxid(1, 2));
         assert_eq!(log.floor(make_zxid(1, 1)), None);
         assert_eq!(log.range(0, u64::MAX).len(), 1);
@@ -285,15 +273,11 @@ pub(crate) mod tests {
         assert_eq!((log.len(), log.bytes()), (10, 10 * one));
         log.truncate_after(8);
         assert_eq!(log.bytes(), 8 * one);
-        let snap = |zxid| Snapshot {
-            zxid,
-            data: Bytes::new(),
-        };
-        assert!(log.compact(snap(5)));
+        assert!(log.compact(5));
         assert_eq!((log.len(), log.bytes()), (3, 3 * one));
-        let restored = Log::restore(Some(snap(6)), (1..=8).map(|z| set(z, 10)).collect());
+        let restored = Log::restore(Some(6), (1..=8).map(|z| set(z, 10)).collect());
         assert_eq!(restored.unwrap().bytes(), 2 * txn_bytes(&set(7, 10)));
-        log.install(snap(20));
+        log.install(20);
         assert_eq!((log.len(), log.bytes()), (0, 0));
     }
 }

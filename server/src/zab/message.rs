@@ -73,8 +73,8 @@ pub enum SyncKind {
     Trunc { to: Zxid },
     /// The learner is too far behind (or diverged before the leader's log starts):
     /// install this snapshot of the state at `zxid`, then proposals after it follow.
-    /// The core leaves `data` empty for a snapshot in its storage
-    /// (`Snapshot::stored`); the peer transport reads it from there as it sends
+    /// The core sends it with `data` empty: the snapshot is in its storage, and
+    /// the peer transport reads the bytes from there as it sends
     /// (`peer/outbound.rs`), so an empty SNAP never goes over the wire.
     Snap { zxid: Zxid, data: Bytes },
 }

@@ -38,8 +38,8 @@
 //!      waiting callers as "outcome unknown" (their txns may still commit);
 //!   5. `fatal`: stop serving.
 //! - after saving a snapshot of the applied tree at zxid z:
-//!   `node.compact(Snapshot::stored(z))` (learners behind z then get SNAP, whose
-//!   empty data the transport fills from storage as it sends it).
+//!   `node.compact(z)` (learners behind z then get SNAP, which the core sends
+//!   without its bytes: the transport reads them from storage as it sends it).
 //!
 //! The core keeps the log after the snapshot in memory (for DIFF and for handing
 //! out committed txns), and the zxid of the snapshot before it (its bytes stay in

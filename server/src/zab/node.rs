@@ -21,8 +21,9 @@ use crate::txn::{Txn, Zxid};
 pub struct Restored {
     pub accepted_epoch: u32,
     pub current_epoch: u32,
-    /// The newest snapshot; the runtime's tree starts as exactly this state.
-    pub snapshot: Option<Snapshot>,
+    /// The zxid of the newest snapshot, in storage; the runtime's tree starts as
+    /// exactly that state.
+    pub snapshot: Option<Zxid>,
     /// Log entries above the snapshot, ascending (committed or not: Zab decides).
     pub log: Vec<Txn>,
     /// The operator discarded this server's history (`concord --discard-local-state`):
@@ -219,12 +220,12 @@ impl Node {
         self.release_committed();
     }
 
-    /// The runtime took a snapshot of its applied state: older log entries are no
-    /// longer kept here (learners behind it get SNAP). Ignored unless
-    /// `snapshot.zxid` has been applied.
-    pub fn compact(&mut self, snapshot: Snapshot) {
-        if snapshot.zxid <= self.applied_out {
-            self.log.compact(snapshot);
+    /// The runtime wrote a snapshot of its applied state at `zxid` to storage: older
+    /// log entries are no longer kept here (learners behind it get SNAP, whose bytes
+    /// the transport reads from storage). Ignored unless `zxid` has been applied.
+    pub fn compact(&mut self, zxid: Zxid) {
+        if zxid <= self.applied_out {
+            self.log.compact(zxid);
         }
     }
 
@@ -395,7 +396,7 @@ impl Node {
         // The bytes go to storage only: a SNAP this server sends later is read from
         // there (one sent before they are durable finds nothing, ends its stream,
         // and the learner syncs again).
-        self.log.install(Snapshot::stored(zxid));
+        self.log.install(zxid);
         self.durable.log_zxid = self.durable.log_zxid.min(self.applied_out);
         self.out.clamp_log(self.applied_out);
         self.persist(PersistOp::Snapshot(snapshot));

@@ -12,6 +12,8 @@
 //! What it must not do: let a learner's acks count before its NEWLEADER ack, or
 //! establish the leader before its own epoch and history are durable.
 
+use bytes::Bytes;
+
 use super::leader::{LeaderPhase, LearnerPhase};
 use super::learner::FollowPhase;
 use super::log::Snapshot;
@@ -37,12 +39,13 @@ impl Node {
         let (kind, from) = match (self.log.floor(h.peer_last), self.log.snapshot()) {
             (Some(t), _) if t == h.peer_last => (SyncKind::Diff { from: t }, t),
             (Some(t), _) => (SyncKind::Trunc { to: t }, t),
-            (None, Some(snap)) => (
+            // The bytes are in storage: the transport reads them as it sends.
+            (None, Some(zxid)) => (
                 SyncKind::Snap {
-                    zxid: snap.zxid,
-                    data: snap.data.clone(),
+                    zxid,
+                    data: Bytes::new(),
                 },
-                snap.zxid,
+                zxid,
             ),
             (None, None) => (SyncKind::Diff { from: 0 }, 0),
         };

@@ -127,7 +127,7 @@ impl SimServer {
         let restored = Restored {
             accepted_epoch: self.disk.accepted_epoch,
             current_epoch: self.disk.current_epoch,
-            snapshot: self.disk.snapshot.clone(),
+            snapshot: self.disk.snapshot.as_ref().map(|s| s.zxid),
             log: self.disk.log.clone(),
             must_resync: self.disk.must_resync,
         };
@@ -163,9 +163,9 @@ impl SimServer {
             ),
         };
         self.disk.log.retain(|t| t.zxid > zxid);
-        self.disk.snapshot = Some(snap.clone());
+        self.disk.snapshot = Some(snap);
         if let Some(node) = self.node.as_mut() {
-            node.compact(snap);
+            node.compact(zxid);
         }
         self.applied_since_snapshot = 0;
     }

@@ -282,8 +282,8 @@ impl World {
         Ok(())
     }
 
-    /// Fills a SNAP sent without its bytes (`Snapshot::stored`) from the sender's
-    /// disk, as the peer transport does from storage; false if the disk no longer
+    /// Fills a SNAP (the core sends it without its bytes) from the sender's disk,
+    /// as the peer transport does from storage; false if the disk no longer
     /// (or not yet) holds that snapshot, and then the message is lost, as the real
     /// transport ends its stream there.
     fn fill_stored_snapshot(&self, from: ServerId, msg: &mut Message) -> bool {
