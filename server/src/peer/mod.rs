@@ -278,8 +278,8 @@ struct Shared {
 }
 
 /// Where the transport reads the bytes of a SNAP (the core sends it without them):
-/// this server's storage. None in tests of the transport
-/// alone, where such a SNAP ends its stream as a snapshot gone from storage does.
+/// this server's storage. None in tests of the transport alone, where a SNAP ends
+/// its stream as a snapshot gone from storage does.
 #[derive(Clone, Default)]
 pub struct SnapshotStore(pub Option<Arc<dyn crate::storage::Storage>>);
 

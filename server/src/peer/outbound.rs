@@ -28,7 +28,7 @@ use futures::stream::{self, Stream, StreamExt};
 use super::{codec, Counters, Peer, Shared, SnapshotStore};
 use crate::security::peers::Throttled;
 use crate::zab::rng::Rng;
-use crate::zab::{LeaderMsg, Message, SyncKind};
+use crate::zab::Message;
 
 /// Why one stream ended.
 #[derive(Debug, thiserror::Error)]
@@ -180,10 +180,10 @@ async fn one_stream(shared: &Arc<Shared>, peer: &Arc<Peer>) -> StreamError {
 /// task in between. Messages taken from the queue when the stream breaks are lost.
 ///
 /// A SNAP (the core sends it without its bytes: the snapshot is in storage) is
-/// filled from storage first. If it cannot be (purged meanwhile by a newer snapshot), the stream ends
-/// there: the learner, missing its sync, times out and asks again, and the leader
-/// then syncs it from its newer snapshot. The proposals after that SNAP are never
-/// sent without it.
+/// filled from storage first. If it cannot be (purged meanwhile by a newer
+/// snapshot), the stream ends there: the learner, missing its sync, times out and
+/// asks again, and the leader then syncs it from its newer snapshot. The proposals
+/// after that SNAP are never sent without it.
 fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + Send + 'static {
     let hello = frame(&shared, &peer, Bytes::new(), false);
     let messages = stream::unfold(Some((shared, peer)), move |state| async move {
@@ -212,19 +212,13 @@ fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + S
     stream::once(async move { hello }).chain(messages.flatten())
 }
 
-/// Puts the stored snapshot's bytes into a SNAP sent without them.
+/// Puts the stored snapshot's bytes into a SNAP (the core sends it without them).
 async fn fill_stored_snapshot(snapshots: &SnapshotStore, msg: &mut Message) -> Result<(), String> {
-    if let Message::ToLearner {
-        body: LeaderMsg::Sync(SyncKind::Snap { zxid, data }),
-        ..
-    } = msg
-    {
-        if data.is_empty() {
-            *data = snapshots
-                .load(*zxid)
-                .await
-                .map_err(|e| format!("snapshot at {zxid:#x}: {e}"))?;
-        }
+    if let Some((zxid, data)) = msg.snap_to_fill() {
+        *data = snapshots
+            .load(zxid)
+            .await
+            .map_err(|e| format!("snapshot at {zxid:#x}: {e}"))?;
     }
     Ok(())
 }

@@ -144,6 +144,39 @@ pub enum Message {
     Reset { session: u64 },
 }
 
+impl Message {
+    /// The zxid and the (empty) bytes of a SNAP still to be filled from its sender's
+    /// storage: the core sends every SNAP without its bytes. None for any other
+    /// message, and for a SNAP already filled.
+    pub fn snap_to_fill(&mut self) -> Option<(Zxid, &mut Bytes)> {
+        match self {
+            Message::ToLearner {
+                body: LeaderMsg::Sync(SyncKind::Snap { zxid, data }),
+                ..
+            } if data.is_empty() => Some((*zxid, data)),
+            _ => None,
+        }
+    }
+
+    /// Fills a SNAP from the snapshot its sender's storage holds (the simulator's
+    /// disk, the unit tests' record), as the peer transport does from redb. False
+    /// if that is not the snapshot the SNAP names: the message is then lost, as the
+    /// transport ends its stream there.
+    #[cfg(test)]
+    pub(crate) fn fill_snap_from(&mut self, stored: Option<&super::Snapshot>) -> bool {
+        let Some((zxid, data)) = self.snap_to_fill() else {
+            return true;
+        };
+        match stored {
+            Some(s) if s.zxid == zxid => {
+                *data = s.data.clone();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// A message with its destination.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Envelope {

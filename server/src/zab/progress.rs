@@ -84,7 +84,6 @@ fn lag_txns(log: &Log, zxid: Zxid) -> u64 {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::txn::make_zxid;
     use crate::zab::log::tests::txn;

@@ -64,25 +64,6 @@ impl Harness {
         self.nodes.get_mut(&id).unwrap().compact(zxid);
     }
 
-    /// Fills a SNAP from its sender's storage; false (the message is lost) if that
-    /// no longer holds the snapshot.
-    fn fill_snap(&self, from: ServerId, msg: &mut Message) -> bool {
-        let Message::ToLearner {
-            body: LeaderMsg::Sync(SyncKind::Snap { zxid, data }),
-            ..
-        } = msg
-        else {
-            return true;
-        };
-        match self.stored.get(&from) {
-            Some(s) if s.zxid == *zxid => {
-                *data = s.data.clone();
-                true
-            }
-            _ => false,
-        }
-    }
-
     /// Drains every node until none has anything left to do.
     fn drain(&mut self) {
         for _ in 0..100 {
@@ -133,7 +114,7 @@ impl Harness {
             if self.down.contains(&from)
                 || self.down.contains(&env.to)
                 || self.blocked.contains(&(from, env.to))
-                || !self.fill_snap(from, &mut env.msg)
+                || !env.msg.fill_snap_from(self.stored.get(&from))
             {
                 continue;
             }

@@ -282,37 +282,13 @@ impl World {
         Ok(())
     }
 
-    /// Fills a SNAP (the core sends it without its bytes) from the sender's disk,
-    /// as the peer transport does from storage; false if the disk no longer
-    /// (or not yet) holds that snapshot, and then the message is lost, as the real
-    /// transport ends its stream there.
-    fn fill_stored_snapshot(&self, from: ServerId, msg: &mut Message) -> bool {
-        let Message::ToLearner {
-            body: LeaderMsg::Sync(SyncKind::Snap { zxid, data }),
-            ..
-        } = msg
-        else {
-            return true;
-        };
-        if !data.is_empty() {
-            return true;
-        }
-        let stored = self
+    fn send(&mut self, from: ServerId, to: ServerId, mut msg: Message) {
+        self.stats.messages += 1;
+        let disk = self
             .servers
             .get(&from)
             .and_then(|s| s.disk.snapshot.as_ref());
-        match stored {
-            Some(s) if s.zxid == *zxid => {
-                *data = s.data.clone();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn send(&mut self, from: ServerId, to: ServerId, mut msg: Message) {
-        self.stats.messages += 1;
-        if !self.fill_stored_snapshot(from, &mut msg) {
+        if !msg.fill_snap_from(disk) {
             return;
         }
         if let Message::ToLearner {
