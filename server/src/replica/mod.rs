@@ -14,6 +14,7 @@
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
+mod engine;
 mod forward;
 mod housekeeping;
 mod members;
@@ -126,14 +127,6 @@ pub struct Committed {
 /// A linearizable read waiting for its read index.
 type ReadWaiter = oneshot::Sender<Result<Zxid, ReplicaError>>;
 
-/// A write waiting to be sequenced.
-struct Proposal {
-    write: Write,
-    reply: oneshot::Sender<Result<Committed, ReplicaError>>,
-    /// Its share of the proposal byte budget, held until it is answered.
-    bytes: pipeline::Admitted,
-}
-
 /// Handle to the running replica; cheap to clone.
 #[derive(Clone)]
 pub struct Replica {
@@ -154,8 +147,8 @@ struct Shared {
     /// writes fail at once (as a looking ZooKeeper server or etcd's ErrNoLeader do)
     /// instead of each holding its client for the whole wait.
     leaderless: Mutex<Option<Leaderless>>,
-    /// The applied tree. Writers: the pipeline only, one txn batch at a time.
-    tree: RwLock<DataTree>,
+    /// The applied tree. Writer: the pipeline's engine only, one txn batch at a time.
+    tree: Arc<RwLock<DataTree>>,
     /// The newest applied zxid, for `wait_applied` and progress.
     applied: watch::Sender<Zxid>,
     /// The newest zxid known committed (durable on a quorum).
@@ -187,7 +180,7 @@ struct Shared {
     /// This server's part in the ensemble, as the core last reported it.
     role: watch::Sender<crate::zab::Role>,
     /// Writes waiting for the pipeline (bounded: callers wait when it is full).
-    proposals: mpsc::Sender<Proposal>,
+    proposals: mpsc::Sender<pipeline::Proposal>,
     /// Bytes of writes queued for the pipeline or in flight there: a caller waits
     /// for its write's share before it queues it (see `pipeline::admit`).
     proposal_bytes: pipeline::ProposalBytes,
@@ -196,8 +189,8 @@ struct Shared {
     /// Watch registrations and recent events.
     hub: WatchHub,
     storage: Arc<dyn Storage>,
-    /// Session deadlines (liveness), by logical time.
-    sessions: Mutex<SessionTracker>,
+    /// Session deadlines (liveness), by logical time; kept by the engine as it applies.
+    sessions: Arc<Mutex<SessionTracker>>,
     /// The logical clock's origin: `now_ms()` counts from here.
     started: tokio::time::Instant,
     /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
@@ -545,10 +538,9 @@ impl Replica {
         let bytes = pipeline::admit(&self.shared.proposal_bytes, &write)
             .await
             .ok_or_else(stopped)?;
-        let proposal = Proposal {
+        let proposal = pipeline::Proposal {
             write,
-            reply,
-            bytes,
+            caller: pipeline::Reply::new(reply, bytes),
         };
         self.shared
             .proposals

@@ -12,7 +12,7 @@
 //! must-resync marker: the Zab core neither votes nor leads until it has synced
 //! from an established leader (see `zab::Restored::must_resync`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,9 +20,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 use tonic::service::Routes;
 
+use super::engine::{Engine, Readable, SnapshotPolicy};
 use super::forward::{ForwardService, Forwarder};
 use super::persist::Persister;
-use super::pipeline::{Inputs, Pipeline, SnapshotPolicy};
+use super::pipeline::{Inputs, Pipeline, Shell};
 use super::supervise::spawn_essential;
 use super::{housekeeping, Replica, Shared};
 use crate::config::{Config, Role};
@@ -442,12 +443,17 @@ fn launch(
     // Every recovered session gets a fresh full TTL (those opened in the log after
     // the snapshot are added as the log is applied).
     let sessions = super::deadlines_of(&tree, 0);
+    let readable = Readable {
+        tree: Arc::new(RwLock::new(tree)),
+        sessions: Arc::new(Mutex::new(sessions)),
+        metrics,
+    };
     let shared = Arc::new(Shared {
         server_id: config.server_id,
         tick_ms: config.tick_ms,
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         leaderless: Mutex::new(None),
-        tree: RwLock::new(tree),
+        tree: readable.tree.clone(),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
         log_bytes: AtomicU64::new(0),
@@ -455,7 +461,7 @@ fn launch(
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
         synced: AtomicBool::new(false),
-        metrics,
+        metrics: readable.metrics.clone(),
         persist_backlog: persist.backlog(),
         peer_transport: peers.as_ref().map(|(handle, _)| handle.clone()),
         leader: AtomicU64::new(0),
@@ -480,7 +486,7 @@ fn launch(
         reads: reads_tx,
         hub,
         storage: storage.clone(),
-        sessions: Mutex::new(sessions),
+        sessions: readable.sessions.clone(),
         started,
         stop: watch::Sender::new(None),
         progress: Mutex::new(super::members::Progress::default()),
@@ -491,28 +497,23 @@ fn launch(
     #[cfg(test)]
     let persisted_rx = housekeeping::stall::fsyncs(persisted_rx);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
-    let pipeline = Pipeline {
-        shared: shared.clone(),
-        node,
-        waiting: HashMap::new(),
-        fsyncs: std::collections::VecDeque::new(),
-        reading: HashMap::new(),
-        next_read_id: 0,
-        last_time_ms: 0,
+    let shell = Shell::new(
+        shared.clone(),
         persist,
-        snapshots: snap_tx,
-        snapshot_policy: SnapshotPolicy::new(
-            config.snapshot_every_txns,
-            config.snapshot_every_bytes,
-            config.log_memory_bytes_max,
-        ),
+        snap_tx,
+        peers.as_ref().map(|(handle, _)| handle.clone()),
+    );
+    let snapshot_policy = SnapshotPolicy::new(
+        config.snapshot_every_txns,
+        config.snapshot_every_bytes,
+        config.log_memory_bytes_max,
+    );
+    let pipeline = Pipeline {
+        engine: Engine::new(shell, node, readable, snapshot_policy, quota),
         batch_txns_max: config.batch_txns_max,
         batch_bytes_max: config.batch_bytes_max,
         inflight_max: config.proposal_queue_max,
         tick_ms: config.tick_ms,
-        peers: peers.as_ref().map(|(handle, _)| handle.clone()),
-        quota,
-        leadership_seen: None,
     };
     let inputs = Inputs {
         proposals: proposals_rx,

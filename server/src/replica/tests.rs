@@ -821,10 +821,9 @@ async fn a_group_commit_batch_closes_at_its_byte_bound() {
         };
         let bytes = admit(&budget, &write).await.unwrap();
         let (reply, _) = tokio::sync::oneshot::channel();
-        let queued = super::Proposal {
+        let queued = super::pipeline::Proposal {
             write,
-            reply,
-            bytes,
+            caller: super::pipeline::Reply::new(reply, bytes),
         };
         assert!(tx.send(queued).await.is_ok());
     }
