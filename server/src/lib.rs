@@ -19,6 +19,8 @@ pub mod replica;
 pub mod security;
 pub mod server;
 pub mod session;
+#[cfg(test)]
+pub mod sim;
 pub mod storage;
 pub mod telemetry;
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The replica engine: what a server does with its Zab core's output, with no IO, no
 //! clock and no awaits of its own, so that the tokio pipeline (`pipeline.rs`) runs it
-//! in production and the simulator (`zab::sim`) runs the very same code in tests.
+//! in production and the simulator (`sim`) runs the very same code in tests.
 //!
 //! It owns the Zab core (`zab::Node`), the table of callers waiting for their
 //! writes, the read-index requests, the snapshot policy that bounds the core's log,

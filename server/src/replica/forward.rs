@@ -82,20 +82,20 @@ const NOT_LEADER: &str = "not the leader";
 
 /// A client write as it travels to the leader.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub(super) struct Write {
-    pub(super) session_id: u64,
-    pub(super) request_id: u64,
-    pub(super) fence: Option<Fence>,
-    pub(super) op: TxnOp,
+pub(crate) struct Write {
+    pub(crate) session_id: u64,
+    pub(crate) request_id: u64,
+    pub(crate) fence: Option<Fence>,
+    pub(crate) op: TxnOp,
     /// The zxid of the tree its permissions were checked on (0: not checked; see
     /// `Replica::submit_checked`). On the wire beside the write
     /// (`SubmitRequest.checked_at`), so servers of either version decode it.
     #[serde(skip)]
-    pub(super) checked_at: Zxid,
+    pub(crate) checked_at: Zxid,
     /// Its trace, if it is in a sampled one (`telemetry::trace`). On the wire beside
     /// the write too (`SubmitRequest.traceparent`).
     #[serde(skip)]
-    pub(super) trace: Option<WriteTrace>,
+    pub(crate) trace: Option<WriteTrace>,
 }
 
 /// The calling side: a queue of writes that a batcher task forwards, and the

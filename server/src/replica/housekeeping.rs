@@ -20,7 +20,8 @@ use tokio::task::JoinHandle;
 
 use super::pipeline::SnapshotJob;
 use super::{lock, Replica, Shared};
-use crate::tree::TreeError;
+use crate::storage::Storage;
+use crate::tree::{DataTree, TreeError};
 use crate::txn::{CloseReason, TxnOp, Zxid};
 
 /// Most reap proposals started per tick (the rest wait for later ticks).
@@ -176,18 +177,9 @@ pub(super) async fn snapshotter(
         let storage = shared.storage.clone();
         let zxid = tree.last_zxid();
         let started = std::time::Instant::now();
-        let written = tokio::task::spawn_blocking(move || {
-            // A tree that cannot be encoded whole breaks an invariant: nothing is
-            // saved (an empty or partial snapshot would lose state), and it is fatal.
-            let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
-            storage
-                .save_snapshot(zxid, &bytes)
-                .map_err(|e| e.to_string())?;
-            storage.purge(keep).map_err(|e| e.to_string())?;
-            // The bytes stay in storage only: the peer transport reads a SNAP there.
-            Ok::<usize, String>(bytes.len())
-        })
-        .await;
+        let written =
+            tokio::task::spawn_blocking(move || write_snapshot(storage.as_ref(), &tree, keep))
+                .await;
         match written {
             Ok(Ok(bytes)) => {
                 let took = started.elapsed();
@@ -207,6 +199,24 @@ pub(super) async fn snapshotter(
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),
         }
     }
+}
+
+/// Saves a snapshot of `tree` at its zxid and purges what it makes obsolete, keeping
+/// the newest `keep`; returns its size in bytes. A tree that cannot be encoded whole
+/// breaks an invariant: nothing is saved (an empty or partial snapshot would lose
+/// state), and the caller stops. The simulator writes its snapshots with this too.
+pub(crate) fn write_snapshot(
+    storage: &dyn Storage,
+    tree: &DataTree,
+    keep: usize,
+) -> Result<usize, String> {
+    let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
+    storage
+        .save_snapshot(tree.last_zxid(), &bytes)
+        .map_err(|e| e.to_string())?;
+    storage.purge(keep).map_err(|e| e.to_string())?;
+    // The bytes stay in storage only: the peer transport reads a SNAP there.
+    Ok(bytes.len())
 }
 
 /// Test-only ways to stall a replica's disk. A replica started inside

@@ -14,14 +14,14 @@
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
-mod engine;
+pub(crate) mod engine;
 mod forward;
-mod housekeeping;
+pub(crate) mod housekeeping;
 mod members;
 pub mod observe;
-mod persist;
+pub(crate) mod persist;
 mod pipeline;
-mod recovery;
+pub(crate) mod recovery;
 mod restore;
 mod supervise;
 
@@ -46,7 +46,8 @@ use crate::telemetry::trace::WriteTrace;
 use crate::tree::{DataTree, TreeError, TxnResult};
 use crate::txn::{Fence, TxnOp, Zxid};
 use crate::watch::WatchHub;
-use forward::{Forwarder, Write};
+use forward::Forwarder;
+pub(crate) use forward::Write;
 
 pub use members::Progress;
 pub use recovery::{discard_local_state, StartError};

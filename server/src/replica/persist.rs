@@ -277,8 +277,9 @@ fn merge(jobs: Vec<PersistJob>) -> Vec<PersistOp> {
     ops
 }
 
-/// Does the ops in order; each storage call is durable when it returns.
-fn write(
+/// Does the ops in order; each storage call is durable when it returns. (The
+/// simulator makes its servers' writes durable with this too.)
+pub(crate) fn write(
     storage: &dyn Storage,
     ops: Vec<PersistOp>,
     observe: &Observe,
@@ -320,10 +321,10 @@ fn write(
 /// What the persister records: each durable append's duration, and those slower
 /// than `slow` (counted, and logged as a warning: at most one line per `slow` of
 /// disk time, since the thread writes one batch at a time).
-pub(super) struct Observe {
-    pub(super) metrics: Arc<Metrics>,
+pub(crate) struct Observe {
+    pub(crate) metrics: Arc<Metrics>,
     /// `fsync_warn_threshold_ms`.
-    pub(super) slow: Duration,
+    pub(crate) slow: Duration,
 }
 
 impl Observe {

@@ -219,7 +219,7 @@ async fn wait_established(replica: &Replica, last_zxid: Zxid) -> Result<(), Star
     }
 }
 
-/// Loads the newest good snapshot, the log after it and the epochs. A damaged
+/// Opens the redb store at `file` and recovers from it (`recover_from`). A damaged
 /// history is `StartError::Damaged`.
 fn recover(file: &std::path::Path, ensemble: bool) -> Result<Recovered, StartError> {
     let damaged = |detail: String| StartError::Damaged {
@@ -227,29 +227,67 @@ fn recover(file: &std::path::Path, ensemble: bool) -> Result<Recovered, StartErr
         detail,
         ensemble,
     };
-    let bad_entry = |e: StorageError| match e {
+    let (storage, _) = RedbStorage::open(file).map_err(|e| match e {
         e @ StorageError::BadLogEntry { .. } => damaged(e.to_string()),
         e => StartError::Storage(e),
-    };
-    let (storage, _) = RedbStorage::open(file).map_err(bad_entry)?;
-    let (tree, snapshot) = load_snapshot(&storage).map_err(|e| match e {
-        SnapshotError::Damaged(detail) => damaged(detail),
-        SnapshotError::Start(e) => e,
     })?;
-    let log = read_log(&storage, tree.last_zxid()).map_err(|e| match e {
-        StartError::Storage(e) => bad_entry(e),
-        e => e,
+    let (tree, restored) = recover_from(&storage, ensemble).map_err(|e| match e {
+        RecoverError::Damaged(detail) => damaged(detail),
+        RecoverError::Start(e) => e,
     })?;
+    Ok(Recovered {
+        storage: Arc::new(storage),
+        tree,
+        restored,
+    })
+}
+
+/// Why a store cannot be recovered from.
+#[derive(Debug)]
+pub(crate) enum RecoverError {
+    /// The history is damaged (names what): a log entry fails its check, or the
+    /// snapshots that the log reaches back to are all unreadable.
+    Damaged(String),
+    Start(StartError),
+}
+
+impl From<StorageError> for RecoverError {
+    fn from(e: StorageError) -> Self {
+        match e {
+            e @ StorageError::BadLogEntry { .. } => RecoverError::Damaged(e.to_string()),
+            e => RecoverError::Start(e.into()),
+        }
+    }
+}
+
+impl From<StartError> for RecoverError {
+    fn from(e: StartError) -> Self {
+        RecoverError::Start(e)
+    }
+}
+
+/// What any store holds, for a Zab core to start from: the newest good snapshot's
+/// tree, and the log after it with the epochs and the must-resync marker. On an
+/// ensemble of one a must-resync marker is cleared (there is no leader to sync
+/// from). The simulator recovers its servers with this too.
+pub(crate) fn recover_from(
+    storage: &dyn Storage,
+    ensemble: bool,
+) -> Result<(DataTree, Restored), RecoverError> {
+    let (tree, snapshot) = load_snapshot(storage)?;
+    let log = read_log(storage, tree.last_zxid())?;
     let last = log.last().map_or(tree.last_zxid(), |t| t.zxid);
     let stored = storage.last_zxid()?;
     if last != stored {
-        return Err(StartError::Recovery(format!(
+        return Err(RecoverError::Start(StartError::Recovery(format!(
             "the log reaches zxid {last:#x} but storage holds up to {stored:#x}"
-        )));
+        ))));
     }
-    let epoch = |key| -> Result<u32, StartError> {
+    let epoch = |key| -> Result<u32, RecoverError> {
         let value = storage.get_u64(key)?.unwrap_or(0);
-        u32::try_from(value).map_err(|_| StartError::Recovery(format!("{key} {value} is too big")))
+        u32::try_from(value).map_err(|_| {
+            RecoverError::Start(StartError::Recovery(format!("{key} {value} is too big")))
+        })
     };
     // A new epoch must be above every zxid's epoch in the history.
     let accepted_epoch = epoch(ACCEPTED_EPOCH)?.max(zxid_epoch(last));
@@ -272,15 +310,11 @@ fn recover(file: &std::path::Path, ensemble: bool) -> Result<Recovered, StartErr
         log,
         must_resync,
     };
-    Ok(Recovered {
-        storage: Arc::new(storage),
-        tree,
-        restored,
-    })
+    Ok((tree, restored))
 }
 
 /// Every log entry above `after`, ascending.
-fn read_log(storage: &RedbStorage, after: Zxid) -> Result<Vec<Txn>, StartError> {
+fn read_log(storage: &dyn Storage, after: Zxid) -> Result<Vec<Txn>, StorageError> {
     let mut log: Vec<Txn> = Vec::new();
     loop {
         let from = log.last().map_or(after, |t| t.zxid);
@@ -292,24 +326,11 @@ fn read_log(storage: &RedbStorage, after: Zxid) -> Result<Vec<Txn>, StartError> 
     }
 }
 
-/// Why no snapshot could be loaded.
-enum SnapshotError {
-    /// The snapshots that the log reaches back to are all unreadable (names them).
-    Damaged(String),
-    Start(StartError),
-}
-
-impl From<StorageError> for SnapshotError {
-    fn from(e: StorageError) -> Self {
-        SnapshotError::Start(e.into())
-    }
-}
-
 /// The newest snapshot that loads and decodes, if the log reaches back to it. An
 /// unreadable one is skipped for an older one only while the log covers the gap
 /// (the snapshot is at or above `log_start`); with none left, starting from empty
 /// needs the whole log (`log_start` 0). Otherwise: Damaged, naming the bad ones.
-fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Zxid>), SnapshotError> {
+fn load_snapshot(storage: &dyn Storage) -> Result<(DataTree, Option<Zxid>), RecoverError> {
     let log_start = storage.log_start()?;
     let mut bad: Vec<String> = Vec::new();
     for zxid in storage.snapshots()?.into_iter().rev() {
@@ -335,7 +356,7 @@ fn load_snapshot(storage: &RedbStorage) -> Result<(DataTree, Option<Zxid>), Snap
         } else {
             bad.join(", ")
         };
-        return Err(SnapshotError::Damaged(format!(
+        return Err(RecoverError::Damaged(format!(
             "{what}, and the log does not cover the gap to an older one (it holds only the txns after zxid {log_start:#x})"
         )));
     }

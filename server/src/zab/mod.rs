@@ -141,9 +141,6 @@ mod sync;
 #[cfg(test)]
 mod tests;
 
-#[cfg(test)]
-pub mod sim;
-
 pub use log::Snapshot;
 pub use message::{
     Envelope, LeaderMsg, LearnerMsg, Message, Notification, PeerState, ServerId, SyncKind, Vote,

@@ -3,10 +3,11 @@
 //! one thread, one seeded RNG, one event queue ordered by (time, sequence).
 //!
 //! ```text
-//!   queue.pop ─▶ Tick / Deliver / DiskDone / Fault / Client ─▶ node ─▶ drain Ready
-//!      ▲             messages ─▶ network (drop, delay, dup) ─▶ queue       │
-//!      └──────────── persist ─▶ disk queue ─▶ DiskDone ─▶ persisted(n) ◀───┘
-//!                    committed ─▶ tree.apply ─▶ Checker
+//!   queue.pop ─▶ Tick / Deliver / DiskDone / Fault / Client ─▶ engine ─▶ drain ─▶ outbox
+//!      ▲             messages ─▶ network (drop, delay, dup) ─▶ queue             │
+//!      └──────────── persist ─▶ disk queue ─▶ DiskDone ─▶ persisted(n) ◀─────────┘
+//!                    applies, installs, answers, statuses ─▶ Checker
+//!                    snapshots ─▶ disk at once ─▶ compacted(zxid)
 //! ```
 //! Time is in units; a tick is `TICK` units.
 
@@ -15,11 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::check::{fnv, Checker, FNV_START};
-use super::server::{PendingWrite, SimServer};
+use super::server::{Outbox, PendingWrite, SimCaller, SimHost, SimServer, TreeChange};
 use super::SimOptions;
-use crate::txn::{CreateMode, CreateOp, DeleteOp, SetOp, Txn, TxnOp, Zxid};
+use crate::replica::engine::{Engine, Request};
+use crate::replica::Write;
+use crate::txn::{CreateMode, CreateOp, DeleteOp, SetOp, TxnOp, Zxid};
 use crate::zab::rng::Rng;
-use crate::zab::{Config, LeaderMsg, Message, Ready, Role, ServerId, SyncKind};
+use crate::zab::{Config, LeaderMsg, Message, Role, ServerId, SyncKind};
 
 /// Time units per tick.
 pub(crate) const TICK: u64 = 10;
@@ -88,11 +91,10 @@ pub(crate) struct World {
     pub(super) next_request: u64,
     /// Read-index requests: (server, id) → newest acked write when asked.
     pub(super) reads: BTreeMap<(ServerId, u64), Zxid>,
-    pub(super) snap_every: u64,
     pub(super) disk_delay_max: u64,
     pub(super) healed: bool,
-    /// The liveness write: (leader, zxid).
-    pub(super) marker: Option<(ServerId, Zxid)>,
+    /// The liveness write: the leader it was proposed at, and its zxid once acked.
+    pub(super) marker: Option<(ServerId, Option<Zxid>)>,
     pub(super) stats: Stats,
 }
 
@@ -102,11 +104,12 @@ impl World {
         let voters: Vec<ServerId> = (1..=opts.voters as u64).collect();
         let observers: Vec<ServerId> =
             (opts.voters as u64 + 1..=(opts.voters + opts.observers) as u64).collect();
+        let snap_every = 3 + rng.below(30);
         let mut servers = BTreeMap::new();
         for &id in voters.iter().chain(&observers) {
             let mut cfg = Config::new(id, voters.clone(), observers.clone());
             cfg.planted_bug = opts.bug;
-            servers.insert(id, SimServer::new(cfg, rng.next_u64())?);
+            servers.insert(id, SimServer::new(cfg, rng.next_u64(), snap_every)?);
         }
         let net = Net {
             loss_per_mille: rng.below(40),
@@ -115,7 +118,6 @@ impl World {
             blocked: BTreeSet::new(),
         };
         let mut w = World {
-            snap_every: 3 + rng.below(30),
             disk_delay_max: 1 + rng.below(25),
             discard_rng: Rng::new(opts.seed ^ 0xd15c_a4d0_5eed_0001),
             opts,
@@ -201,8 +203,8 @@ impl World {
             Event::Tick(id) => {
                 self.at(TICK, Event::Tick(id));
                 self.mark(&[self.now, 1, id]);
-                if let Some(node) = self.node(id) {
-                    node.tick();
+                if let Some(engine) = self.engine(id) {
+                    engine.tick(0);
                     self.drain(id)?;
                 }
             }
@@ -211,8 +213,8 @@ impl World {
                 if self.opts.verbose && std::env::var("ZAB_SIM_MSGS").is_ok() {
                     self.log(format_args!("{from} -> {to}: {msg:?}"));
                 }
-                if let Some(node) = self.node(to) {
-                    node.step(from, msg);
+                if let Some(engine) = self.engine(to) {
+                    engine.step(from, msg);
                     self.drain(to)?;
                 }
             }
@@ -233,62 +235,92 @@ impl World {
         Ok(())
     }
 
-    pub(super) fn node(&mut self, id: ServerId) -> Option<&mut crate::zab::Node> {
-        self.servers.get_mut(&id).and_then(|s| s.node.as_mut())
+    /// Server `id`'s engine, if it is up, its clock set to now.
+    pub(super) fn engine(&mut self, id: ServerId) -> Option<&mut Engine<SimHost>> {
+        let now = self.now;
+        let engine = self.servers.get_mut(&id)?.engine.as_mut()?;
+        engine.host.now = now;
+        Some(engine)
     }
 
-    /// Handles every Ready of server `id` until it has nothing left.
+    /// Runs server `id`'s engine until it has nothing left, handling its effects.
     pub(super) fn drain(&mut self, id: ServerId) -> Result<(), String> {
         loop {
-            let Some(node) = self.node(id) else {
+            let Some(engine) = self.engine(id) else {
                 return Ok(());
             };
-            let ready = node.ready();
-            if ready.is_empty() {
+            engine.drain();
+            let out = std::mem::take(&mut engine.host.out);
+            if !self.handle_out(id, out)? {
                 return Ok(());
             }
-            self.handle_ready(id, ready)?;
         }
     }
 
-    fn handle_ready(&mut self, id: ServerId, r: Ready) -> Result<(), String> {
-        if let Some(why) = r.fatal {
+    /// Handles one batch of server `id`'s effects; true if it wrote a snapshot (the
+    /// engine then has more to do).
+    fn handle_out(&mut self, id: ServerId, out: Outbox) -> Result<bool, String> {
+        if let Some(why) = out.fatal {
             return Err(format!("server {id} stopped on a broken invariant: {why}"));
         }
-        if let Some(st) = r.status {
+        for (st, serving) in out.statuses {
             self.log(format_args!("{id}: {st:?}"));
             self.mark(&[self.now, 3, id, st.role as u64, u64::from(st.epoch)]);
-            if st.role == Role::Leading && st.serving {
+            if serving {
                 self.stats.leaders += 1;
                 self.check.on_established(st.epoch, id)?;
             }
         }
-        for env in r.messages {
+        for change in out.changes {
+            match change {
+                TreeChange::Applied { prev, txn, digest } => {
+                    self.check.on_apply(id, prev, &txn)?;
+                    self.check.on_digest(id, txn.zxid, digest)?;
+                    self.mark(&[self.now, 5, id, txn.zxid]);
+                }
+                TreeChange::Installed { zxid, digest } => self.check.on_digest(id, zxid, digest)?,
+            }
+        }
+        for env in out.messages {
             self.send(id, env.to, env.msg);
         }
-        if !r.persist.is_empty() {
-            self.write(id, r.number, r.persist);
+        for w in out.writes {
+            self.write(id, w);
         }
-        for txn in r.committed {
-            self.apply(id, &txn)?;
+        for (request, zxid) in out.acked {
+            self.check.on_ack(zxid);
+            if request == MARKER_REQUEST {
+                self.marker = Some((id, Some(zxid)));
+            }
         }
-        for read in r.reads {
-            let asked = self.reads.remove(&(id, read.id)).unwrap_or(0);
-            if let Ok(index) = read.result {
+        if out.failed.contains(&MARKER_REQUEST) {
+            // Not acknowledged (its leader stepped down): the liveness phase asks again.
+            self.marker = None;
+        }
+        for (request, index) in out.reads {
+            let asked = self.reads.remove(&(id, request)).unwrap_or(0);
+            if let Some(index) = index {
                 self.stats.reads += 1;
                 self.check.on_read(id, index, asked)?;
             }
         }
-        Ok(())
+        let snapshots = !out.snapshots.is_empty();
+        if let Some(s) = self.servers.get_mut(&id) {
+            for tree in out.snapshots {
+                s.write_snapshot(&tree)?;
+            }
+        }
+        Ok(snapshots)
     }
 
     fn send(&mut self, from: ServerId, to: ServerId, mut msg: Message) {
         self.stats.messages += 1;
-        let disk = self
-            .servers
-            .get(&from)
-            .and_then(|s| s.disk.snapshot.as_ref());
-        if !msg.fill_snap_from(disk) {
+        // A SNAP is filled from the sender's disk, as the peer transport does.
+        let stored = msg.snap_to_fill().and_then(|(zxid, _)| {
+            let sender = self.servers.get(&from)?;
+            sender.stored_snapshot(zxid)
+        });
+        if !msg.fill_snap_from(stored.as_ref()) {
             return;
         }
         if let Message::ToLearner {
@@ -317,13 +349,13 @@ impl World {
         }
     }
 
-    fn write(&mut self, id: ServerId, number: u64, ops: Vec<crate::zab::PersistOp>) {
+    fn write(&mut self, id: ServerId, write: PendingWrite) {
         let delay = 1 + self.rng.below(self.disk_delay_max);
         let now = self.now;
         let Some(s) = self.servers.get_mut(&id) else {
             return;
         };
-        s.pending.push_back(PendingWrite { number, ops });
+        s.pending.push_back(write);
         s.disk_free_at = s.disk_free_at.max(now) + delay;
         let (done_at, incarnation) = (s.disk_free_at, s.incarnation);
         self.at(done_at - now, Event::DiskDone { id, incarnation });
@@ -336,42 +368,14 @@ impl World {
         if s.incarnation != incarnation || !s.up() {
             return Ok(());
         }
-        let Some(w) = s.pending.pop_front() else {
+        let Some(number) = s.write_pending()? else {
             return Ok(());
         };
-        let before = s.tree.last_zxid();
-        for op in &w.ops {
-            s.disk.apply(op, &mut s.tree)?;
-        }
-        let (after, digest) = (s.tree.last_zxid(), s.tree.digest());
-        if after != before {
-            self.check.on_digest(id, after, digest)?;
-        }
-        self.mark(&[self.now, 4, id, w.number]);
-        if let Some(node) = self.node(id) {
-            node.persisted(w.number);
+        self.mark(&[self.now, 4, id, number]);
+        if let Some(engine) = self.engine(id) {
+            engine.persisted(number);
         }
         self.drain(id)
-    }
-
-    fn apply(&mut self, id: ServerId, txn: &Txn) -> Result<(), String> {
-        let snap_every = self.snap_every;
-        let Some(s) = self.servers.get_mut(&id) else {
-            return Ok(());
-        };
-        let prev = s.tree.last_zxid();
-        self.check.on_apply(id, prev, txn)?;
-        s.tree.apply(txn);
-        self.check.on_digest(id, txn.zxid, s.tree.digest())?;
-        if s.proposed.remove(&txn.zxid) {
-            self.check.on_ack(txn.zxid);
-        }
-        s.applied_since_snapshot += 1;
-        if s.applied_since_snapshot >= snap_every {
-            s.snapshot();
-        }
-        self.mark(&[self.now, 5, id, txn.zxid]);
-        Ok(())
     }
 
     /// Servers that lead an established epoch right now.
@@ -379,8 +383,8 @@ impl World {
         self.servers
             .iter()
             .filter(|(_, s)| {
-                s.node.as_ref().is_some_and(|n| {
-                    let st = n.status();
+                s.engine.as_ref().is_some_and(|e| {
+                    let st = e.node().status();
                     st.role == Role::Leading && st.serving
                 })
             })
@@ -403,26 +407,27 @@ impl World {
             let rid = self.next_request;
             let acked = self.check.acked_max();
             self.reads.insert((id, rid), acked);
-            if let Some(node) = self.node(id) {
-                let _ = node.read_index(rid);
+            if let Some(engine) = self.engine(id) {
+                engine.read_index(rid);
             }
         } else {
-            let txn = self.random_txn();
-            self.propose(id, txn);
+            let write = self.random_write();
+            self.propose(id, write);
         }
         let _ = self.drain(id);
     }
 
-    pub(super) fn propose(&mut self, id: ServerId, txn: Txn) -> Option<Zxid> {
-        let zxid = self.node(id)?.propose(txn).ok()?;
-        if let Some(s) = self.servers.get_mut(&id) {
-            s.proposed.insert(zxid);
+    /// Hands a client's write to server `id` (answered once applied there).
+    pub(super) fn propose(&mut self, id: ServerId, write: Write) {
+        let request = write.request_id;
+        self.mark(&[self.now, 6, id, request]);
+        if let Some(engine) = self.engine(id) {
+            let caller = SimCaller(request);
+            engine.propose(&mut vec![Request { write, caller }]);
         }
-        self.mark(&[self.now, 6, id, zxid]);
-        Some(zxid)
     }
 
-    fn random_txn(&mut self) -> Txn {
+    fn random_write(&mut self) -> Write {
         self.next_request += 1;
         let path = format!("/k{}", self.rng.below(6));
         let data = Bytes::from(self.next_request.to_le_bytes().to_vec());
@@ -440,16 +445,19 @@ impl World {
             }),
             _ => TxnOp::Delete(DeleteOp { path, version: -1 }),
         };
-        Txn {
-            zxid: 0,
-            time_ms: self.now as i64,
+        Write {
             session_id: 0,
             request_id: self.next_request,
             fence: None,
             op,
+            checked_at: 0,
+            trace: None,
         }
     }
 }
+
+/// The request id of the liveness phase's marker write.
+pub(super) const MARKER_REQUEST: u64 = u64::MAX;
 
 /// A small code per message kind, for the trace.
 fn msg_code(msg: &Message) -> u64 {

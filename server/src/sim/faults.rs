@@ -4,8 +4,9 @@
 //! the liveness phase: heal everything, restart everyone, then require a leader to
 //! commit a new write that every server applies, with equal trees.
 
-use super::world::World;
-use crate::txn::{Txn, TxnOp};
+use super::world::{World, MARKER_REQUEST};
+use crate::replica::Write;
+use crate::txn::TxnOp;
 use crate::zab::ServerId;
 
 impl World {
@@ -124,7 +125,7 @@ impl World {
         // whatever the protocol does).
         let discard = !self.healed
             && self.discard_rng.below(8) == 0
-            && self.servers.values().all(|s| !s.disk.must_resync);
+            && self.servers.values().all(|s| !s.must_resync());
         if discard && self.servers.contains_key(&id) {
             self.log(format_args!("discard the history of {id}"));
             self.stats.discards += 1;
@@ -133,10 +134,10 @@ impl World {
             return Ok(());
         };
         if discard {
-            s.discard();
+            s.discard()?;
         }
         s.restart(seed)?;
-        let (zxid, digest) = (s.tree.last_zxid(), s.tree.digest());
+        let (zxid, digest) = (s.tree().last_zxid(), s.tree().digest());
         self.check.on_digest(id, zxid, digest)?;
         self.drain(id)
     }
@@ -165,25 +166,24 @@ impl World {
         let Some(&leader) = leaders.first() else {
             return;
         };
-        let txn = Txn {
-            zxid: 0,
-            time_ms: 0,
+        let write = Write {
             session_id: 0,
-            request_id: u64::MAX,
+            request_id: MARKER_REQUEST,
             fence: None,
             op: TxnOp::Reap {
                 path: "/marker".into(),
             },
+            checked_at: 0,
+            trace: None,
         };
-        if let Some(zxid) = self.propose(leader, txn) {
-            self.marker = Some((leader, zxid));
-            let _ = self.drain(leader);
-        }
+        self.marker = Some((leader, None));
+        self.propose(leader, write);
+        let _ = self.drain(leader);
     }
 
     /// The marker is acked and every server applied it, with equal trees.
     pub(super) fn converged(&self) -> bool {
-        let Some((_, marker)) = self.marker else {
+        let Some((_, Some(marker))) = self.marker else {
             return false;
         };
         if !self.check.acked.contains(&marker) {
@@ -191,10 +191,11 @@ impl World {
         }
         let mut digest = None;
         for s in self.servers.values() {
-            if !s.up() || s.tree.last_zxid() < marker {
+            let tree = s.tree();
+            if !s.up() || tree.last_zxid() < marker {
                 return false;
             }
-            let d = (s.tree.last_zxid(), s.tree.digest());
+            let d = (tree.last_zxid(), tree.digest());
             if digest.is_some_and(|x| x != d) {
                 return false;
             }

@@ -1,24 +1,32 @@
-//! A deterministic simulator for the Zab core plus the data tree (test builds only).
+//! A deterministic simulator of whole replicas (test builds only).
 //!
 //! One thread, one seeded RNG: N servers (3 or 5 voters, sometimes an observer),
-//! each a `zab::Node`, a simulated disk that loses what was not made durable on a
-//! crash, and a `DataTree` applying committed txns; a network with delay, loss,
-//! duplication, reordering and partitions (symmetric, one-way, isolating the
-//! leader, a bridge that alone hears both sides); crashes and restarts; clients writing at the leader and asking for read
-//! indexes. Invariants are checked as every event is handled (`check.rs`); then the
-//! liveness phase heals everything and requires a new write to commit everywhere
-//! within a bound. The same seed gives the same trace hash.
+//! each running the code a server runs: the replica engine (`replica::engine`: the
+//! Zab core, applying to the data tree, the waiter table, the snapshot policy), its
+//! disk a `MemStorage` written by the persister's `persist::write` and the
+//! snapshotter's `write_snapshot` and read back at every restart by recovery's
+//! `recover_from`, losing what was not made durable on a crash. Around them: a
+//! network with delay, loss, duplication, reordering and partitions (symmetric,
+//! one-way, isolating the leader, a bridge that alone hears both sides); crashes and
+//! restarts; clients writing at the leader and asking for read indexes. Invariants
+//! are checked as every event is handled (`check.rs`); then the liveness phase heals
+//! everything and requires a new write to commit everywhere within a bound. The same
+//! seed gives the same trace hash.
+//!
+//! What it does not run: the tokio shell around the engine (`replica/pipeline.rs`:
+//! its select loop and back-pressure), the peer transport, forwarding, and the
+//! housekeeping tasks (session expiry, reaping).
 //!
 //! ```text
 //!   seed ─▶ SimOptions::from_seed ─▶ World::run (chaos, heal, liveness) ─▶ Ok(report) | Err(failure)
 //! ```
 //!
 //! Commands:
-//! - CI: `cargo test -p concord-server zab::sim::` (12000 seeds by default, about
-//!   2 minutes in debug; ZAB_SIM_SEEDS sets the count, ZAB_SIM_FIRST the first seed);
+//! - CI: `cargo test -p concord-server sim::tests::` (12000 seeds by default, about
+//!   4 minutes in debug; ZAB_SIM_SEEDS sets the count, ZAB_SIM_FIRST the first seed);
 //! - longer sweep: `ZAB_SIM_FIRST=12000 ZAB_SIM_SEEDS=200000 ZAB_SIM_CHAOS_TICKS=1000
-//!   cargo test -p concord-server zab::sim::tests::zab_sim_seeds -- --nocapture`;
-//! - replay: `ZAB_SEED=1234 cargo test -p concord-server zab::sim::tests::zab_sim_replay -- --nocapture`
+//!   cargo test -p concord-server sim::tests::zab_sim_seeds -- --nocapture`;
+//! - replay: `ZAB_SEED=1234 cargo test -p concord-server sim::tests::zab_sim_replay -- --nocapture`
 //!   (add ZAB_SIM_VERBOSE=1 for the event log, ZAB_BUG=ack|commit|epoch|resync for a
 //!   planted bug).
 
@@ -31,7 +39,7 @@ mod world;
 
 pub use world::Stats;
 
-use super::PlantedBug;
+use crate::zab::PlantedBug;
 use world::World;
 
 /// What one run simulates.
@@ -97,6 +105,6 @@ pub fn replay_command(seed: u64, bug: Option<PlantedBug>) -> String {
         Some(PlantedBug::IgnoreResync) => "ZAB_BUG=resync ",
     };
     format!(
-        "{bug}ZAB_SEED={seed} ZAB_SIM_VERBOSE=1 cargo test -p concord-server zab::sim::tests::zab_sim_replay -- --nocapture"
+        "{bug}ZAB_SEED={seed} ZAB_SIM_VERBOSE=1 cargo test -p concord-server sim::tests::zab_sim_replay -- --nocapture"
     )
 }
