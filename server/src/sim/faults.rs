@@ -22,12 +22,12 @@ impl World {
         if ids.is_empty() {
             return None;
         }
-        Some(ids[self.rng.below(ids.len() as u64) as usize])
+        Some(ids[self.rng.faults.below(ids.len() as u64) as usize])
     }
 
     pub(super) fn fault(&mut self) -> Result<(), String> {
         let all: Vec<ServerId> = self.servers.keys().copied().collect();
-        match self.rng.below(100) {
+        match self.rng.faults.below(100) {
             0..=14 => {
                 let up = self.up_ids(true);
                 if let Some(id) = self.pick(&up) {
@@ -47,7 +47,7 @@ impl World {
                     let side: Vec<ServerId> = all
                         .iter()
                         .copied()
-                        .filter(|&s| s != bridge && self.rng.below(2) == 0)
+                        .filter(|&s| s != bridge && self.rng.faults.below(2) == 0)
                         .collect();
                     self.log(format_args!("bridge {bridge} between {side:?} | rest"));
                     for &a in all.iter().filter(|&&a| a != bridge) {
@@ -63,7 +63,7 @@ impl World {
                 let side: Vec<ServerId> = all
                     .iter()
                     .copied()
-                    .filter(|_| self.rng.below(2) == 0)
+                    .filter(|_| self.rng.faults.below(2) == 0)
                     .collect();
                 self.log(format_args!("partition {side:?} | rest"));
                 for &a in &all {
@@ -96,7 +96,7 @@ impl World {
                 self.net.blocked.clear();
             }
             _ => {
-                let (loss, dup) = (self.rng.below(80), self.rng.below(40));
+                let (loss, dup) = (self.rng.faults.below(80), self.rng.faults.below(40));
                 self.log(format_args!("loss {loss}‰ dup {dup}‰"));
                 self.net.loss_per_mille = loss;
                 self.net.dup_per_mille = dup;
@@ -106,7 +106,7 @@ impl World {
     }
 
     pub(super) fn crash(&mut self, id: ServerId) -> Result<(), String> {
-        let torn = self.rng.below(3) as usize;
+        let torn = self.rng.faults.below(3) as usize;
         self.log(format_args!("crash {id} (torn {torn})"));
         self.stats.crashes += 1;
         self.mark(&[self.now, 7, id]);
@@ -119,12 +119,12 @@ impl World {
     pub(super) fn restart(&mut self, id: ServerId) -> Result<(), String> {
         self.log(format_args!("restart {id}"));
         self.mark(&[self.now, 8, id]);
-        let seed = self.rng.next_u64();
+        let seed = self.rng.faults.next_u64();
         // As `concord --discard-local-state` would, now and then, while no other
         // server is still resyncing (a majority discarded at once loses data
         // whatever the protocol does).
         let discard = !self.healed
-            && self.discard_rng.below(8) == 0
+            && self.rng.faults.below(8) == 0
             && self.servers.values().all(|s| !s.must_resync());
         if discard && self.servers.contains_key(&id) {
             self.log(format_args!("discard the history of {id}"));

@@ -74,12 +74,35 @@ pub struct Stats {
     pub discards: u64,
 }
 
+/// One random stream per subsystem, each drawn from the seed, so that a change to
+/// what one of them draws leaves the others' draws as they were.
+pub(crate) struct Rngs {
+    /// Loss, duplication and delay of messages.
+    pub(crate) net: Rng,
+    /// Disk latency and how often snapshots are asked for.
+    pub(crate) disk: Rng,
+    /// What the clients do, when, and where.
+    pub(crate) workload: Rng,
+    /// Crashes, restarts, partitions, discards; the servers' own seeds and clocks.
+    pub(crate) faults: Rng,
+}
+
+impl Rngs {
+    fn new(seed: u64) -> Rngs {
+        let stream = |n: u64| Rng::new(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        Rngs {
+            net: stream(1),
+            disk: stream(2),
+            workload: stream(3),
+            faults: stream(4),
+        }
+    }
+}
+
 pub(crate) struct World {
     pub(super) opts: SimOptions,
-    pub(super) rng: Rng,
-    /// Draws whether a restart discards the server's history: a stream of its own, so
-    /// a seed runs as it did before discards existed until its first discard.
-    pub(super) discard_rng: Rng,
+    /// One random stream per subsystem.
+    pub(super) rng: Rngs,
     pub(super) now: u64,
     pub(super) seq: u64,
     pub(super) queue: BTreeMap<(u64, u64), Event>,
@@ -100,26 +123,25 @@ pub(crate) struct World {
 
 impl World {
     pub(crate) fn new(opts: SimOptions) -> Result<World, String> {
-        let mut rng = Rng::new(opts.seed);
+        let mut rng = Rngs::new(opts.seed);
         let voters: Vec<ServerId> = (1..=opts.voters as u64).collect();
         let observers: Vec<ServerId> =
             (opts.voters as u64 + 1..=(opts.voters + opts.observers) as u64).collect();
-        let snap_every = 3 + rng.below(30);
+        let snap_every = 3 + rng.disk.below(30);
         let mut servers = BTreeMap::new();
         for &id in voters.iter().chain(&observers) {
             let mut cfg = Config::new(id, voters.clone(), observers.clone());
             cfg.planted_bug = opts.bug;
-            servers.insert(id, SimServer::new(cfg, rng.next_u64(), snap_every)?);
+            servers.insert(id, SimServer::new(cfg, rng.faults.next_u64(), snap_every)?);
         }
         let net = Net {
-            loss_per_mille: rng.below(40),
-            dup_per_mille: rng.below(30),
-            delay_max: 1 + rng.below(15),
+            loss_per_mille: rng.net.below(40),
+            dup_per_mille: rng.net.below(30),
+            delay_max: 1 + rng.net.below(15),
             blocked: BTreeSet::new(),
         };
         let mut w = World {
-            disk_delay_max: 1 + rng.below(25),
-            discard_rng: Rng::new(opts.seed ^ 0xd15c_a4d0_5eed_0001),
+            disk_delay_max: 1 + rng.disk.below(25),
             opts,
             rng,
             now: 0,
@@ -137,7 +159,7 @@ impl World {
         };
         let ids: Vec<ServerId> = w.servers.keys().copied().collect();
         for id in ids {
-            let phase = w.rng.below(TICK);
+            let phase = w.rng.faults.below(TICK);
             w.at(phase, Event::Tick(id));
             w.drain(id)?;
         }
@@ -222,13 +244,13 @@ impl World {
             Event::Fault => {
                 if !self.healed {
                     self.fault()?;
-                    let next = 20 + self.rng.below(60);
+                    let next = 20 + self.rng.faults.below(60);
                     self.at(next, Event::Fault);
                 }
             }
             Event::Client => {
                 self.client();
-                let next = 2 + self.rng.below(8);
+                let next = 2 + self.rng.workload.below(8);
                 self.at(next, Event::Client);
             }
         }
@@ -334,23 +356,23 @@ impl World {
                 SyncKind::Snap { .. } => self.stats.snaps += 1,
             }
         }
-        if self.net.blocked.contains(&(from, to)) || self.rng.chance(self.net.loss_per_mille) {
+        if self.net.blocked.contains(&(from, to)) || self.rng.net.chance(self.net.loss_per_mille) {
             return;
         }
-        let copies = if self.rng.chance(self.net.dup_per_mille) {
+        let copies = if self.rng.net.chance(self.net.dup_per_mille) {
             2
         } else {
             1
         };
         for _ in 0..copies {
-            let delay = 1 + self.rng.below(self.net.delay_max);
+            let delay = 1 + self.rng.net.below(self.net.delay_max);
             let msg = msg.clone();
             self.at(delay, Event::Deliver { from, to, msg });
         }
     }
 
     fn write(&mut self, id: ServerId, write: PendingWrite) {
-        let delay = 1 + self.rng.below(self.disk_delay_max);
+        let delay = 1 + self.rng.disk.below(self.disk_delay_max);
         let now = self.now;
         let Some(s) = self.servers.get_mut(&id) else {
             return;
@@ -401,8 +423,8 @@ impl World {
         if leaders.is_empty() {
             return;
         }
-        let id = leaders[self.rng.below(leaders.len() as u64) as usize];
-        if self.rng.chance(100) {
+        let id = leaders[self.rng.workload.below(leaders.len() as u64) as usize];
+        if self.rng.workload.chance(100) {
             self.next_request += 1;
             let rid = self.next_request;
             let acked = self.check.acked_max();
@@ -429,9 +451,9 @@ impl World {
 
     fn random_write(&mut self) -> Write {
         self.next_request += 1;
-        let path = format!("/k{}", self.rng.below(6));
+        let path = format!("/k{}", self.rng.workload.below(6));
         let data = Bytes::from(self.next_request.to_le_bytes().to_vec());
-        let op = match self.rng.below(10) {
+        let op = match self.rng.workload.below(10) {
             0..=3 => TxnOp::Create(CreateOp {
                 path,
                 data,
