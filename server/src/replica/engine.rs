@@ -450,7 +450,7 @@ impl<H: Host> Engine<H> {
             Ok(mut tree) => {
                 tree.track_usage(self.quota.roots());
                 self.quota.recount_sessions_of(&tree);
-                *self.lock_sessions() = super::deadlines_of(&tree, self.host.now_ms());
+                *self.sessions() = super::deadlines_of(&tree, self.host.now_ms());
                 let mut applied = self
                     .readable
                     .tree
@@ -542,16 +542,18 @@ impl<H: Host> Engine<H> {
             ) => {
                 let ttl = u64::try_from(*ttl_ms).unwrap_or(0);
                 let now = self.host.now_ms();
-                self.lock_sessions().add(*session_id, ttl, now);
+                self.sessions().add(*session_id, ttl, now);
             }
             (TxnOp::CloseSession { session_id, .. }, _) => {
-                self.lock_sessions().remove(*session_id);
+                self.sessions().remove(*session_id);
             }
             _ => {}
         }
     }
 
-    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
+    /// The session deadlines (keep-alives touch them; the leader's expiry takes from
+    /// them).
+    pub(crate) fn sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
         super::lock(&self.readable.sessions)
     }
 
@@ -591,7 +593,7 @@ impl<H: Host> Engine<H> {
             // A new leader cannot know which sessions were kept alive elsewhere
             // while there was none: each gets a full TTL before any expires.
             let now = self.host.now_ms();
-            self.lock_sessions().refresh_all(now);
+            self.sessions().refresh_all(now);
         }
         self.host.status(&status, serving);
         let was = std::mem::replace(&mut self.serving, serving);

@@ -6,11 +6,13 @@
 //!   installs);
 //! - no acknowledged write lost (an acked zxid is in that sequence, and any later
 //!   apply anywhere follows it);
-//! - a read index is never below a write acknowledged before the read was asked.
+//! - a read index is never below a write acknowledged before the read was asked;
+//! - fenced writes and ephemeral nodes as `applied_state` says.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::txn::{Txn, Zxid};
+use crate::tree::{DataTree, Event, EventKind};
+use crate::txn::{MultiOp, QueueOp, Txn, TxnOp, Zxid};
 use crate::zab::ServerId;
 
 /// FNV-1a over bytes: a stable hash for txns and traces.
@@ -133,4 +135,73 @@ impl Checker {
     pub(crate) fn committed_count(&self) -> usize {
         self.canon.len()
     }
+}
+
+/// What the tree must show right after `txn` was applied with `events` (checked on
+/// every server, for every txn, independently of how `apply` decides):
+/// - FencedWrite: a fenced write that applied was made while its token held the
+///   lock: the token's node is its queue's first member (the clients' mutex has
+///   one permit);
+/// - EphemeralLifetime: an ephemeral node is deleted only by its session's end or
+///   by a delete that names it, and once a session has ended neither it nor any
+///   ephemeral node it owned is left.
+pub(crate) fn applied_state(txn: &Txn, events: &[Event], tree: &DataTree) -> Result<(), String> {
+    if let Some(fence) = txn.fence.as_ref().filter(|_| !events.is_empty()) {
+        let queue = crate::tree::path::parent(&fence.key);
+        let holder = tree.queue_entries(queue, 1).into_iter().next();
+        if !holder.is_some_and(|h| h.key == fence.key && h.token == fence.token) {
+            return Err(format!(
+                "FencedWrite: {:#x} applied under {} token {:#x}, which does not hold the lock",
+                txn.zxid, fence.key, fence.token
+            ));
+        }
+    }
+    for ev in events {
+        let owner = ev.stat.ephemeral_owner;
+        if ev.kind == EventKind::Deleted && owner != 0 && !ends_or_names(&txn.op, owner, &ev.path) {
+            return Err(format!(
+                "EphemeralLifetime: {:#x} deleted {} of live session {owner:#x}",
+                txn.zxid, ev.path
+            ));
+        }
+    }
+    if let TxnOp::CloseSession { session_id, .. } = txn.op {
+        let left = tree.session(session_id).is_some()
+            || ephemerals(tree).any(|(_, owner)| owner == session_id);
+        if left {
+            return Err(format!(
+                "EphemeralLifetime: after {:#x} closed session {session_id:#x}, it or one of its ephemerals is left",
+                txn.zxid
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `op` ends session `owner` or deletes `path` by name.
+fn ends_or_names(op: &TxnOp, owner: u64, path: &str) -> bool {
+    match op {
+        TxnOp::CloseSession { session_id, .. } => *session_id == owner,
+        TxnOp::Delete(d) => d.path == path,
+        TxnOp::Queue(QueueOp::Leave { path: p, .. }) => p == path,
+        TxnOp::Multi(ops) => ops
+            .iter()
+            .any(|op| matches!(op, MultiOp::Delete(d) if d.path == path)),
+        _ => false,
+    }
+}
+
+/// The simulated clients' ephemeral nodes (at the root and in the lock queue), with
+/// their owners.
+fn ephemerals(tree: &DataTree) -> impl Iterator<Item = (String, u64)> + '_ {
+    let roots = tree.children("/", "", 0).unwrap_or_default();
+    let root = roots
+        .into_iter()
+        .filter(|(_, stat)| stat.ephemeral_owner != 0)
+        .map(|(name, stat)| (format!("/{name}"), stat.ephemeral_owner));
+    let queued = tree
+        .queue_entries(super::workload::LOCK_QUEUE, 0)
+        .into_iter()
+        .map(|e| (e.key, e.session_id));
+    root.chain(queued)
 }

@@ -4,6 +4,7 @@
 //! the liveness phase: heal everything, restart everyone, then require a leader to
 //! commit a new write that every server applies, with equal trees.
 
+use super::workload::Asked;
 use super::world::{World, MARKER_REQUEST};
 use crate::replica::Write;
 use crate::txn::TxnOp;
@@ -110,6 +111,7 @@ impl World {
         self.log(format_args!("crash {id} (torn {torn})"));
         self.stats.crashes += 1;
         self.mark(&[self.now, 7, id]);
+        self.forget_requests(id);
         match self.servers.get_mut(&id) {
             Some(s) => s.crash(torn),
             None => Ok(()),
@@ -177,7 +179,7 @@ impl World {
             trace: None,
         };
         self.marker = Some((leader, None));
-        self.propose(leader, write);
+        self.propose(leader, write, Asked::Other);
         let _ = self.drain(leader);
     }
 

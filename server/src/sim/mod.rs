@@ -35,6 +35,7 @@ mod faults;
 mod server;
 #[cfg(test)]
 mod tests;
+mod workload;
 mod world;
 
 pub use world::Stats;

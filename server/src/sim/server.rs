@@ -31,6 +31,9 @@ fn metrics() -> Arc<Metrics> {
     Arc::new(Metrics::new(Seconds::new(&[1.0])))
 }
 
+/// Tree digests are compared at the zxids that are multiples of this.
+const DIGEST_EVERY: u64 = 4;
+
 /// Snapshots each simulated server keeps (`snapshots_keep`).
 const SNAPSHOTS_KEEP: usize = 2;
 
@@ -44,8 +47,13 @@ pub(crate) struct PendingWrite {
 /// What applying did to a server's tree, in order, for the checker.
 #[derive(Debug)]
 pub(crate) enum TreeChange {
-    /// `txn` was applied to a tree at `prev`, leaving `digest`.
-    Applied { prev: Zxid, txn: Txn, digest: u64 },
+    /// `txn` was applied to a tree at `prev`, leaving `digest` (taken at one zxid in
+    /// `DIGEST_EVERY`, the same ones on every server: a digest costs O(tree)).
+    Applied {
+        prev: Zxid,
+        txn: Txn,
+        digest: Option<u64>,
+    },
     /// A snapshot from the leader replaced the tree.
     Installed { zxid: Zxid, digest: u64 },
 }
@@ -58,14 +66,16 @@ pub(crate) struct Outbox {
     /// Snapshots the engine asked for (the world writes them at once).
     pub(crate) snapshots: Vec<DataTree>,
     pub(crate) changes: Vec<TreeChange>,
-    /// Writes answered as committed: (request id, zxid).
-    pub(crate) acked: Vec<(u64, Zxid)>,
+    /// Writes answered as committed: (request id, outcome).
+    pub(crate) acked: Vec<(u64, Committed)>,
     /// Writes answered with an error (not acknowledged): request ids.
     pub(crate) failed: Vec<u64>,
     /// Read indexes answered: (request id, the index or None if refused).
     pub(crate) reads: Vec<(u64, Option<Zxid>)>,
     pub(crate) statuses: Vec<(Status, bool)>,
     pub(crate) fatal: Option<String>,
+    /// Invariants broken by what was applied (`check::applied_state`).
+    pub(crate) violations: Vec<String>,
 }
 
 /// The simulator's host: records the engine's effects; its clocks are the world's.
@@ -117,12 +127,15 @@ impl Host for SimHost {
             .push(TreeChange::Installed { zxid, digest });
     }
 
-    fn publish(&mut self, txn: &Txn, _events: &[Event], tree: &DataTree) {
+    fn publish(&mut self, txn: &Txn, events: &[Event], tree: &DataTree) {
+        if let Err(broken) = super::check::applied_state(txn, events, tree) {
+            self.out.violations.push(broken);
+        }
         let prev = std::mem::replace(&mut self.last_applied, txn.zxid);
         self.out.changes.push(TreeChange::Applied {
             prev,
             txn: txn.clone(),
-            digest: tree.digest(),
+            digest: txn.zxid.is_multiple_of(DIGEST_EVERY).then(|| tree.digest()),
         });
     }
 
@@ -131,7 +144,7 @@ impl Host for SimHost {
     fn answer(&mut self, caller: SimCaller, outcome: Result<Committed, ReplicaError>) {
         // A write refused or failed is simply not acknowledged.
         match outcome {
-            Ok(c) if c.zxid != 0 => self.out.acked.push((caller.0, c.zxid)),
+            Ok(c) if c.zxid != 0 => self.out.acked.push((caller.0, c)),
             _ => self.out.failed.push(caller.0),
         }
     }

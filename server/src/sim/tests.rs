@@ -25,6 +25,10 @@ struct Totals {
     reads: u64,
     crashes: u64,
     discards: u64,
+    sessions: u64,
+    expiries: u64,
+    fenced_applied: u64,
+    fenced_refused: u64,
     liveness_ticks_max: u64,
 }
 
@@ -48,6 +52,10 @@ fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64
         t.reads += s.reads;
         t.crashes += s.crashes;
         t.discards += s.discards;
+        t.sessions += s.sessions;
+        t.expiries += s.expiries;
+        t.fenced_applied += s.fenced_applied;
+        t.fenced_refused += s.fenced_refused;
         t.liveness_ticks_max = t.liveness_ticks_max.max(s.liveness_ticks);
     }
     Ok(t)
@@ -108,6 +116,8 @@ fn the_simulator_exercises_every_path() {
     assert!(t.diffs > 0 && t.truncs > 0 && t.snaps > 0, "{t:?}");
     assert!(t.reads > 0 && t.crashes > 0 && t.leaders > 40, "{t:?}");
     assert!(t.discards > 0, "{t:?}");
+    assert!(t.sessions > 40 && t.expiries > 0, "{t:?}");
+    assert!(t.fenced_applied > 0 && t.fenced_refused > 0, "{t:?}");
     assert!(t.committed > 1000, "{t:?}");
 }
 
@@ -140,4 +150,64 @@ fn planted_bug_skip_epoch_persist_is_caught() {
 #[test]
 fn planted_bug_ignore_resync_is_caught() {
     caught(PlantedBug::IgnoreResync, 3000);
+}
+
+/// The checks on applied state fail when what they guard is broken (fed a txn and
+/// a tree that `apply` itself would never leave together).
+#[test]
+fn applied_state_checks_can_fail() {
+    use crate::tree::{DataTree, Event, EventKind, Stat};
+    use crate::txn::{CloseReason, Fence, SetOp, Txn, TxnOp};
+    let txn = |zxid, op, fence| Txn {
+        zxid,
+        time_ms: 0,
+        session_id: 0,
+        request_id: 0,
+        fence,
+        op,
+    };
+    let mut tree = DataTree::new();
+    let opened = tree.apply(&txn(1, TxnOp::OpenSession { ttl_ms: 1000 }, None));
+    assert!(opened.result.is_ok());
+    let event = |kind, path: &str, owner| Event {
+        zxid: 2,
+        kind,
+        path: path.into(),
+        data: Default::default(),
+        prev_data: Default::default(),
+        stat: Stat {
+            ephemeral_owner: owner,
+            ..Stat::default()
+        },
+    };
+    // A fenced write "applied" under a lock node that does not exist.
+    let fence = Fence {
+        key: format!("{}/0000000000", super::workload::LOCK_QUEUE),
+        token: 1,
+    };
+    let set = TxnOp::Set(SetOp {
+        path: "/k".into(),
+        data: Default::default(),
+        version: -1,
+    });
+    let fenced = txn(2, set.clone(), Some(fence));
+    let changed = [event(EventKind::DataChanged, "/k", 0)];
+    let e = check::applied_state(&fenced, &changed, &tree).unwrap_err();
+    assert!(e.starts_with("FencedWrite"), "{e}");
+    // Not applied (no events): nothing to say.
+    assert!(check::applied_state(&fenced, &[], &tree).is_ok());
+    // An ephemeral of session 1 deleted by a write that neither ends it nor names it.
+    let deleted = [event(EventKind::Deleted, "/e", 1)];
+    let e = check::applied_state(&txn(2, set, None), &deleted, &tree).unwrap_err();
+    assert!(e.starts_with("EphemeralLifetime"), "{e}");
+    // A close after which the session is still there.
+    let close = TxnOp::CloseSession {
+        session_id: 1,
+        reason: CloseReason::Expired,
+    };
+    let e = check::applied_state(&txn(2, close.clone(), None), &deleted, &tree).unwrap_err();
+    assert!(e.starts_with("EphemeralLifetime"), "{e}");
+    // Once applied for real, the close leaves nothing behind.
+    let closed = tree.apply(&txn(2, close.clone(), None));
+    assert!(check::applied_state(&txn(2, close, None), &closed.events, &tree).is_ok());
 }

@@ -13,14 +13,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bytes::Bytes;
-
 use super::check::{fnv, Checker, FNV_START};
 use super::server::{Outbox, PendingWrite, SimCaller, SimHost, SimServer, TreeChange};
+use super::workload::{Asked, Client, CLIENTS};
 use super::SimOptions;
 use crate::replica::engine::{Engine, Request};
 use crate::replica::Write;
-use crate::txn::{CreateMode, CreateOp, DeleteOp, SetOp, TxnOp, Zxid};
+use crate::txn::Zxid;
 use crate::zab::rng::Rng;
 use crate::zab::{Config, LeaderMsg, Message, Role, ServerId, SyncKind};
 
@@ -68,6 +67,12 @@ pub struct Stats {
     pub snaps: u64,
     /// Read indexes answered Ok.
     pub reads: u64,
+    /// Sessions opened by the clients, and expired by a leader.
+    pub sessions: u64,
+    pub expiries: u64,
+    /// Writes under the lock's fence applied, and refused (FENCED).
+    pub fenced_applied: u64,
+    pub fenced_refused: u64,
     /// Leaders established.
     pub leaders: u64,
     /// Histories discarded (must resync).
@@ -112,6 +117,9 @@ pub(crate) struct World {
     /// A hash of everything that happened, for determinism checks.
     pub(super) trace: u64,
     pub(super) next_request: u64,
+    pub(super) clients: Vec<Client>,
+    /// Requests awaiting an answer: request id → (the server asked, what for).
+    pub(super) asked: BTreeMap<u64, (ServerId, Asked)>,
     /// Read-index requests: (server, id) → newest acked write when asked.
     pub(super) reads: BTreeMap<(ServerId, u64), Zxid>,
     pub(super) disk_delay_max: u64,
@@ -152,6 +160,8 @@ impl World {
             check: Checker::default(),
             trace: FNV_START,
             next_request: 0,
+            clients: (0..CLIENTS).map(|_| Client::default()).collect(),
+            asked: BTreeMap::new(),
             reads: BTreeMap::new(),
             healed: false,
             marker: None,
@@ -228,6 +238,8 @@ impl World {
                 if let Some(engine) = self.engine(id) {
                     engine.tick(0);
                     self.drain(id)?;
+                    self.expire_sessions(id);
+                    self.drain(id)?;
                 }
             }
             Event::Deliver { from, to, msg } => {
@@ -285,6 +297,9 @@ impl World {
         if let Some(why) = out.fatal {
             return Err(format!("server {id} stopped on a broken invariant: {why}"));
         }
+        if let Some(broken) = out.violations.into_iter().next() {
+            return Err(format!("server {id}: {broken}"));
+        }
         for (st, serving) in out.statuses {
             self.log(format_args!("{id}: {st:?}"));
             self.mark(&[self.now, 3, id, st.role as u64, u64::from(st.epoch)]);
@@ -297,7 +312,9 @@ impl World {
             match change {
                 TreeChange::Applied { prev, txn, digest } => {
                     self.check.on_apply(id, prev, &txn)?;
-                    self.check.on_digest(id, txn.zxid, digest)?;
+                    if let Some(digest) = digest {
+                        self.check.on_digest(id, txn.zxid, digest)?;
+                    }
                     self.mark(&[self.now, 5, id, txn.zxid]);
                 }
                 TreeChange::Installed { zxid, digest } => self.check.on_digest(id, zxid, digest)?,
@@ -309,15 +326,23 @@ impl World {
         for w in out.writes {
             self.write(id, w);
         }
-        for (request, zxid) in out.acked {
-            self.check.on_ack(zxid);
+        for (request, committed) in out.acked {
+            self.check.on_ack(committed.zxid);
             if request == MARKER_REQUEST {
-                self.marker = Some((id, Some(zxid)));
+                self.marker = Some((id, Some(committed.zxid)));
+            }
+            if let Some((_, asked)) = self.asked.remove(&request) {
+                self.answered(id, asked, Some(committed));
             }
         }
-        if out.failed.contains(&MARKER_REQUEST) {
-            // Not acknowledged (its leader stepped down): the liveness phase asks again.
-            self.marker = None;
+        for request in out.failed {
+            if request == MARKER_REQUEST {
+                // Not acknowledged (its leader stepped down): the liveness phase asks again.
+                self.marker = None;
+            }
+            if let Some((_, asked)) = self.asked.remove(&request) {
+                self.answered(id, asked, None);
+            }
         }
         for (request, index) in out.reads {
             let asked = self.reads.remove(&(id, request)).unwrap_or(0);
@@ -433,47 +458,35 @@ impl World {
                 engine.read_index(rid);
             }
         } else {
-            let write = self.random_write();
-            self.propose(id, write);
+            self.client_op(id);
         }
         let _ = self.drain(id);
     }
 
-    /// Hands a client's write to server `id` (answered once applied there).
-    pub(super) fn propose(&mut self, id: ServerId, write: Write) {
+    /// Hands a client's write to server `id` (answered once applied there, or
+    /// failed); `asked` says what to do with the answer.
+    pub(super) fn propose(&mut self, id: ServerId, write: Write, asked: Asked) {
         let request = write.request_id;
         self.mark(&[self.now, 6, id, request]);
+        self.asked.insert(request, (id, asked));
         if let Some(engine) = self.engine(id) {
             let caller = SimCaller(request);
             engine.propose(&mut vec![Request { write, caller }]);
         }
     }
 
-    fn random_write(&mut self) -> Write {
-        self.next_request += 1;
-        let path = format!("/k{}", self.rng.workload.below(6));
-        let data = Bytes::from(self.next_request.to_le_bytes().to_vec());
-        let op = match self.rng.workload.below(10) {
-            0..=3 => TxnOp::Create(CreateOp {
-                path,
-                data,
-                mode: CreateMode::Persistent,
-                ttl_ms: 0,
-            }),
-            4..=7 => TxnOp::Set(SetOp {
-                path,
-                data,
-                version: -1,
-            }),
-            _ => TxnOp::Delete(DeleteOp { path, version: -1 }),
-        };
-        Write {
-            session_id: 0,
-            request_id: self.next_request,
-            fence: None,
-            op,
-            checked_at: 0,
-            trace: None,
+    /// Server `id` crashed: the requests it was asked are never answered.
+    pub(super) fn forget_requests(&mut self, id: ServerId) {
+        let lost: Vec<u64> = self
+            .asked
+            .iter()
+            .filter(|(_, (server, _))| *server == id)
+            .map(|(request, _)| *request)
+            .collect();
+        for request in lost {
+            if let Some((_, asked)) = self.asked.remove(&request) {
+                self.answered(id, asked, None);
+            }
         }
     }
 }
