@@ -5,7 +5,7 @@
 //! commit a new write that every server applies, with equal trees.
 
 use super::workload::Asked;
-use super::world::{World, MARKER_REQUEST};
+use super::world::{World, MARKER_REQUEST, TICK};
 use crate::replica::Write;
 use crate::txn::TxnOp;
 use crate::zab::ServerId;
@@ -28,7 +28,7 @@ impl World {
 
     pub(super) fn fault(&mut self) -> Result<(), String> {
         let all: Vec<ServerId> = self.servers.keys().copied().collect();
-        match self.rng.faults.below(100) {
+        match self.rng.faults.below(115) {
             0..=14 => {
                 let up = self.up_ids(true);
                 if let Some(id) = self.pick(&up) {
@@ -96,11 +96,31 @@ impl World {
                 self.log(format_args!("heal partitions"));
                 self.net.blocked.clear();
             }
-            _ => {
+            95..=99 => {
                 let (loss, dup) = (self.rng.faults.below(80), self.rng.faults.below(40));
                 self.log(format_args!("loss {loss}‰ dup {dup}‰"));
                 self.net.loss_per_mille = loss;
                 self.net.dup_per_mille = dup;
+            }
+            100..=107 => {
+                // A pause (SIGSTOP, a long GC): memory kept, no ticks, nothing read;
+                // on resume its clock has jumped.
+                let up = self.up_ids(true);
+                if let Some(id) = self.pick(&up) {
+                    let ticks = 5 + self.rng.faults.below(55);
+                    self.log(format_args!("pause {id} for {ticks} ticks"));
+                    self.stats.pauses += 1;
+                    self.paused.insert(id, self.now + ticks * TICK);
+                }
+            }
+            _ => {
+                let up = self.up_ids(true);
+                if let Some(id) = self.pick(&up) {
+                    self.log(format_args!("the next disk write of {id} fails"));
+                    if let Some(s) = self.servers.get_mut(&id) {
+                        s.fail_next_write = true;
+                    }
+                }
             }
         }
         Ok(())
@@ -108,14 +128,24 @@ impl World {
 
     pub(super) fn crash(&mut self, id: ServerId) -> Result<(), String> {
         let torn = self.rng.faults.below(3) as usize;
+        self.crash_with(id, torn)
+    }
+
+    /// Crashes server `id`: what it had not made durable is lost, except `torn` ops
+    /// of its first pending write; a snapshot it was writing is lost.
+    pub(super) fn crash_with(&mut self, id: ServerId, torn: usize) -> Result<(), String> {
         self.log(format_args!("crash {id} (torn {torn})"));
         self.stats.crashes += 1;
         self.mark(&[self.now, 7, id]);
         self.forget_requests(id);
-        match self.servers.get_mut(&id) {
-            Some(s) => s.crash(torn),
-            None => Ok(()),
+        self.paused.remove(&id);
+        let Some(s) = self.servers.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.snapshotting.is_some() {
+            self.stats.snapshots_lost += 1;
         }
+        s.crash(torn)
     }
 
     pub(super) fn restart(&mut self, id: ServerId) -> Result<(), String> {
@@ -148,6 +178,10 @@ impl World {
     pub(super) fn heal(&mut self) -> Result<(), String> {
         self.log(format_args!("heal everything; liveness phase"));
         self.healed = true;
+        self.paused.clear();
+        for s in self.servers.values_mut() {
+            s.fail_next_write = false;
+        }
         self.net.blocked.clear();
         self.net.loss_per_mille = 0;
         self.net.dup_per_mille = 0;

@@ -182,6 +182,10 @@ pub(crate) struct SimServer {
     pub(crate) disk_free_at: u64,
     /// The engine asks for a snapshot after this many applied txns.
     snapshot_every_txns: u64,
+    /// The snapshot being written (lost if the server crashes first).
+    pub(crate) snapshotting: Option<DataTree>,
+    /// The next disk write fails (the server then stops).
+    pub(crate) fail_next_write: bool,
 }
 
 impl SimServer {
@@ -203,6 +207,8 @@ impl SimServer {
             pending: VecDeque::new(),
             disk_free_at: 0,
             snapshot_every_txns,
+            snapshotting: None,
+            fail_next_write: false,
         };
         s.restart(seed)?;
         Ok(s)
@@ -252,6 +258,8 @@ impl SimServer {
             self.write(first.ops.into_iter().take(torn).collect())?;
         }
         self.pending.clear();
+        self.snapshotting = None;
+        self.fail_next_write = false;
         self.incarnation += 1;
         Ok(())
     }
@@ -294,10 +302,13 @@ impl SimServer {
         Ok(())
     }
 
-    /// Writes a snapshot the engine asked for, as the snapshotter does (durable at
-    /// once here), and the engine compacts its log.
-    pub(crate) fn write_snapshot(&mut self, tree: &DataTree) -> Result<(), String> {
-        write_snapshot(&self.disk, tree, SNAPSHOTS_KEEP)?;
+    /// Finishes the snapshot the engine asked for, as the snapshotter does, and the
+    /// engine compacts its log.
+    pub(crate) fn finish_snapshot(&mut self) -> Result<(), String> {
+        let Some(tree) = self.snapshotting.take() else {
+            return Ok(());
+        };
+        write_snapshot(&self.disk, &tree, SNAPSHOTS_KEEP)?;
         if let Some(engine) = self.engine.as_mut() {
             engine.compacted(tree.last_zxid());
         }

@@ -29,6 +29,9 @@ struct Totals {
     expiries: u64,
     fenced_applied: u64,
     fenced_refused: u64,
+    pauses: u64,
+    disk_errors: u64,
+    snapshots_lost: u64,
     liveness_ticks_max: u64,
 }
 
@@ -56,6 +59,9 @@ fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64
         t.expiries += s.expiries;
         t.fenced_applied += s.fenced_applied;
         t.fenced_refused += s.fenced_refused;
+        t.pauses += s.pauses;
+        t.disk_errors += s.disk_errors;
+        t.snapshots_lost += s.snapshots_lost;
         t.liveness_ticks_max = t.liveness_ticks_max.max(s.liveness_ticks);
     }
     Ok(t)
@@ -118,6 +124,10 @@ fn the_simulator_exercises_every_path() {
     assert!(t.discards > 0, "{t:?}");
     assert!(t.sessions > 40 && t.expiries > 0, "{t:?}");
     assert!(t.fenced_applied > 0 && t.fenced_refused > 0, "{t:?}");
+    assert!(
+        t.pauses > 0 && t.disk_errors > 0 && t.snapshots_lost > 0,
+        "{t:?}"
+    );
     assert!(t.committed > 1000, "{t:?}");
 }
 

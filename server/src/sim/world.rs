@@ -38,6 +38,11 @@ pub(super) enum Event {
         id: ServerId,
         incarnation: u64,
     },
+    /// The snapshot server `id` is writing is on its disk.
+    SnapshotDone {
+        id: ServerId,
+        incarnation: u64,
+    },
     Fault,
     Client,
 }
@@ -48,6 +53,8 @@ pub(super) struct Net {
     pub(super) loss_per_mille: u64,
     pub(super) dup_per_mille: u64,
     pub(super) delay_max: u64,
+    /// Messages held back 50 to 300 ticks, to arrive stale (often in a later epoch).
+    pub(super) stale_per_mille: u64,
     /// Directed links that drop everything.
     pub(super) blocked: BTreeSet<(ServerId, ServerId)>,
 }
@@ -73,6 +80,11 @@ pub struct Stats {
     /// Writes under the lock's fence applied, and refused (FENCED).
     pub fenced_applied: u64,
     pub fenced_refused: u64,
+    /// Processes paused; disk writes that failed (the server stopped); snapshots a
+    /// crash cut short.
+    pub pauses: u64,
+    pub disk_errors: u64,
+    pub snapshots_lost: u64,
     /// Leaders established.
     pub leaders: u64,
     /// Histories discarded (must resync).
@@ -120,6 +132,8 @@ pub(crate) struct World {
     pub(super) clients: Vec<Client>,
     /// Requests awaiting an answer: request id → (the server asked, what for).
     pub(super) asked: BTreeMap<u64, (ServerId, Asked)>,
+    /// Paused servers and when each resumes.
+    pub(super) paused: BTreeMap<ServerId, u64>,
     /// Read-index requests: (server, id) → newest acked write when asked.
     pub(super) reads: BTreeMap<(ServerId, u64), Zxid>,
     pub(super) disk_delay_max: u64,
@@ -146,6 +160,7 @@ impl World {
             loss_per_mille: rng.net.below(40),
             dup_per_mille: rng.net.below(30),
             delay_max: 1 + rng.net.below(15),
+            stale_per_mille: rng.net.below(8),
             blocked: BTreeSet::new(),
         };
         let mut w = World {
@@ -162,6 +177,7 @@ impl World {
             next_request: 0,
             clients: (0..CLIENTS).map(|_| Client::default()).collect(),
             asked: BTreeMap::new(),
+            paused: BTreeMap::new(),
             reads: BTreeMap::new(),
             healed: false,
             marker: None,
@@ -235,12 +251,25 @@ impl World {
             Event::Tick(id) => {
                 self.at(TICK, Event::Tick(id));
                 self.mark(&[self.now, 1, id]);
+                // A paused process misses its ticks: its clock jumps when it resumes.
+                if self.paused(id).is_some() {
+                    return Ok(());
+                }
                 if let Some(engine) = self.engine(id) {
                     engine.tick(0);
                     self.drain(id)?;
                     self.expire_sessions(id);
                     self.drain(id)?;
                 }
+            }
+            // What reaches a paused process waits for it (in its sockets, on its disk).
+            Event::Deliver { to, .. }
+            | Event::DiskDone { id: to, .. }
+            | Event::SnapshotDone { id: to, .. }
+                if self.paused(to).is_some() =>
+            {
+                let until = self.paused(to).unwrap_or(self.now);
+                self.at(until - self.now, ev);
             }
             Event::Deliver { from, to, msg } => {
                 self.mark(&[self.now, 2, from, to, msg_code(&msg)]);
@@ -253,6 +282,7 @@ impl World {
                 }
             }
             Event::DiskDone { id, incarnation } => self.disk_done(id, incarnation)?,
+            Event::SnapshotDone { id, incarnation } => self.snapshot_done(id, incarnation)?,
             Event::Fault => {
                 if !self.healed {
                     self.fault()?;
@@ -277,23 +307,26 @@ impl World {
         Some(engine)
     }
 
-    /// Runs server `id`'s engine until it has nothing left, handling its effects.
-    pub(super) fn drain(&mut self, id: ServerId) -> Result<(), String> {
-        loop {
-            let Some(engine) = self.engine(id) else {
-                return Ok(());
-            };
-            engine.drain();
-            let out = std::mem::take(&mut engine.host.out);
-            if !self.handle_out(id, out)? {
-                return Ok(());
-            }
-        }
+    /// When paused server `id` resumes, if it is paused now.
+    pub(super) fn paused(&self, id: ServerId) -> Option<u64> {
+        self.paused
+            .get(&id)
+            .copied()
+            .filter(|&until| until > self.now)
     }
 
-    /// Handles one batch of server `id`'s effects; true if it wrote a snapshot (the
-    /// engine then has more to do).
-    fn handle_out(&mut self, id: ServerId, out: Outbox) -> Result<bool, String> {
+    /// Runs server `id`'s engine until it has nothing left, and handles its effects.
+    pub(super) fn drain(&mut self, id: ServerId) -> Result<(), String> {
+        let Some(engine) = self.engine(id) else {
+            return Ok(());
+        };
+        engine.drain();
+        let out = std::mem::take(&mut engine.host.out);
+        self.handle_out(id, out)
+    }
+
+    /// Handles one batch of server `id`'s effects.
+    fn handle_out(&mut self, id: ServerId, out: Outbox) -> Result<(), String> {
         if let Some(why) = out.fatal {
             return Err(format!("server {id} stopped on a broken invariant: {why}"));
         }
@@ -351,13 +384,28 @@ impl World {
                 self.check.on_read(id, index, asked)?;
             }
         }
-        let snapshots = !out.snapshots.is_empty();
-        if let Some(s) = self.servers.get_mut(&id) {
-            for tree in out.snapshots {
-                s.write_snapshot(&tree)?;
+        // The engine asks for one snapshot at a time; it is written after a while
+        // (and lost if the server crashes meanwhile).
+        if let Some(tree) = out.snapshots.into_iter().last() {
+            let delay = 1 + self.rng.disk.below(3 * self.disk_delay_max);
+            if let Some(s) = self.servers.get_mut(&id) {
+                s.snapshotting = Some(tree);
+                let incarnation = s.incarnation;
+                self.at(delay, Event::SnapshotDone { id, incarnation });
             }
         }
-        Ok(snapshots)
+        Ok(())
+    }
+
+    fn snapshot_done(&mut self, id: ServerId, incarnation: u64) -> Result<(), String> {
+        let Some(s) = self.servers.get_mut(&id) else {
+            return Ok(());
+        };
+        if s.incarnation != incarnation || !s.up() {
+            return Ok(());
+        }
+        s.finish_snapshot()?;
+        self.drain(id)
     }
 
     fn send(&mut self, from: ServerId, to: ServerId, mut msg: Message) {
@@ -390,7 +438,10 @@ impl World {
             1
         };
         for _ in 0..copies {
-            let delay = 1 + self.rng.net.below(self.net.delay_max);
+            let mut delay = 1 + self.rng.net.below(self.net.delay_max);
+            if self.rng.net.chance(self.net.stale_per_mille) {
+                delay += TICK * (50 + self.rng.net.below(250));
+            }
             let msg = msg.clone();
             self.at(delay, Event::Deliver { from, to, msg });
         }
@@ -415,6 +466,13 @@ impl World {
         if s.incarnation != incarnation || !s.up() {
             return Ok(());
         }
+        if s.fail_next_write {
+            // A write or fsync error: the server stops (as the persister's failure
+            // makes it), losing what was not yet durable.
+            self.log(format_args!("disk error on {id}: it stops"));
+            self.stats.disk_errors += 1;
+            return self.crash_with(id, 0);
+        }
         let Some(number) = s.write_pending()? else {
             return Ok(());
         };
@@ -429,6 +487,7 @@ impl World {
     pub(super) fn serving_leaders(&self) -> Vec<ServerId> {
         self.servers
             .iter()
+            .filter(|(id, _)| self.paused(**id).is_none())
             .filter(|(_, s)| {
                 s.engine.as_ref().is_some_and(|e| {
                     let st = e.node().status();
