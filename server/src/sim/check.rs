@@ -1,18 +1,25 @@
-//! The simulator's invariants, checked as events happen:
-//! - at most one established leader per epoch;
-//! - one committed sequence: every server applies the same txn at each zxid, in the
-//!   same order, with no gap (each apply follows the canonical predecessor);
-//! - the same tree digest at the same zxid everywhere (after applies and snapshot
-//!   installs);
-//! - no acknowledged write lost (an acked zxid is in that sequence, and any later
-//!   apply anywhere follows it);
-//! - a read index is never below a write acknowledged before the read was asked;
-//! - fenced writes and ephemeral nodes as `applied_state` says.
+//! The simulator's invariants, checked as events happen, named after the Zab
+//! specification's (ZooKeeper's TLA+ spec) where they are its:
+//! - Leadership: at most one established leader per epoch;
+//! - Agreement: every server applies the same txn at each zxid, and holds the same
+//!   tree (digest) at the same zxid, after applies and snapshot installs;
+//! - TotalOrder: a server applies zxids in increasing order;
+//! - PrefixConsistency: what a server applies extends the one committed sequence
+//!   with no gap (each apply follows the canonical predecessor, and a new zxid
+//!   follows the sequence's last);
+//! - PrimaryOrder: one leader's txns are committed in the order it proposed them,
+//!   with none missing (within an epoch the counters run 1, 2, 3, ...);
+//! - Integrity: no server holds state at a zxid that was never committed;
+//! - Durability: no acknowledged write is lost (an acked zxid is in the sequence,
+//!   and any later apply anywhere follows it);
+//! - ReadIndex: a read index is never below a write acknowledged before the read
+//!   was asked;
+//! - FencedWrite and EphemeralLifetime, as `applied_state` says.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::tree::{DataTree, Event, EventKind};
-use crate::txn::{MultiOp, QueueOp, Txn, TxnOp, Zxid};
+use crate::txn::{zxid_counter, zxid_epoch, MultiOp, QueueOp, Txn, TxnOp, Zxid};
 use crate::zab::ServerId;
 
 /// FNV-1a over bytes: a stable hash for txns and traces.
@@ -43,7 +50,7 @@ impl Checker {
     pub(crate) fn on_established(&mut self, epoch: u32, id: ServerId) -> Result<(), String> {
         match self.leaders.insert(epoch, id) {
             Some(other) if other != id => Err(format!(
-                "two leaders established in epoch {epoch}: {other} and {id}"
+                "Leadership: two leaders established in epoch {epoch}: {other} and {id}"
             )),
             _ => Ok(()),
         }
@@ -53,18 +60,22 @@ impl Checker {
     pub(crate) fn on_apply(&mut self, id: ServerId, prev: Zxid, txn: &Txn) -> Result<(), String> {
         let z = txn.zxid;
         if z <= prev {
-            return Err(format!("server {id} applied {z:#x} after {prev:#x}"));
+            return Err(format!(
+                "TotalOrder: server {id} applied {z:#x} after {prev:#x}"
+            ));
         }
         let hash = fnv(FNV_START, &txn.encode());
         match self.canon.get(&z) {
             Some(&h) if h != hash => {
-                return Err(format!("server {id} applied a different txn at {z:#x}"))
+                return Err(format!(
+                    "Agreement: server {id} applied a different txn at {z:#x}"
+                ))
             }
             Some(_) => {
                 let pred = self.canon.range(..z).next_back().map_or(0, |(k, _)| *k);
                 if pred != prev {
                     return Err(format!(
-                        "server {id} applied {z:#x} after {prev:#x}, but the committed sequence has {pred:#x} before it"
+                        "PrefixConsistency: server {id} applied {z:#x} after {prev:#x}, but the committed sequence has {pred:#x} before it"
                     ));
                 }
             }
@@ -72,7 +83,17 @@ impl Checker {
                 let last = self.canon.keys().next_back().copied().unwrap_or(0);
                 if last != prev {
                     return Err(format!(
-                        "server {id} applied new {z:#x} after {prev:#x}, but the committed sequence ends at {last:#x} (lost or forked history)"
+                        "PrefixConsistency: server {id} applied new {z:#x} after {prev:#x}, but the committed sequence ends at {last:#x} (lost or forked history)"
+                    ));
+                }
+                let next = if zxid_epoch(z) == zxid_epoch(last) {
+                    zxid_counter(last) + 1
+                } else {
+                    1
+                };
+                if zxid_counter(z) != next {
+                    return Err(format!(
+                        "PrimaryOrder: {z:#x} committed after {last:#x}: its leader's counter {next} is missing"
                     ));
                 }
                 self.canon.insert(z, hash);
@@ -90,12 +111,12 @@ impl Checker {
     ) -> Result<(), String> {
         if zxid != 0 && !self.canon.contains_key(&zxid) {
             return Err(format!(
-                "server {id} holds state at {zxid:#x}, never committed"
+                "Integrity: server {id} holds state at {zxid:#x}, never committed"
             ));
         }
         match self.digests.insert(zxid, digest) {
             Some(d) if d != digest => Err(format!(
-                "server {id} has tree digest {digest:#x} at {zxid:#x}, others {d:#x}"
+                "Agreement: server {id} has tree digest {digest:#x} at {zxid:#x}, others {d:#x}"
             )),
             _ => Ok(()),
         }
@@ -118,7 +139,7 @@ impl Checker {
     ) -> Result<(), String> {
         if index < acked_before {
             return Err(format!(
-                "server {id} gave read index {index:#x} below acknowledged write {acked_before:#x}"
+                "ReadIndex: server {id} gave read index {index:#x} below acknowledged write {acked_before:#x}"
             ));
         }
         Ok(())
@@ -127,7 +148,9 @@ impl Checker {
     /// Every acknowledged write is in the committed sequence (the final check).
     pub(crate) fn check_acked(&self) -> Result<(), String> {
         match self.acked.iter().find(|z| !self.canon.contains_key(z)) {
-            Some(z) => Err(format!("acknowledged write {z:#x} is not committed")),
+            Some(z) => Err(format!(
+                "Durability: acknowledged write {z:#x} is not committed"
+            )),
             None => Ok(()),
         }
     }

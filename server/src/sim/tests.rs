@@ -221,3 +221,39 @@ fn applied_state_checks_can_fail() {
     let closed = tree.apply(&txn(2, close.clone(), None));
     assert!(check::applied_state(&txn(2, close, None), &closed.events, &tree).is_ok());
 }
+
+/// The checker names the Zab invariant a history breaks.
+#[test]
+fn the_checker_names_broken_invariants() {
+    use crate::txn::{make_zxid, Txn, TxnOp};
+    let txn = |zxid| Txn {
+        zxid,
+        time_ms: 0,
+        session_id: 0,
+        request_id: zxid,
+        fence: None,
+        op: TxnOp::Reap { path: "/a".into() },
+    };
+    let (z1, z2, z4) = (make_zxid(1, 1), make_zxid(1, 2), make_zxid(1, 4));
+    let mut c = check::Checker::default();
+    c.on_apply(1, 0, &txn(z1)).unwrap();
+    c.on_apply(1, z1, &txn(z2)).unwrap();
+    // Counter 3 of epoch 1 never committed: a proposal of that leader went missing.
+    let e = c.on_apply(1, z2, &txn(z4)).unwrap_err();
+    assert!(e.starts_with("PrimaryOrder"), "{e}");
+    // Another server skipping z2 breaks the prefix.
+    let e = c.on_apply(2, z1, &txn(make_zxid(2, 1))).unwrap_err();
+    assert!(e.starts_with("PrefixConsistency"), "{e}");
+    let mut other = txn(z2);
+    other.request_id = 99;
+    let e = c.on_apply(2, z1, &other).unwrap_err();
+    assert!(e.starts_with("Agreement"), "{e}");
+    let e = c.on_apply(2, z2, &txn(z1)).unwrap_err();
+    assert!(e.starts_with("TotalOrder"), "{e}");
+    c.on_established(3, 1).unwrap();
+    let e = c.on_established(3, 2).unwrap_err();
+    assert!(e.starts_with("Leadership"), "{e}");
+    c.on_ack(make_zxid(1, 9));
+    let e = c.check_acked().unwrap_err();
+    assert!(e.starts_with("Durability"), "{e}");
+}
