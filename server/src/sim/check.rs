@@ -214,17 +214,17 @@ fn ends_or_names(op: &TxnOp, owner: u64, path: &str) -> bool {
     }
 }
 
-/// The simulated clients' ephemeral nodes (at the root and in the lock queue), with
-/// their owners.
+/// The simulated clients' ephemeral nodes (at the root, in the lock queue and in the
+/// election), with their owners.
 fn ephemerals(tree: &DataTree) -> impl Iterator<Item = (String, u64)> + '_ {
     let roots = tree.children("/", "", 0).unwrap_or_default();
     let root = roots
         .into_iter()
         .filter(|(_, stat)| stat.ephemeral_owner != 0)
         .map(|(name, stat)| (format!("/{name}"), stat.ephemeral_owner));
-    let queued = tree
-        .queue_entries(super::workload::LOCK_QUEUE, 0)
+    let queued = [super::workload::LOCK_QUEUE, super::workload::ELECTION_QUEUE]
         .into_iter()
+        .flat_map(|queue| tree.queue_entries(queue, 0))
         .map(|e| (e.key, e.session_id));
     root.chain(queued)
 }

@@ -302,6 +302,18 @@ impl SimServer {
         Ok(())
     }
 
+    /// Saves the snapshot being written, as the snapshotter does first, without the
+    /// purge it does next (a crash comes between them).
+    pub(crate) fn save_snapshot_only(&mut self) -> Result<(), String> {
+        let Some(tree) = self.snapshotting.take() else {
+            return Ok(());
+        };
+        let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
+        self.disk
+            .save_snapshot(tree.last_zxid(), &bytes)
+            .map_err(|e| e.to_string())
+    }
+
     /// Finishes the snapshot the engine asked for, as the snapshotter does, and the
     /// engine compacts its log.
     pub(crate) fn finish_snapshot(&mut self) -> Result<(), String> {

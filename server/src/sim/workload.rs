@@ -4,8 +4,9 @@
 //! it goes silent for a while, as a client that died would: then its session must
 //! expire); with it, it creates ephemeral nodes, writes plain nodes and Multis, takes
 //! the mutex `LOCK_QUEUE` and writes under its fence until it releases it (or goes on
-//! writing after losing it, which the fence must refuse), and now and then closes its
-//! session. On every tick a serving leader proposes the expiry of the sessions whose
+//! writing after losing it, which the fence must refuse), campaigns in the election
+//! `ELECTION_QUEUE`, proclaims and writes under its term, resigns, and now and then
+//! closes its session. On every tick a serving leader proposes the expiry of the sessions whose
 //! deadline passed, as `replica::housekeeping` does.
 //!
 //! ```text
@@ -33,6 +34,8 @@ pub(super) const CLIENTS: usize = 3;
 const SESSION_TTL: i64 = 200;
 /// The mutex the clients take.
 pub(super) const LOCK_QUEUE: &str = "/concord/locks/sim";
+/// The election the clients campaign in.
+pub(super) const ELECTION_QUEUE: &str = "/concord/elections/sim";
 /// The node written under the mutex's fence.
 const FENCED_PATH: &str = "/fenced";
 
@@ -48,6 +51,8 @@ pub(super) struct Client {
     silent_until: u64,
     /// Its node in the lock queue and that node's token, once joined.
     lock: Option<(String, Zxid)>,
+    /// Its node in the election and that node's token (its term if it leads).
+    campaign: Option<(String, Zxid)>,
 }
 
 /// What a request asked, to act on its answer.
@@ -57,6 +62,8 @@ pub(super) enum Asked {
     Open(usize),
     /// A client's Join of the lock queue.
     Join(usize),
+    /// A client's Join of the election.
+    Campaign(usize),
     /// The leader's expiry of a session.
     Expire(u64),
     /// A write under the lock's fence.
@@ -94,7 +101,7 @@ impl World {
             11..=13 => match self.clients[c].lock.clone() {
                 None => {
                     self.clients[c].waiting = true;
-                    (self.join(c, session), Asked::Join(c))
+                    (self.join(LOCK_QUEUE, c, session), Asked::Join(c))
                 }
                 Some((key, token)) => (self.fenced(session, key, token), Asked::Fenced),
             },
@@ -113,6 +120,29 @@ impl World {
                 };
                 (self.request(session, op, None), Asked::Other)
             }
+            17 => match self.clients[c].campaign.take() {
+                None => {
+                    self.clients[c].waiting = true;
+                    let join = self.join(ELECTION_QUEUE, c, session);
+                    (join, Asked::Campaign(c))
+                }
+                // Resigns.
+                Some((path, token)) => {
+                    let op = TxnOp::Queue(QueueOp::Leave { path, token });
+                    (self.request(session, op, None), Asked::Other)
+                }
+            },
+            18 => match self.clients[c].campaign.clone() {
+                // Proclaims a new value (refused unless the token is still its node's),
+                // or writes under its term's fence.
+                Some((path, token)) if self.rng.workload.below(2) == 0 => {
+                    let value = Bytes::from(self.next_request.to_le_bytes().to_vec());
+                    let op = TxnOp::Queue(QueueOp::Update { path, token, value });
+                    (self.request(session, op, None), Asked::Other)
+                }
+                Some((key, token)) => (self.fenced(session, key, token), Asked::Fenced),
+                None => (self.random_write(session), Asked::Other),
+            },
             16 => {
                 // Goes silent: its session must expire; it comes back with a new one.
                 self.clients[c] = Client {
@@ -192,7 +222,13 @@ impl World {
                 self.clients[c].lock = Some((path, stat.czxid));
                 self.clients[c].waiting = false;
             }
-            (Asked::Open(c) | Asked::Join(c), _) => self.clients[c].waiting = false,
+            (Asked::Campaign(c), Some(Ok(TxnResult::Created { path, stat }))) => {
+                self.clients[c].campaign = Some((path, stat.czxid));
+                self.clients[c].waiting = false;
+            }
+            (Asked::Open(c) | Asked::Join(c) | Asked::Campaign(c), _) => {
+                self.clients[c].waiting = false;
+            }
             (Asked::Expire(_), Some(Ok(_))) => self.stats.expiries += 1,
             (Asked::Expire(session), _) => {
                 if let Some(engine) = self.engine(leader) {
@@ -262,9 +298,10 @@ impl World {
         self.request(session_id, TxnOp::Multi(ops), None)
     }
 
-    fn join(&mut self, c: usize, session_id: u64) -> Write {
+    /// Joins `queue` (one permit: a mutex, or an election).
+    fn join(&mut self, queue: &str, c: usize, session_id: u64) -> Write {
         let op = TxnOp::Queue(QueueOp::Join {
-            queue: LOCK_QUEUE.into(),
+            queue: queue.into(),
             owner_id: format!("client-{c}"),
             value: Bytes::new(),
             permits: 1,
@@ -273,7 +310,8 @@ impl World {
         self.request(session_id, op, None)
     }
 
-    /// A write under the lock's fence (refused unless the token still holds it).
+    /// A write under a fence: the lock's, or the election's term (refused unless the
+    /// token is still its queue's first member).
     fn fenced(&mut self, session_id: u64, key: String, token: Zxid) -> Write {
         let op = TxnOp::Set(SetOp {
             path: FENCED_PATH.into(),

@@ -404,6 +404,12 @@ impl World {
         if s.incarnation != incarnation || !s.up() {
             return Ok(());
         }
+        if !self.healed && self.rng.faults.chance(50) {
+            // A crash after the snapshot is saved and before the purge it calls for.
+            s.save_snapshot_only()?;
+            self.log(format_args!("crash {id} between a snapshot and its purge"));
+            return self.crash_with(id, 0);
+        }
         s.finish_snapshot()?;
         self.drain(id)
     }
