@@ -1,21 +1,32 @@
 //! A deterministic simulator of whole replicas (test builds only).
 //!
-//! One thread, one seeded RNG: N servers (3 or 5 voters, sometimes an observer),
-//! each running the code a server runs: the replica engine (`replica::engine`: the
-//! Zab core, applying to the data tree, the waiter table, the snapshot policy), its
-//! disk a `MemStorage` written by the persister's `persist::write` and the
-//! snapshotter's `write_snapshot` and read back at every restart by recovery's
-//! `recover_from`, losing what was not made durable on a crash. Around them: a
-//! network with delay, loss, duplication, reordering and partitions (symmetric,
-//! one-way, isolating the leader, a bridge that alone hears both sides); crashes and
-//! restarts; clients writing at the leader and asking for read indexes. Invariants
-//! are checked as every event is handled (`check.rs`); then the liveness phase heals
-//! everything and requires a new write to commit everywhere within a bound. The same
-//! seed gives the same trace hash.
+//! One thread, one event queue, one random stream per subsystem (network, disk,
+//! workload, faults), all drawn from the seed. N servers (3 or 5 voters, sometimes
+//! an observer), each running the code a server runs: the replica engine
+//! (`replica::engine`: the Zab core, proposals, applying to the data tree, the
+//! waiter table, session deadlines, the snapshot policy), its disk a `MemStorage`
+//! written by the persister's `persist::write` and the snapshotter's
+//! `write_snapshot`, and read back at every restart by recovery's `recover_from`.
+//!
+//! The world around them (`world.rs`, `faults.rs`, `workload.rs`): a network with
+//! delay, loss, duplication, reordering, stale messages held for 50-300 ticks, and
+//! partitions (symmetric, one-way, isolating the leader, a bridge that alone hears
+//! both sides); crashes that lose what was not made durable (the first pending
+//! write possibly torn), process pauses (no ticks, nothing read, the clock jumps on
+//! resume), disk write errors (the server stops), snapshots written after a delay
+//! (a crash cuts them short, or falls between the save and its purge), discarded
+//! histories; clients with sessions (kept alive, closed, or left to expire, which
+//! the serving leader does every tick), ephemerals, plain writes, Multis, a mutex and
+//! an election with fenced writes, and read indexes.
+//!
+//! Invariants are checked as every event is handled (`check.rs`, named after the
+//! Zab specification's); then the liveness phase heals everything and requires a
+//! new write to commit everywhere within a bound. The same seed gives the same trace
+//! hash.
 //!
 //! What it does not run: the tokio shell around the engine (`replica/pipeline.rs`:
-//! its select loop and back-pressure), the peer transport, forwarding, and the
-//! housekeeping tasks (session expiry, reaping).
+//! its select loop and back-pressure), the peer transport, forwarding, keep-alives
+//! through followers, and the reaping of containers and TTL nodes.
 //!
 //! ```text
 //!   seed ─▶ SimOptions::from_seed ─▶ World::run (chaos, heal, liveness) ─▶ Ok(report) | Err(failure)
@@ -23,7 +34,7 @@
 //!
 //! Commands:
 //! - CI: `cargo test -p concord-server sim::tests::` (12000 seeds by default, about
-//!   4 minutes in debug; ZAB_SIM_SEEDS sets the count, ZAB_SIM_FIRST the first seed);
+//!   75 s in a test build; ZAB_SIM_SEEDS sets the count, ZAB_SIM_FIRST the first seed);
 //! - longer sweep: `ZAB_SIM_FIRST=12000 ZAB_SIM_SEEDS=200000 ZAB_SIM_CHAOS_TICKS=1000
 //!   cargo test -p concord-server sim::tests::zab_sim_seeds -- --nocapture`;
 //! - replay: `ZAB_SEED=1234 cargo test -p concord-server sim::tests::zab_sim_replay -- --nocapture`
