@@ -1,13 +1,15 @@
-//! The replicated state machine's runtime: it owns the awaits on storage, drives the
-//! Zab core (`zab::Node`), applies committed txns to the tree in zxid order, and tells
-//! waiters and watches.
+//! The replicated state machine: the `Replica` handle the API calls, and the runtime
+//! behind it.
 //!
 //! ```text
-//!  api ─submit()─▶ [proposal queue, bounded] ─▶ pipeline: node.propose (zxid) ─▶ Ready
-//!       Ready.persist ─▶ persister: one storage.append per batch of Readies (fsync)
-//!                        ─▶ node.persisted(n) ─▶ Ready.committed ─▶ apply to tree
+//!  api ─submit()─▶ route.rs: this server leads? ─▶ [proposal queue, bounded] ─▶ pipeline
+//!                            follows? ─▶ forward.rs ─▶ the leader's Forward service
+//!  pipeline.rs (tokio shell) ─▶ engine.rs (no IO): node.propose (zxid) ─▶ Ready
+//!       Ready.persist ─▶ persist.rs: one storage.append per batch of Readies (fsync)
+//!                        ─▶ engine.persisted(n) ─▶ Ready.committed ─▶ apply to tree
 //!                        ─▶ watch hub ─▶ reply to callers
 //!  api ─read_index()─▶ node.read_index ─▶ Ready.reads; read()/wait_applied(): tree, applied zxid
+//!  housekeeping.rs: session expiry, reaping, snapshots; recovery.rs: start-up and wiring
 //! ```
 //!
 //! A single server is a Zab ensemble of one (quorum = 1) on the same code path.
@@ -23,6 +25,7 @@ pub(crate) mod persist;
 mod pipeline;
 pub(crate) mod recovery;
 mod restore;
+mod route;
 mod supervise;
 
 #[cfg(test)]
@@ -98,23 +101,11 @@ fn not_leader_message(
     }
 }
 
-/// How many times one write is handed to a leader before the caller hears NotLeader
-/// (each time it was certainly not applied).
-const ROUTE_ATTEMPTS_MAX: usize = 8;
-
 /// How many times `submit_checked` checks one write again after the leader's grant
 /// table changed under it.
 const GRANT_RECHECKS_MAX: usize = 4;
 /// How long `submit_checked` waits for this server to apply the leader's grant change.
 const GRANTS_CHANGE_WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// Where a write goes now.
-enum Route<'a> {
-    /// This server leads an established epoch.
-    Local,
-    /// This server follows `ServerId`, and the path to it answers.
-    Forward(&'a Forwarder, u64),
-}
 
 /// The outcome of a committed write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,7 +138,7 @@ struct Shared {
     /// ends `leader_wait` after the stretch began, so once it has lasted that long
     /// writes fail at once (as a looking ZooKeeper server or etcd's ErrNoLeader do)
     /// instead of each holding its client for the whole wait.
-    leaderless: Mutex<Option<Leaderless>>,
+    leaderless: Mutex<Option<route::Leaderless>>,
     /// The applied tree. Writer: the pipeline's engine only, one txn batch at a time.
     tree: Arc<RwLock<DataTree>>,
     /// The newest applied zxid, for `wait_applied` and progress.
@@ -218,58 +209,6 @@ fn deadlines_of(tree: &DataTree, now_ms: u64) -> SessionTracker {
         sessions.add(id, u64::try_from(entry.ttl_ms).unwrap_or(0), now_ms);
     }
     sessions
-}
-
-/// Resolves when `rx` changes; never without one.
-async fn changed(rx: Option<&mut watch::Receiver<u64>>) {
-    match rx {
-        Some(rx) => {
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// A stretch with no leader to hand writes to (`Shared::leaderless`).
-#[derive(Clone, Copy, Debug)]
-struct Leaderless {
-    since: tokio::time::Instant,
-    seen: tokio::time::Instant,
-    /// The epoch this server knew when the stretch began: a newer one means a leader
-    /// took office since, so a new stretch begins.
-    epoch: u32,
-}
-
-impl Shared {
-    /// When a write that found no leader at `now`, in `epoch`, stops waiting for one:
-    /// the end of the current leaderless stretch, or of a new one from `now` if a
-    /// leader took office since or the last sighting is older than a whole wait (a
-    /// leader may have come and gone unseen).
-    fn leaderless_until(&self, now: tokio::time::Instant, epoch: u32) -> tokio::time::Instant {
-        let mut stretch = lock(&self.leaderless);
-        let since = match *stretch {
-            Some(s)
-                if s.epoch == epoch
-                    && now.saturating_duration_since(s.seen) <= self.leader_wait =>
-            {
-                s.since
-            }
-            _ => now,
-        };
-        *stretch = Some(Leaderless {
-            since,
-            seen: now,
-            epoch,
-        });
-        since + self.leader_wait
-    }
-
-    /// A write found a leader: the leaderless stretch, if any, is over.
-    fn leader_found(&self) {
-        lock(&self.leaderless).take();
-    }
 }
 
 /// Locks a std mutex; a poisoned one is still consistent (no critical section here
@@ -394,161 +333,6 @@ impl Replica {
             api.record(zxid);
         }
         submitted
-    }
-
-    /// `submit_write`, once the write is handed on.
-    async fn submit_routed(&self, write: Write) -> Result<Committed, ReplicaError> {
-        let mut deadline = None;
-        let mut avoid = None;
-        let mut why = String::new();
-        for _ in 0..ROUTE_ATTEMPTS_MAX {
-            let route = self.route(&mut deadline, avoid, &why).await?;
-            let epoch = self.epoch();
-            match route {
-                Route::Local => match self.submit_local(write.clone()).await {
-                    // Refused before it was proposed: this server stopped leading.
-                    Err(ReplicaError::NotLeader { .. }) => {
-                        why = "this server stopped leading".into();
-                    }
-                    done => return done.map_err(|e| self.hinted(e)),
-                },
-                Route::Forward(forwarder, leader) => {
-                    match self.forward(forwarder, leader, write.clone()).await {
-                        Ok(committed) => return Ok(committed),
-                        Err(Ok(not_sent)) => {
-                            tracing::debug!(leader, why = %not_sent, "write not delivered; sending it to the next leader");
-                            avoid = Some((leader, epoch));
-                            why = not_sent;
-                        }
-                        Err(Err(e)) => return Err(e),
-                    }
-                }
-            }
-        }
-        Err(self.hinted(ReplicaError::NotLeader {
-            leader: None,
-            client_addr: None,
-            why,
-        }))
-    }
-
-    /// Waits for a leader to hand a write to: this server leading an established
-    /// epoch, or a leader it follows whose path answers (other than `avoid`, a
-    /// (leader, epoch) that just failed to take it). The wait sets `deadline` on
-    /// its first need — `leader_wait` after this server lost its leader, or after
-    /// now when only this write's leader failed it — and ends at it with NotLeader
-    /// (the write was not applied).
-    async fn route(
-        &self,
-        deadline: &mut Option<tokio::time::Instant>,
-        avoid: Option<(u64, u32)>,
-        why: &str,
-    ) -> Result<Route<'_>, ReplicaError> {
-        let mut role = self.shared.role.subscribe();
-        let mut serving = self.shared.serving.subscribe();
-        let mut heard = self.shared.forwarder.as_ref().map(Forwarder::heard);
-        let tick = Duration::from_millis(self.shared.tick_ms.max(1));
-        loop {
-            if self.shared.stop.borrow().is_some() {
-                return Err(ReplicaError::Unavailable("the server is stopping".into()));
-            }
-            role.borrow_and_update();
-            serving.borrow_and_update();
-            if let Some(heard) = heard.as_mut() {
-                heard.borrow_and_update();
-            }
-            if self.is_leader() {
-                self.shared.leader_found();
-                return Ok(Route::Local);
-            }
-            let target = self.forward_target();
-            // Only this write's leader failed it (the server may still have one for
-            // other writes): its own wait, not the server's leaderless stretch.
-            let avoided = target
-                .as_ref()
-                .is_some_and(|(_, leader)| avoid == Some((*leader, self.epoch())));
-            let mut why = why.to_owned();
-            if let Some((forwarder, leader)) = target.filter(|_| !avoided) {
-                if forwarder.reaches(leader) {
-                    self.shared.leader_found();
-                    return Ok(Route::Forward(forwarder, leader));
-                }
-                why = format!("cannot reach leader {leader}");
-            }
-            let now = tokio::time::Instant::now();
-            // Called on every wake, so the stretch stays seen while writes wait in it.
-            let stretch_end = (!avoided).then(|| self.shared.leaderless_until(now, self.epoch()));
-            let until =
-                *deadline.get_or_insert(stretch_end.unwrap_or(now + self.shared.leader_wait));
-            if now >= until {
-                if why.is_empty() {
-                    why = format!("no leader for {} ms", self.shared.leader_wait.as_millis());
-                } else {
-                    why = format!(
-                        "{why}; no other leader for {} ms",
-                        self.shared.leader_wait.as_millis()
-                    );
-                }
-                let leader = target.map(|(_, l)| l);
-                return Err(self.hinted(ReplicaError::NotLeader {
-                    leader,
-                    client_addr: None,
-                    why,
-                }));
-            }
-            // Re-checked every tick too: the leader id may change with no role change.
-            tokio::select! {
-                _ = role.changed() => {}
-                _ = serving.changed() => {}
-                _ = changed(heard.as_mut()) => {}
-                () = tokio::time::sleep_until(until.min(now + tick)) => {}
-            }
-        }
-    }
-
-    /// Fills in NotLeader's leader hint (the leader this server follows, and where
-    /// its clients connect) where it is missing.
-    fn hinted(&self, e: ReplicaError) -> ReplicaError {
-        let ReplicaError::NotLeader {
-            leader,
-            client_addr,
-            why,
-        } = e
-        else {
-            return e;
-        };
-        let leader = leader
-            .or_else(|| self.leader_id())
-            .filter(|&l| l != self.shared.server_id);
-        let client_addr = client_addr.or_else(|| {
-            let forwarder = self.shared.forwarder.as_ref()?;
-            forwarder.client_addr(leader?)
-        });
-        ReplicaError::NotLeader {
-            leader,
-            client_addr,
-            why,
-        }
-    }
-
-    /// Hands a write to this server's own pipeline (Zab proposes it if this server
-    /// leads; otherwise it is refused as NotLeader).
-    async fn submit_local(&self, write: Write) -> Result<Committed, ReplicaError> {
-        let (reply, rx) = oneshot::channel();
-        let stopped = || ReplicaError::Unavailable("the write pipeline has stopped".into());
-        let bytes = pipeline::admit(&self.shared.proposal_bytes, &write)
-            .await
-            .ok_or_else(stopped)?;
-        let proposal = pipeline::Proposal {
-            write,
-            caller: pipeline::Reply::new(reply, bytes),
-        };
-        self.shared
-            .proposals
-            .send(proposal)
-            .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
     }
 
     /// Runs `f` on the applied tree (under a read lock: keep it short).
