@@ -14,6 +14,11 @@
 //!   and any later apply anywhere follows it);
 //! - ReadIndex: a read index is never below a write acknowledged before the read
 //!   was asked;
+//! - MonotonicReads: a server's applied state never goes back while it is up (a
+//!   snapshot from the leader never replaces a newer tree; `server.rs`);
+//! - SessionReads: a session's read, served once the server has applied its
+//!   `min_zxid`, sees committed state (Agreement at the read's zxid) no older than
+//!   what the session has seen (`workload.rs`);
 //! - FencedWrite and EphemeralLifetime, as `applied_state` says.
 
 use std::collections::{BTreeMap, BTreeSet};

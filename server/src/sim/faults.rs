@@ -192,15 +192,15 @@ impl World {
     }
 
     /// Liveness phase: propose one marker write at the serving leader.
-    pub(super) fn liveness_client(&mut self, leaders: &[ServerId]) {
+    pub(super) fn liveness_client(&mut self, leaders: &[ServerId]) -> Result<(), String> {
         if let Some((leader, _)) = self.marker {
             let still = leaders.contains(&leader);
             if still {
-                return;
+                return Ok(());
             }
         }
         let Some(&leader) = leaders.first() else {
-            return;
+            return Ok(());
         };
         let write = Write {
             session_id: 0,
@@ -213,8 +213,8 @@ impl World {
             trace: None,
         };
         self.marker = Some((leader, None));
-        self.propose(leader, write, Asked::Other);
-        let _ = self.drain(leader);
+        self.propose(leader, write, Asked::Other, None);
+        self.drain(leader)
     }
 
     /// The marker is acked and every server applied it, with equal trees.

@@ -17,7 +17,8 @@
 //! (a crash cuts them short, or falls between the save and its purge), discarded
 //! histories; clients with sessions (kept alive, closed, or left to expire, which
 //! the serving leader does every tick), ephemerals, plain writes, Multis, a mutex and
-//! an election with fenced writes, and read indexes.
+//! an election with fenced writes, reads at any running server with the session's
+//! `min_zxid`, and read indexes.
 //!
 //! Invariants are checked as every event is handled (`check.rs`, named after the
 //! Zab specification's); then the liveness phase heals everything and requires a

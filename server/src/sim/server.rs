@@ -120,6 +120,13 @@ impl Host for SimHost {
     }
 
     fn installed(&mut self, zxid: Zxid, tree: &DataTree) {
+        if zxid < self.last_applied {
+            // Readers of this server would see its state go back in time.
+            self.out.violations.push(format!(
+                "MonotonicReads: a snapshot at {zxid:#x} replaced a tree at {:#x}",
+                self.last_applied
+            ));
+        }
         self.last_applied = zxid;
         let digest = tree.digest();
         self.out

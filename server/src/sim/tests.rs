@@ -32,6 +32,8 @@ struct Totals {
     pauses: u64,
     disk_errors: u64,
     snapshots_lost: u64,
+    session_reads: u64,
+    reads_waited: u64,
     liveness_ticks_max: u64,
 }
 
@@ -62,6 +64,8 @@ fn sweep(first: u64, count: u64, bug: Option<PlantedBug>) -> Result<Totals, (u64
         t.pauses += s.pauses;
         t.disk_errors += s.disk_errors;
         t.snapshots_lost += s.snapshots_lost;
+        t.session_reads += s.session_reads;
+        t.reads_waited += s.reads_waited;
         t.liveness_ticks_max = t.liveness_ticks_max.max(s.liveness_ticks);
     }
     Ok(t)

@@ -53,6 +53,15 @@ pub(super) struct Client {
     lock: Option<(String, Zxid)>,
     /// Its node in the election and that node's token (its term if it leads).
     campaign: Option<(String, Zxid)>,
+    /// The newest zxid it has been answered with (its reads' `min_zxid`).
+    seen: Zxid,
+}
+
+impl Client {
+    /// The client was answered at `zxid`.
+    pub(super) fn seen(&mut self, zxid: Zxid) {
+        self.seen = self.seen.max(zxid);
+    }
 }
 
 /// What a request asked, to act on its answer.
@@ -75,15 +84,15 @@ pub(super) enum Asked {
 impl World {
     /// A client event during the chaos: keep-alives at one serving leader, then one
     /// client's next op there.
-    pub(super) fn client_op(&mut self, leader: ServerId) {
+    pub(super) fn client_op(&mut self, leader: ServerId) -> Result<(), String> {
         self.keep_alives(leader);
         let c = self.rng.workload.below(CLIENTS as u64) as usize;
         self.notice_end(leader, c);
         let client = &self.clients[c];
         if client.waiting || self.now < client.silent_until {
             let write = self.random_write(0);
-            self.propose(leader, write, Asked::Other);
-            return;
+            self.propose(leader, write, Asked::Other, None);
+            return Ok(());
         }
         let Some(session) = client.session else {
             let op = TxnOp::OpenSession {
@@ -91,8 +100,8 @@ impl World {
             };
             self.clients[c].waiting = true;
             let write = self.request(0, op, None);
-            self.propose(leader, write, Asked::Open(c));
-            return;
+            self.propose(leader, write, Asked::Open(c), Some(c));
+            return Ok(());
         };
         let (write, asked) = match self.rng.workload.below(20) {
             0..=5 => (self.random_write(session), Asked::Other),
@@ -143,17 +152,55 @@ impl World {
                 Some((key, token)) => (self.fenced(session, key, token), Asked::Fenced),
                 None => (self.random_write(session), Asked::Other),
             },
+            19 => return self.session_read(c),
             16 => {
                 // Goes silent: its session must expire; it comes back with a new one.
                 self.clients[c] = Client {
                     silent_until: self.now + 3 * SESSION_TTL as u64,
                     ..Client::default()
                 };
-                return;
+                return Ok(());
             }
             _ => (self.random_write(session), Asked::Other),
         };
-        self.propose(leader, write, asked);
+        self.propose(leader, write, asked, Some(c));
+        Ok(())
+    }
+
+    /// Client `c` reads at a server it picks (any that is up and running), as a
+    /// session moving between servers does: with `min_zxid` = the newest zxid it has
+    /// been answered with, so the server serves it only once it has applied that far
+    /// (the API's `ready_for_read` rule; until then the read waits, here: is not
+    /// made). A served read sees the server's applied tree, which must be the
+    /// committed state at its zxid (Agreement, Integrity) and not older than what
+    /// the session has seen (SessionReads).
+    fn session_read(&mut self, c: usize) -> Result<(), String> {
+        let up: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(id, s)| s.up() && self.paused(**id).is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if up.is_empty() {
+            return Ok(());
+        }
+        let id = up[self.rng.workload.below(up.len() as u64) as usize];
+        let min_zxid = self.clients[c].seen;
+        let Some(s) = self.servers.get(&id) else {
+            return Ok(());
+        };
+        let (zxid, digest) = {
+            let tree = s.tree();
+            (tree.last_zxid(), tree.digest())
+        };
+        if zxid < min_zxid {
+            self.stats.reads_waited += 1;
+            return Ok(());
+        }
+        self.stats.session_reads += 1;
+        self.check.on_digest(id, zxid, digest)?;
+        self.clients[c].seen(zxid);
+        Ok(())
     }
 
     /// Every client that is not silent keeps its session alive at `leader`.
@@ -205,7 +252,7 @@ impl World {
                 reason: CloseReason::Expired,
             };
             let write = self.request(0, op, None);
-            self.propose(leader, write, Asked::Expire(session_id));
+            self.propose(leader, write, Asked::Expire(session_id), None);
         }
     }
 

@@ -85,6 +85,10 @@ pub struct Stats {
     pub pauses: u64,
     pub disk_errors: u64,
     pub snapshots_lost: u64,
+    /// Session reads served, and those that waited (the server had not applied
+    /// what the session had seen).
+    pub session_reads: u64,
+    pub reads_waited: u64,
     /// Leaders established.
     pub leaders: u64,
     /// Histories discarded (must resync).
@@ -130,8 +134,9 @@ pub(crate) struct World {
     pub(super) trace: u64,
     pub(super) next_request: u64,
     pub(super) clients: Vec<Client>,
-    /// Requests awaiting an answer: request id → (the server asked, what for).
-    pub(super) asked: BTreeMap<u64, (ServerId, Asked)>,
+    /// Requests awaiting an answer: request id → (the server asked, what for, the
+    /// client that asked if one did).
+    pub(super) asked: BTreeMap<u64, (ServerId, Asked, Option<usize>)>,
     /// Paused servers and when each resumes.
     pub(super) paused: BTreeMap<ServerId, u64>,
     /// Read-index requests: (server, id) → newest acked write when asked.
@@ -291,7 +296,7 @@ impl World {
                 }
             }
             Event::Client => {
-                self.client();
+                self.client()?;
                 let next = 2 + self.rng.workload.below(8);
                 self.at(next, Event::Client);
             }
@@ -364,7 +369,10 @@ impl World {
             if request == MARKER_REQUEST {
                 self.marker = Some((id, Some(committed.zxid)));
             }
-            if let Some((_, asked)) = self.asked.remove(&request) {
+            if let Some((_, asked, client)) = self.asked.remove(&request) {
+                if let Some(c) = client {
+                    self.clients[c].seen(committed.zxid);
+                }
                 self.answered(id, asked, Some(committed));
             }
         }
@@ -373,7 +381,7 @@ impl World {
                 // Not acknowledged (its leader stepped down): the liveness phase asks again.
                 self.marker = None;
             }
-            if let Some((_, asked)) = self.asked.remove(&request) {
+            if let Some((_, asked, _)) = self.asked.remove(&request) {
                 self.answered(id, asked, None);
             }
         }
@@ -504,14 +512,15 @@ impl World {
             .collect()
     }
 
-    fn client(&mut self) {
+    /// One client event. Err: an invariant broke (in what it did, or in what the
+    /// server did with it).
+    fn client(&mut self) -> Result<(), String> {
         let leaders = self.serving_leaders();
         if self.healed {
-            self.liveness_client(&leaders);
-            return;
+            return self.liveness_client(&leaders);
         }
         if leaders.is_empty() {
-            return;
+            return Ok(());
         }
         let id = leaders[self.rng.workload.below(leaders.len() as u64) as usize];
         if self.rng.workload.chance(100) {
@@ -523,17 +532,24 @@ impl World {
                 engine.read_index(rid);
             }
         } else {
-            self.client_op(id);
+            self.client_op(id)?;
         }
-        let _ = self.drain(id);
+        self.drain(id)
     }
 
     /// Hands a client's write to server `id` (answered once applied there, or
-    /// failed); `asked` says what to do with the answer.
-    pub(super) fn propose(&mut self, id: ServerId, write: Write, asked: Asked) {
+    /// failed); `asked` says what to do with the answer, and `client` which client
+    /// asked, if one did.
+    pub(super) fn propose(
+        &mut self,
+        id: ServerId,
+        write: Write,
+        asked: Asked,
+        client: Option<usize>,
+    ) {
         let request = write.request_id;
         self.mark(&[self.now, 6, id, request]);
-        self.asked.insert(request, (id, asked));
+        self.asked.insert(request, (id, asked, client));
         if let Some(engine) = self.engine(id) {
             let caller = SimCaller(request);
             engine.propose(&mut vec![Request { write, caller }]);
@@ -545,11 +561,11 @@ impl World {
         let lost: Vec<u64> = self
             .asked
             .iter()
-            .filter(|(_, (server, _))| *server == id)
+            .filter(|(_, (server, _, _))| *server == id)
             .map(|(request, _)| *request)
             .collect();
         for request in lost {
-            if let Some((_, asked)) = self.asked.remove(&request) {
+            if let Some((_, asked, _)) = self.asked.remove(&request) {
                 self.answered(id, asked, None);
             }
         }
