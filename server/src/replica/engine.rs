@@ -1,6 +1,7 @@
-//! The replica engine: what a server does with its Zab core's output, with no IO, no
-//! clock and no awaits of its own, so that the tokio pipeline (`pipeline.rs`) runs it
-//! in production and the simulator (`sim`) runs the very same code in tests.
+//! The replica engine: what a server does with its Zab core's output, with no IO and
+//! no awaits of its own, its clocks the host's, so that the tokio pipeline
+//! (`pipeline.rs`) runs it in production and the simulator (`sim`) runs the very
+//! same code in tests.
 //!
 //! It owns the Zab core (`zab::Node`), the table of callers waiting for their
 //! writes, the read-index requests, the snapshot policy that bounds the core's log,
@@ -20,9 +21,9 @@
 //!          host.snapshot when due, host.status, host.answer_read
 //! ```
 //!
-//! What it must not do: wait for anything (the host's calls return at once), read a
-//! clock (the host's are the only ones), or apply a txn the core has not handed out as
-//! committed.
+//! What it must not do: wait for anything (the host's calls return at once), decide
+//! by a clock other than the host's (only the spans of sampled traces read the wall
+//! clock), or apply a txn the core has not handed out as committed.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};

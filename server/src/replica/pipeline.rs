@@ -7,10 +7,12 @@
 //! snapshots to the snapshotter, answers to the callers, events to the watch hub.
 //!
 //! ```text
-//!   proposals, reads, ticks, persisted(n), compactions ─▶ Node ─ready()─▶
-//!     persist ops ─▶ persister ─▶ persisted(n) ─▶ Node
-//!     committed   ─▶ tree.apply ─▶ watch hub ─▶ callers waiting on those zxids
-//!     status / reads / fatal ─▶ serving flag, read waiters, stop
+//!   proposals, reads, ticks, peer messages, persisted(n), compacted ─▶ Engine
+//!   Engine ─▶ Shell (its Host):
+//!     persist ─▶ persister ─▶ persisted(n) ─▶ Engine
+//!     send ─▶ peer transport;   snapshot ─▶ snapshotter ─▶ compacted ─▶ Engine
+//!     publish / applied / installed ─▶ watch hub, applied zxid
+//!     answer / answer_read ─▶ callers;   status / fatal ─▶ role, serving, stop
 //! ```
 //!
 //! Snapshots are asked for by txns and by bytes applied (`engine::SnapshotPolicy`), which
