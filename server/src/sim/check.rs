@@ -9,7 +9,9 @@
 //!   follows the sequence's last);
 //! - PrimaryOrder: one leader's txns are committed in the order it proposed them,
 //!   with none missing (within an epoch the counters run 1, 2, 3, ...);
-//! - Integrity: no server holds state at a zxid that was never committed;
+//! - Integrity: every committed txn is a write some client (or leader's expiry)
+//!   handed to a server, as it was handed; no server holds state at a zxid that
+//!   was never committed;
 //! - Durability: no acknowledged write is lost (an acked zxid is in the sequence,
 //!   and any later apply anywhere follows it);
 //! - ReadIndex: a read index is never below a write acknowledged before the read
@@ -49,6 +51,9 @@ pub(crate) struct Checker {
     digests: BTreeMap<Zxid, u64>,
     /// Writes acknowledged to clients.
     pub(crate) acked: BTreeSet<Zxid>,
+    /// Every write handed to a server, by request id (all distinct but the
+    /// liveness marker's, which is the same write each time).
+    proposed: BTreeMap<u64, TxnOp>,
 }
 
 impl Checker {
@@ -59,6 +64,11 @@ impl Checker {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// A write was handed to a server to propose.
+    pub(crate) fn on_proposed(&mut self, request_id: u64, op: &TxnOp) {
+        self.proposed.insert(request_id, op.clone());
     }
 
     /// Server `id`, whose tree was at `prev`, applies `txn`.
@@ -85,6 +95,12 @@ impl Checker {
                 }
             }
             None => {
+                if self.proposed.get(&txn.request_id) != Some(&txn.op) {
+                    return Err(format!(
+                        "Integrity: server {id} applied {z:#x}, request {} that no client or leader proposed",
+                        txn.request_id
+                    ));
+                }
                 let last = self.canon.keys().next_back().copied().unwrap_or(0);
                 if last != prev {
                     return Err(format!(

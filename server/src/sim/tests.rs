@@ -240,6 +240,12 @@ fn the_checker_names_broken_invariants() {
     };
     let (z1, z2, z4) = (make_zxid(1, 1), make_zxid(1, 2), make_zxid(1, 4));
     let mut c = check::Checker::default();
+    // Nobody proposed it.
+    let e = c.on_apply(1, 0, &txn(z1)).unwrap_err();
+    assert!(e.starts_with("Integrity"), "{e}");
+    for zxid in [z1, z2, z4, make_zxid(2, 1)] {
+        c.on_proposed(zxid, &txn(zxid).op);
+    }
     c.on_apply(1, 0, &txn(z1)).unwrap();
     c.on_apply(1, z1, &txn(z2)).unwrap();
     // Counter 3 of epoch 1 never committed: a proposal of that leader went missing.

@@ -549,6 +549,7 @@ impl World {
     ) {
         let request = write.request_id;
         self.mark(&[self.now, 6, id, request]);
+        self.check.on_proposed(request, &write.op);
         self.asked.insert(request, (id, asked, client));
         if let Some(engine) = self.engine(id) {
             let caller = SimCaller(request);
