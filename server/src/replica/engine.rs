@@ -182,6 +182,14 @@ pub(crate) struct Readable {
     pub(crate) metrics: Arc<Metrics>,
 }
 
+impl Readable {
+    /// The session deadlines (keep-alives touch them; the leader's expiry takes from
+    /// them).
+    pub(crate) fn sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
+        super::lock(&self.sessions)
+    }
+}
+
 /// The engine's state.
 pub(crate) struct Engine<H: Host> {
     pub(crate) host: H,
@@ -552,10 +560,9 @@ impl<H: Host> Engine<H> {
         }
     }
 
-    /// The session deadlines (keep-alives touch them; the leader's expiry takes from
-    /// them).
+    /// The session deadlines (`Readable::sessions`).
     pub(crate) fn sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
-        super::lock(&self.readable.sessions)
+        self.readable.sessions()
     }
 
     /// Asks the host for a snapshot of the applied tree if one is due (and none is

@@ -183,9 +183,9 @@ pub(super) async fn snapshotter(
         match written {
             Ok(Ok(bytes)) => {
                 let took = started.elapsed();
-                shared.metrics.snapshot_duration.observe(took);
+                shared.readable.metrics.snapshot_duration.observe(took);
                 let size = i64::try_from(bytes).unwrap_or(i64::MAX);
-                shared.metrics.snapshot_size.set(size);
+                shared.readable.metrics.snapshot_size.set(size);
                 tracing::info!(
                     took_ms = took.as_millis() as u64,
                     zxid = format_args!("{zxid:#x}"),
@@ -201,20 +201,27 @@ pub(super) async fn snapshotter(
     }
 }
 
-/// Saves a snapshot of `tree` at its zxid and purges what it makes obsolete, keeping
-/// the newest `keep`; returns its size in bytes. A tree that cannot be encoded whole
-/// breaks an invariant: nothing is saved (an empty or partial snapshot would lose
-/// state), and the caller stops. The simulator writes its snapshots with this too.
+/// Saves a snapshot of `tree` at its zxid (`save_snapshot`), then purges what it
+/// makes obsolete, keeping the newest `keep`; returns its size in bytes. The
+/// simulator writes its snapshots with this too.
 pub(crate) fn write_snapshot(
     storage: &dyn Storage,
     tree: &DataTree,
     keep: usize,
 ) -> Result<usize, String> {
+    let bytes = save_snapshot(storage, tree)?;
+    storage.purge(keep).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Saves a snapshot of `tree` at its zxid; returns its size in bytes. A tree that
+/// cannot be encoded whole breaks an invariant: nothing is saved (an empty or
+/// partial snapshot would lose state), and the caller stops.
+pub(crate) fn save_snapshot(storage: &dyn Storage, tree: &DataTree) -> Result<usize, String> {
     let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
     storage
         .save_snapshot(tree.last_zxid(), &bytes)
         .map_err(|e| e.to_string())?;
-    storage.purge(keep).map_err(|e| e.to_string())?;
     // The bytes stay in storage only: the peer transport reads a SNAP there.
     Ok(bytes.len())
 }

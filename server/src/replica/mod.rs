@@ -37,7 +37,7 @@ pub(crate) mod tests;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -139,8 +139,9 @@ struct Shared {
     /// writes fail at once (as a looking ZooKeeper server or etcd's ErrNoLeader do)
     /// instead of each holding its client for the whole wait.
     leaderless: Mutex<Option<route::Leaderless>>,
-    /// The applied tree. Writer: the pipeline's engine only, one txn batch at a time.
-    tree: Arc<RwLock<DataTree>>,
+    /// The applied tree, the session deadlines and the metrics, which the engine
+    /// writes (one txn batch at a time) and the API reads.
+    readable: engine::Readable,
     /// The newest applied zxid, for `wait_applied` and progress.
     applied: watch::Sender<Zxid>,
     /// The newest zxid known committed (durable on a quorum).
@@ -157,8 +158,6 @@ struct Shared {
     /// Whether the core reports its leadership established here: a leader's epoch
     /// established, or a learner's sync with its leader done (UPTODATE received).
     synced: AtomicBool,
-    /// What this server records as it goes (counters and histograms).
-    metrics: Arc<crate::telemetry::Metrics>,
     /// The bytes queued for the persister (its queue's depth).
     persist_backlog: Arc<persist::Backlog>,
     /// The peer transport, for its queues' depths (None: an ensemble of one).
@@ -181,8 +180,6 @@ struct Shared {
     /// Watch registrations and recent events.
     hub: WatchHub,
     storage: Arc<dyn Storage>,
-    /// Session deadlines (liveness), by logical time; kept by the engine as it applies.
-    sessions: Arc<Mutex<SessionTracker>>,
     /// The logical clock's origin: `now_ms()` counts from here.
     started: tokio::time::Instant,
     /// Set once when the runtime stops: a fatal error, or `shutdown()`. Every task
@@ -339,6 +336,7 @@ impl Replica {
     pub fn read<R>(&self, f: impl FnOnce(&DataTree) -> R) -> R {
         let tree = self
             .shared
+            .readable
             .tree
             .read()
             .unwrap_or_else(PoisonError::into_inner);
@@ -486,7 +484,7 @@ impl Replica {
 
     /// What this server records as it goes (the RPC layer records into it too).
     pub fn metrics(&self) -> &Arc<crate::telemetry::Metrics> {
-        &self.shared.metrics
+        &self.shared.readable.metrics
     }
 }
 
@@ -496,7 +494,7 @@ impl Shared {
     }
 
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
-        lock(&self.sessions)
+        self.readable.sessions()
     }
 
     /// Records that the server must stop because something broke.

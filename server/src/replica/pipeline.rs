@@ -262,7 +262,11 @@ impl Host for Shell {
     fn answer(&mut self, caller: Reply, outcome: Result<Committed, ReplicaError>) {
         if let (Ok(c), Some(at)) = (&outcome, caller.proposed_at) {
             if c.zxid != 0 {
-                self.shared.metrics.proposal_commit.observe(at.elapsed());
+                self.shared
+                    .readable
+                    .metrics
+                    .proposal_commit
+                    .observe(at.elapsed());
             }
         }
         let _ = caller.tx.send(outcome);

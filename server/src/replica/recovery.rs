@@ -279,15 +279,13 @@ pub(crate) fn recover_from(
     let last = log.last().map_or(tree.last_zxid(), |t| t.zxid);
     let stored = storage.last_zxid()?;
     if last != stored {
-        return Err(RecoverError::Start(StartError::Recovery(format!(
-            "the log reaches zxid {last:#x} but storage holds up to {stored:#x}"
-        ))));
+        let why = format!("the log reaches zxid {last:#x} but storage holds up to {stored:#x}");
+        return Err(StartError::Recovery(why).into());
     }
     let epoch = |key| -> Result<u32, RecoverError> {
         let value = storage.get_u64(key)?.unwrap_or(0);
-        u32::try_from(value).map_err(|_| {
-            RecoverError::Start(StartError::Recovery(format!("{key} {value} is too big")))
-        })
+        u32::try_from(value)
+            .map_err(|_| StartError::Recovery(format!("{key} {value} is too big")).into())
     };
     // A new epoch must be above every zxid's epoch in the history.
     let accepted_epoch = epoch(ACCEPTED_EPOCH)?.max(zxid_epoch(last));
@@ -474,7 +472,6 @@ fn launch(
         tick_ms: config.tick_ms,
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         leaderless: Mutex::new(None),
-        tree: readable.tree.clone(),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
         log_bytes: AtomicU64::new(0),
@@ -482,7 +479,6 @@ fn launch(
         epoch: AtomicU32::new(0),
         serving: watch::Sender::new(false),
         synced: AtomicBool::new(false),
-        metrics: readable.metrics.clone(),
         persist_backlog: persist.backlog(),
         peer_transport: peers.as_ref().map(|(handle, _)| handle.clone()),
         leader: AtomicU64::new(0),
@@ -507,7 +503,7 @@ fn launch(
         reads: reads_tx,
         hub,
         storage: storage.clone(),
-        sessions: readable.sessions.clone(),
+        readable: readable.clone(),
         started,
         stop: watch::Sender::new(None),
         progress: Mutex::new(super::members::Progress::default()),

@@ -11,7 +11,7 @@ use crate::txn::TxnOp;
 use crate::zab::ServerId;
 
 impl World {
-    fn up_ids(&self, up: bool) -> Vec<ServerId> {
+    pub(super) fn up_ids(&self, up: bool) -> Vec<ServerId> {
         self.servers
             .iter()
             .filter(|(_, s)| s.up() == up)

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use crate::replica::engine::{Caller, Engine, Host, Readable, SnapshotPolicy};
-use crate::replica::housekeeping::write_snapshot;
+use crate::replica::housekeeping::{save_snapshot, write_snapshot};
 use crate::replica::persist::{self, Observe};
 use crate::replica::recovery::{recover_from, ACCEPTED_EPOCH, CURRENT_EPOCH, MUST_RESYNC};
 use crate::replica::{Committed, ReplicaError};
@@ -63,8 +63,9 @@ pub(crate) enum TreeChange {
 pub(crate) struct Outbox {
     pub(crate) messages: Vec<Envelope>,
     pub(crate) writes: Vec<PendingWrite>,
-    /// Snapshots the engine asked for (the world writes them at once).
-    pub(crate) snapshots: Vec<DataTree>,
+    /// The snapshot the engine asked for (one at a time; the world writes it
+    /// after a while).
+    pub(crate) snapshot: Option<DataTree>,
     pub(crate) changes: Vec<TreeChange>,
     /// Writes answered as committed: (request id, outcome).
     pub(crate) acked: Vec<(u64, Committed)>,
@@ -115,7 +116,7 @@ impl Host for SimHost {
     }
 
     fn snapshot(&mut self, tree: DataTree) -> bool {
-        self.out.snapshots.push(tree);
+        self.out.snapshot = Some(tree);
         true
     }
 
@@ -312,13 +313,10 @@ impl SimServer {
     /// Saves the snapshot being written, as the snapshotter does first, without the
     /// purge it does next (a crash comes between them).
     pub(crate) fn save_snapshot_only(&mut self) -> Result<(), String> {
-        let Some(tree) = self.snapshotting.take() else {
-            return Ok(());
-        };
-        let bytes = tree.encode_snapshot().map_err(|e| e.to_string())?;
-        self.disk
-            .save_snapshot(tree.last_zxid(), &bytes)
-            .map_err(|e| e.to_string())
+        match self.snapshotting.take() {
+            Some(tree) => save_snapshot(&self.disk, &tree).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Finishes the snapshot the engine asked for, as the snapshotter does, and the

@@ -176,10 +176,9 @@ impl World {
     /// the session has seen (SessionReads).
     fn session_read(&mut self, c: usize) -> Result<(), String> {
         let up: Vec<ServerId> = self
-            .servers
-            .iter()
-            .filter(|(id, s)| s.up() && self.paused(**id).is_none())
-            .map(|(id, _)| *id)
+            .up_ids(true)
+            .into_iter()
+            .filter(|&id| self.paused(id).is_none())
             .collect();
         if up.is_empty() {
             return Ok(());

@@ -7,7 +7,7 @@
 //!      ▲             messages ─▶ network (drop, delay, dup) ─▶ queue             │
 //!      └──────────── persist ─▶ disk queue ─▶ DiskDone ─▶ persisted(n) ◀─────────┘
 //!                    applies, installs, answers, statuses ─▶ Checker
-//!                    snapshots ─▶ disk at once ─▶ compacted(zxid)
+//!                    snapshot ─▶ disk after a delay ─▶ compacted(zxid)
 //! ```
 //! Time is in units; a tick is `TICK` units.
 
@@ -394,7 +394,7 @@ impl World {
         }
         // The engine asks for one snapshot at a time; it is written after a while
         // (and lost if the server crashes meanwhile).
-        if let Some(tree) = out.snapshots.into_iter().last() {
+        if let Some(tree) = out.snapshot {
             let delay = 1 + self.rng.disk.below(3 * self.disk_delay_max);
             if let Some(s) = self.servers.get_mut(&id) {
                 s.snapshotting = Some(tree);
