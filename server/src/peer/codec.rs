@@ -7,8 +7,39 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::zab::{LearnerMsg, Message};
+
 /// The first byte of every encoded message.
 pub const FORMAT_V1: u8 = 1;
+
+/// The peer protocol this server speaks, announced in every frame it sends
+/// (`Frame.protocol`). 1: the first (a frame without the field, from an older
+/// server, reads as 0, which means 1). 2: ACKEPOCH names the epoch it answers
+/// (`LearnerMsg::AckEpoch`).
+pub const PROTOCOL: u32 = 2;
+
+/// Turns `msg` into what a server speaking peer `protocol` decodes: for protocol 1,
+/// an ACKEPOCH without its epoch. Every other message is the same in both.
+pub fn downgrade(msg: &mut Message, protocol: u32) {
+    if protocol >= 2 {
+        return;
+    }
+    if let Message::ToLeader { body, .. } = msg {
+        if let LearnerMsg::AckEpoch {
+            current_epoch,
+            last_zxid,
+            counts,
+            ..
+        } = *body
+        {
+            *body = LearnerMsg::AckEpochUnnamed {
+                current_epoch,
+                last_zxid,
+                counts,
+            };
+        }
+    }
+}
 
 /// A payload that is not something this server understands.
 #[derive(Debug, thiserror::Error)]
@@ -139,6 +170,12 @@ mod tests {
         all.extend(leader.into_iter().map(to_learner));
         let learner = [
             LearnerMsg::AckEpoch {
+                epoch: 4,
+                current_epoch: 3,
+                last_zxid: 17,
+                counts: true,
+            },
+            LearnerMsg::AckEpochUnnamed {
                 current_epoch: 3,
                 last_zxid: 17,
                 counts: false,
@@ -154,7 +191,7 @@ mod tests {
     #[test]
     fn every_variant_round_trips() {
         let all = every_message();
-        assert_eq!(all.len(), 20);
+        assert_eq!(all.len(), 21);
         for msg in all {
             let bytes = encode(&msg);
             assert_eq!(bytes[0], FORMAT_V1);
@@ -202,6 +239,69 @@ mod tests {
                 noisy[at] ^= (state >> 13) as u8 | 1;
                 let _ = decode::<Message>(&noisy);
             }
+        }
+    }
+
+    /// `LearnerMsg` as protocol 1 declared it (a copy of the old declaration).
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum LearnerMsgV1 {
+        AckEpoch {
+            current_epoch: u32,
+            last_zxid: u64,
+            counts: bool,
+        },
+        AckNewLeader {
+            epoch: u32,
+        },
+        Ack {
+            zxid: u64,
+        },
+        PingAck {
+            round: u64,
+        },
+    }
+
+    /// What a downgraded message encodes to is what a protocol 1 server sent for
+    /// it, byte for byte, both ways: an old leader reads a new learner's
+    /// ACKEPOCH, and a new leader an old learner's.
+    #[test]
+    fn downgraded_learner_messages_are_protocol_1_on_the_wire() {
+        let pairs = [
+            (
+                LearnerMsg::AckEpoch {
+                    epoch: 4,
+                    current_epoch: 3,
+                    last_zxid: 17,
+                    counts: true,
+                },
+                LearnerMsgV1::AckEpoch {
+                    current_epoch: 3,
+                    last_zxid: 17,
+                    counts: true,
+                },
+            ),
+            (
+                LearnerMsg::AckNewLeader { epoch: 4 },
+                LearnerMsgV1::AckNewLeader { epoch: 4 },
+            ),
+            (LearnerMsg::Ack { zxid: 18 }, LearnerMsgV1::Ack { zxid: 18 }),
+            (
+                LearnerMsg::PingAck { round: 16 },
+                LearnerMsgV1::PingAck { round: 16 },
+            ),
+        ];
+        for (new, old) in pairs {
+            let mut msg = to_leader(new.clone());
+            downgrade(&mut msg, PROTOCOL);
+            assert_eq!(msg, to_leader(new.clone()), "protocol 2 keeps it");
+            downgrade(&mut msg, 0);
+            let Message::ToLeader { body, .. } = msg else {
+                unreachable!()
+            };
+            let sent = postcard::to_allocvec(&body).unwrap();
+            assert_eq!(sent, postcard::to_allocvec(&old).unwrap(), "{new:?}");
+            assert_eq!(postcard::from_bytes::<LearnerMsgV1>(&sent).unwrap(), old);
+            assert_eq!(postcard::from_bytes::<LearnerMsg>(&sent).unwrap(), body);
         }
     }
 }

@@ -20,6 +20,7 @@
 //! a stream open after shutdown (graceful shutdown waits for open streams).
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -252,7 +253,7 @@ impl Inbound {
                 frame = frames.message() => frame?,
             };
             let Some(frame) = frame else { return Ok(()) };
-            let frame_from = frame.from;
+            let (frame_from, protocol) = (frame.from, frame.protocol);
             let (sender, msg) = self
                 .accept(frame, *from, authenticated, &mut pieces)
                 .inspect_err(|status| {
@@ -261,6 +262,9 @@ impl Inbound {
                 })?;
             if from.is_none() {
                 if let Some(peer) = self.shared.peers.get(&sender) {
+                    // The stream's first frame (its hello) comes before any message
+                    // this server could answer, so answers go in its protocol.
+                    peer.protocol.store(protocol, Ordering::Relaxed);
                     peer.back.notify_one();
                 }
             }

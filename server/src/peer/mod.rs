@@ -40,7 +40,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-pub use codec::{decode, encode, DecodeError, FORMAT_V1};
+pub use codec::{decode, encode, DecodeError, FORMAT_V1, PROTOCOL};
 
 use crate::config::Member;
 use crate::txn::Zxid;
@@ -254,6 +254,10 @@ struct Peer {
     /// Signalled when a stream from this peer opens: it is back, so a reconnect
     /// waiting out its back-off tries at once.
     back: tokio::sync::Notify,
+    /// The peer protocol it announced on its latest stream to this server (0 until
+    /// one opens, read as 1): what is sent to it is downgraded to that
+    /// (`codec::downgrade`).
+    protocol: AtomicU32,
 }
 
 /// State shared by the handle and every task.
@@ -332,6 +336,7 @@ impl PeerTransport {
                 queue: DropOldest::new(config.queue_messages_max, config.queue_bytes_max),
                 started: AtomicBool::new(false),
                 back: tokio::sync::Notify::new(),
+                protocol: AtomicU32::new(0),
             });
             if peers.insert(m.id, peer).is_some() {
                 return Err(PeerError::Duplicate(m.id));

@@ -16,6 +16,7 @@
 //!
 //! What it must not do: decode or reorder messages, or retry without a pause.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -197,6 +198,7 @@ fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + S
                 Counters::add(&shared.counters.sent, sent);
                 return Some((stream::iter(batch), None));
             }
+            codec::downgrade(&mut msg, peer.protocol.load(Ordering::Relaxed));
             let payload = codec::encode(&msg);
             if payload.len() > shared.config.message_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");
@@ -231,6 +233,7 @@ fn frame(shared: &Shared, peer: &Peer, payload: Bytes, more: bool) -> Frame {
         cluster_id: shared.config.cluster_id,
         payload,
         more,
+        protocol: codec::PROTOCOL,
     }
 }
 

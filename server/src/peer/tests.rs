@@ -270,6 +270,7 @@ async fn t40_strangers_and_garbage_are_refused() {
         cluster_id,
         payload: Bytes::copy_from_slice(payload),
         more: false,
+        protocol: PROTOCOL,
     };
     let hello = frame(1, 2, 7, b"");
     let cases = [
@@ -408,6 +409,7 @@ async fn t51_pieces_beyond_the_message_bound_end_the_stream() {
         cluster_id: 7,
         payload: Bytes::from(vec![1u8; 4000]),
         more,
+        protocol: PROTOCOL,
     };
     // Three pieces of 4000 bytes: 12,000 > 10,000.
     let frames = vec![piece(true), piece(true), piece(true), piece(false)];
@@ -709,6 +711,7 @@ fn frame_to_2(from: ServerId, msg: Option<Message>) -> Frame {
         cluster_id: 7,
         payload: msg.map_or_else(Bytes::new, |m| Bytes::from(codec::encode(&m))),
         more: false,
+        protocol: PROTOCOL,
     }
 }
 
@@ -755,4 +758,51 @@ async fn t61_on_plain_text_the_frames_name_the_sender() {
     let (status, _) = two.deliver(plain, &[frame_to_2(9, None)]).await;
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     two.handle.shutdown().await;
+}
+
+/// An ACKEPOCH goes to each member in the protocol that member announced on its own
+/// stream: without the epoch to one that announced nothing (a server older than
+/// protocol 2, whose frames have no `protocol`), with it to one that announced 2.
+#[tokio::test]
+async fn t70_an_ackepoch_is_sent_in_the_protocol_its_receiver_announced() {
+    let (_, mut s) = ensemble(2).await;
+    let (b, _b_inbox) = s.pop().unwrap();
+    let (_a, mut a_inbox) = s.pop().unwrap();
+    let ack = |epoch| Message::ToLeader {
+        session: 3,
+        seq: 1,
+        body: crate::zab::LearnerMsg::AckEpoch {
+            epoch,
+            current_epoch: 2,
+            last_zxid: 9,
+            counts: true,
+        },
+    };
+    let hello_from_1 = |protocol| Frame {
+        protocol,
+        ..frame_to_2(1, None)
+    };
+    // Server 1 as an older server: its hello carries no protocol.
+    raw_deliver(b.local_addr(), vec![hello_from_1(0)])
+        .await
+        .unwrap();
+    b.send(Envelope { to: 1, msg: ack(4) });
+    let unnamed = Message::ToLeader {
+        session: 3,
+        seq: 1,
+        body: crate::zab::LearnerMsg::AckEpochUnnamed {
+            current_epoch: 2,
+            last_zxid: 9,
+            counts: true,
+        },
+    };
+    assert_eq!(recv(&mut a_inbox).await, (2, unnamed));
+    // Server 1 upgraded: it announces protocol 2 and gets the epoch.
+    raw_deliver(b.local_addr(), vec![hello_from_1(PROTOCOL)])
+        .await
+        .unwrap();
+    b.send(Envelope { to: 1, msg: ack(5) });
+    assert_eq!(recv(&mut a_inbox).await, (2, ack(5)));
+    b.shutdown().await;
+    _a.shutdown().await;
 }

@@ -107,6 +107,26 @@ fn zab_sim_replay() {
     }
 }
 
+/// Seeds that once failed, with their chaos length: each fails again if its bug
+/// comes back.
+const REGRESSIONS: &[(u64, u64, &str)] = &[(
+    111_024,
+    1000,
+    "an ACKEPOCH held while its leader restarted counted for the epoch it proposed \
+     next (a quorum of one live server made that epoch current with an empty log)",
+)];
+
+#[test]
+fn seeds_that_once_failed_pass() {
+    for &(seed, chaos_ticks, bug) in REGRESSIONS {
+        let mut opts = SimOptions::from_seed(seed);
+        opts.chaos_ticks = chaos_ticks;
+        if let Err(e) = run(opts) {
+            panic!("seed {seed} (chaos {chaos_ticks} ticks; once: {bug}) failed: {e}");
+        }
+    }
+}
+
 #[test]
 fn same_seed_same_trace() {
     for seed in [3, 4, 5] {

@@ -104,10 +104,16 @@ impl Node {
         };
         match body {
             LearnerMsg::AckEpoch {
+                epoch,
                 current_epoch,
                 last_zxid,
                 counts,
-            } => self.on_ack_epoch(from, current_epoch, last_zxid, counts),
+            } => self.on_ack_epoch(from, Some(epoch), current_epoch, last_zxid, counts),
+            LearnerMsg::AckEpochUnnamed {
+                current_epoch,
+                last_zxid,
+                counts,
+            } => self.on_ack_epoch(from, None, current_epoch, last_zxid, counts),
             LearnerMsg::AckNewLeader { epoch } => self.on_ack_new_leader(from, epoch),
             LearnerMsg::Ack { zxid } => {
                 if h.voting() {

@@ -7,11 +7,13 @@
 //! ```text
 //!   learner ──FollowerInfo(accepted)──▶ leader   (quorum) epoch = max(accepted)+1, persist
 //!   learner ◀──NEWEPOCH(epoch)──────── leader
-//!   learner: persist accepted ──ACKEPOCH(current, last_zxid, counts)──▶ leader
-//!   leader: quorum of counting acks, none newer than itself ──▶ persist current ──▶ sync
+//!   learner: persist accepted ──ACKEPOCH(epoch, current, last_zxid, counts)──▶ leader
+//!   leader: quorum of counting acks of this epoch, none newer than itself
+//!           ──▶ persist current ──▶ sync
 //! ```
 //!
-//! What it must not do: let the leader count itself before its epoch is durable.
+//! What it must not do: let the leader count itself before its epoch is durable, or
+//! count an ack that answered another epoch's NEWEPOCH.
 
 use super::leader::{LeaderPhase, LearnerHandle, LearnerPhase};
 use super::learner::FollowPhase;
@@ -108,10 +110,12 @@ impl Node {
         self.check_epoch_quorum();
     }
 
-    /// An ACKEPOCH from a learner.
+    /// An ACKEPOCH from a learner, naming the epoch it accepted (None from a
+    /// learner that speaks only peer protocol 1).
     pub(crate) fn on_ack_epoch(
         &mut self,
         from: ServerId,
+        epoch: Option<u32>,
         current_epoch: u32,
         last_zxid: u64,
         counts: bool,
@@ -125,6 +129,11 @@ impl Node {
             return;
         };
         if h.phase != LearnerPhase::EpochSent {
+            return;
+        }
+        if epoch.is_some_and(|e| e != l.epoch) {
+            // An answer to another NEWEPOCH than mine: one this server sent on the
+            // same stream before it restarted, held in the network meanwhile.
             return;
         }
         h.phase = LearnerPhase::EpochAcked;
@@ -193,6 +202,7 @@ impl Node {
         }
         self.set_learner_phase(FollowPhase::EpochAcked);
         let ack = LearnerMsg::AckEpoch {
+            epoch,
             current_epoch: self.current_epoch,
             last_zxid: self.log.last_zxid(),
             counts,

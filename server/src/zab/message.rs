@@ -102,11 +102,15 @@ pub enum LeaderMsg {
 }
 
 /// Learner to leader, on the learner's stream.
+///
+/// The variants' order is their wire encoding (`peer::codec`): new ones go last.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LearnerMsg {
-    /// The learner accepted the new epoch (durably). `counts` is false when it had
-    /// already accepted that epoch before (it may not vote for it twice: Zab).
-    AckEpoch {
+    /// ACKEPOCH as peer protocol 1 sends it, without the epoch it answers. A
+    /// learner never makes it: the transport turns an `AckEpoch` into it for a
+    /// leader that speaks only protocol 1, and a leader takes it as before (it
+    /// cannot tell a stale one from a fresh one; see `AckEpoch`).
+    AckEpochUnnamed {
         current_epoch: u32,
         last_zxid: Zxid,
         counts: bool,
@@ -117,6 +121,17 @@ pub enum LearnerMsg {
     Ack { zxid: Zxid },
     /// Answer to `Ping { round }`.
     PingAck { round: u64 },
+    /// The learner accepted `epoch`, the one NEWEPOCH proposed (durably).
+    /// `counts` is false when it had already accepted that epoch before (it may not
+    /// vote for it twice: Zab). The leader counts it only for that epoch: an ack
+    /// held in the network while the leader restarted must not count for the next
+    /// epoch it proposes on the same learner stream.
+    AckEpoch {
+        epoch: u32,
+        current_epoch: u32,
+        last_zxid: Zxid,
+        counts: bool,
+    },
 }
 
 /// One message between two servers.

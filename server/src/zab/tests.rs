@@ -574,5 +574,72 @@ fn a_leader_never_opens_a_second_stream_on_one_session() {
     assert_eq!(tail, vec![z, z2], "server 1 skipped committed history");
 }
 
+#[test]
+fn an_ackepoch_answering_another_epoch_does_not_count() {
+    // Found by the simulator (seed 111024 with 1000 chaos ticks). Leader 3 sent
+    // NEWEPOCH on learner 1's session S, 1 acked it, and 3 restarted before the ack
+    // arrived. Led again, 3 got 1's FollowerInfo{S} and that ack, both held in the
+    // network, and proposed the next epoch on S. Counted, the ack (for the epoch
+    // before) made that epoch current on 3 with 1 never having accepted it.
+    let session = 0x5e55_1011;
+    let ack = |epoch| Message::ToLeader {
+        session,
+        seq: 1,
+        body: LearnerMsg::AckEpoch {
+            epoch,
+            current_epoch: 2,
+            last_zxid: 0,
+            counts: true,
+        },
+    };
+    // Server 3, restarted with epoch 3 accepted and current, leading again with S
+    // registered and epoch 4 proposed on it (durably on its own side).
+    let proposed = || {
+        let cfg = Config::new(3, vec![1, 2, 3], vec![]);
+        let restored = Restored {
+            accepted_epoch: 3,
+            current_epoch: 3,
+            ..Restored::default()
+        };
+        let mut n = Node::new(cfg, restored, 3).unwrap();
+        n.state = State::Leading(leader::Leader::new(n.now));
+        n.leader_started();
+        n.step(
+            1,
+            Message::FollowerInfo {
+                session,
+                accepted_epoch: 3,
+                observer: false,
+            },
+        );
+        let r = n.ready();
+        assert!(r.messages.iter().any(|e| matches!(
+            e.msg,
+            Message::ToLearner {
+                body: LeaderMsg::NewEpoch { epoch: 4 },
+                ..
+            }
+        )));
+        n.persisted(r.number);
+        n
+    };
+    let mut stale = proposed();
+    stale.step(1, ack(3));
+    let _ = stale.ready();
+    assert_eq!(
+        stale.current_epoch(),
+        3,
+        "an ack of epoch 3 made epoch 4 current"
+    );
+    // The ack of the epoch proposed counts.
+    let mut fresh = proposed();
+    fresh.step(1, ack(4));
+    let r = fresh.ready();
+    assert!(r
+        .persist
+        .iter()
+        .any(|op| matches!(op, PersistOp::CurrentEpoch(4))));
+}
+
 #[path = "resync_tests.rs"]
 mod resync;
