@@ -15,29 +15,43 @@ pub const FORMAT_V1: u8 = 1;
 /// The peer protocol this server speaks, announced in every frame it sends
 /// (`Frame.protocol`). 1: the first (a frame without the field, from an older
 /// server, reads as 0, which means 1). 2: ACKEPOCH names the epoch it answers
-/// (`LearnerMsg::AckEpoch`).
+/// (`LearnerMsg::AckEpoch`), and a leader's stream messages the epoch of the
+/// leadership that opened the stream (`Message::ToLearner`).
 pub const PROTOCOL: u32 = 2;
 
 /// Turns `msg` into what a server speaking peer `protocol` decodes: for protocol 1,
-/// an ACKEPOCH without its epoch. Every other message is the same in both.
+/// an ACKEPOCH and a leader's stream message without their epochs. Every other
+/// message is the same in both.
 pub fn downgrade(msg: &mut Message, protocol: u32) {
     if protocol >= 2 {
         return;
     }
-    if let Message::ToLeader { body, .. } = msg {
-        if let LearnerMsg::AckEpoch {
-            current_epoch,
-            last_zxid,
-            counts,
-            ..
-        } = *body
-        {
-            *body = LearnerMsg::AckEpochUnnamed {
+    match msg {
+        Message::ToLeader { body, .. } => {
+            if let LearnerMsg::AckEpoch {
                 current_epoch,
                 last_zxid,
                 counts,
-            };
+                ..
+            } = *body
+            {
+                *body = LearnerMsg::AckEpochV1 {
+                    current_epoch,
+                    last_zxid,
+                    counts,
+                };
+            }
         }
+        Message::ToLearner { .. } => {
+            let taken = std::mem::replace(msg, Message::Reset { session: 0 });
+            if let Message::ToLearner {
+                session, seq, body, ..
+            } = taken
+            {
+                *msg = Message::ToLearnerV1 { session, seq, body };
+            }
+        }
+        _ => {}
     }
 }
 
@@ -105,6 +119,7 @@ mod tests {
     fn to_learner(body: LeaderMsg) -> Message {
         Message::ToLearner {
             session: 7,
+            epoch: 4,
             seq: 8,
             body,
         }
@@ -168,6 +183,11 @@ mod tests {
             LeaderMsg::Ping { round: 16 },
         ];
         all.extend(leader.into_iter().map(to_learner));
+        all.push(Message::ToLearnerV1 {
+            session: 7,
+            seq: 8,
+            body: LeaderMsg::Ping { round: 16 },
+        });
         let learner = [
             LearnerMsg::AckEpoch {
                 epoch: 4,
@@ -175,7 +195,7 @@ mod tests {
                 last_zxid: 17,
                 counts: true,
             },
-            LearnerMsg::AckEpochUnnamed {
+            LearnerMsg::AckEpochV1 {
                 current_epoch: 3,
                 last_zxid: 17,
                 counts: false,
@@ -191,7 +211,7 @@ mod tests {
     #[test]
     fn every_variant_round_trips() {
         let all = every_message();
-        assert_eq!(all.len(), 21);
+        assert_eq!(all.len(), 22);
         for msg in all {
             let bytes = encode(&msg);
             assert_eq!(bytes[0], FORMAT_V1);
@@ -242,7 +262,8 @@ mod tests {
         }
     }
 
-    /// `LearnerMsg` as protocol 1 declared it (a copy of the old declaration).
+    /// `LearnerMsg` and `Message` as protocol 1 declared them (copies of the old
+    /// declarations).
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
     enum LearnerMsgV1 {
         AckEpoch {
@@ -261,47 +282,100 @@ mod tests {
         },
     }
 
-    /// What a downgraded message encodes to is what a protocol 1 server sent for
-    /// it, byte for byte, both ways: an old leader reads a new learner's
-    /// ACKEPOCH, and a new leader an old learner's.
-    #[test]
-    fn downgraded_learner_messages_are_protocol_1_on_the_wire() {
-        let pairs = [
-            (
-                LearnerMsg::AckEpoch {
-                    epoch: 4,
-                    current_epoch: 3,
-                    last_zxid: 17,
-                    counts: true,
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum MessageV1 {
+        Notification(Notification),
+        FollowerInfo {
+            session: u64,
+            accepted_epoch: u32,
+            observer: bool,
+        },
+        ToLearner {
+            session: u64,
+            seq: u64,
+            body: LeaderMsg,
+        },
+        ToLeader {
+            session: u64,
+            seq: u64,
+            body: LearnerMsgV1,
+        },
+        Reset {
+            session: u64,
+        },
+    }
+
+    /// Protocol 1's form of each message protocol 2 sends, as protocol 1 declared it.
+    fn as_v1(msg: &Message) -> MessageV1 {
+        match msg.clone() {
+            Message::Notification(n) => MessageV1::Notification(n),
+            Message::FollowerInfo {
+                session,
+                accepted_epoch,
+                observer,
+            } => MessageV1::FollowerInfo {
+                session,
+                accepted_epoch,
+                observer,
+            },
+            Message::ToLearner {
+                session, seq, body, ..
+            } => MessageV1::ToLearner { session, seq, body },
+            Message::ToLeader { session, seq, body } => MessageV1::ToLeader {
+                session,
+                seq,
+                body: match body {
+                    LearnerMsg::AckEpoch {
+                        current_epoch,
+                        last_zxid,
+                        counts,
+                        ..
+                    } => LearnerMsgV1::AckEpoch {
+                        current_epoch,
+                        last_zxid,
+                        counts,
+                    },
+                    LearnerMsg::AckNewLeader { epoch } => LearnerMsgV1::AckNewLeader { epoch },
+                    LearnerMsg::Ack { zxid } => LearnerMsgV1::Ack { zxid },
+                    LearnerMsg::PingAck { round } => LearnerMsgV1::PingAck { round },
+                    other => unreachable!("protocol 2 does not send {other:?}"),
                 },
-                LearnerMsgV1::AckEpoch {
-                    current_epoch: 3,
-                    last_zxid: 17,
-                    counts: true,
-                },
-            ),
-            (
-                LearnerMsg::AckNewLeader { epoch: 4 },
-                LearnerMsgV1::AckNewLeader { epoch: 4 },
-            ),
-            (LearnerMsg::Ack { zxid: 18 }, LearnerMsgV1::Ack { zxid: 18 }),
-            (
-                LearnerMsg::PingAck { round: 16 },
-                LearnerMsgV1::PingAck { round: 16 },
-            ),
-        ];
-        for (new, old) in pairs {
-            let mut msg = to_leader(new.clone());
-            downgrade(&mut msg, PROTOCOL);
-            assert_eq!(msg, to_leader(new.clone()), "protocol 2 keeps it");
-            downgrade(&mut msg, 0);
-            let Message::ToLeader { body, .. } = msg else {
-                unreachable!()
-            };
-            let sent = postcard::to_allocvec(&body).unwrap();
-            assert_eq!(sent, postcard::to_allocvec(&old).unwrap(), "{new:?}");
-            assert_eq!(postcard::from_bytes::<LearnerMsgV1>(&sent).unwrap(), old);
-            assert_eq!(postcard::from_bytes::<LearnerMsg>(&sent).unwrap(), body);
+            },
+            Message::Reset { session } => MessageV1::Reset { session },
+            other => unreachable!("protocol 2 does not send {other:?}"),
         }
+    }
+
+    /// Every message protocol 2 sends, downgraded, is byte for byte what protocol 1
+    /// sent for it, both ways: an old server reads what a new one sends it, and a
+    /// new server reads an old one's messages (as the V1 variants). Protocol 2
+    /// itself sends them unchanged.
+    #[test]
+    fn downgraded_messages_are_protocol_1_on_the_wire() {
+        let sent_by_2 = every_message().into_iter().filter(|m| {
+            !matches!(
+                m,
+                Message::ToLearnerV1 { .. }
+                    | Message::ToLeader {
+                        body: LearnerMsg::AckEpochV1 { .. },
+                        ..
+                    }
+            )
+        });
+        let mut count = 0;
+        for msg in sent_by_2 {
+            let mut kept = msg.clone();
+            downgrade(&mut kept, PROTOCOL);
+            assert_eq!(kept, msg, "protocol 2 keeps it");
+            let mut down = msg.clone();
+            downgrade(&mut down, 0);
+            let bytes = encode(&down);
+            let old = as_v1(&msg);
+            assert_eq!(bytes[1..], postcard::to_allocvec(&old).unwrap(), "{msg:?}");
+            assert_eq!(postcard::from_bytes::<MessageV1>(&bytes[1..]).unwrap(), old);
+            assert_eq!(decode::<Message>(&bytes).unwrap(), down);
+            count += 1;
+        }
+        assert_eq!(count, 20);
     }
 }

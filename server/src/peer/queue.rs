@@ -151,6 +151,7 @@ mod bytes_tests {
     fn bulky(session: u64) -> Message {
         Message::ToLearner {
             session,
+            epoch: 1,
             seq: 1,
             body: crate::zab::LeaderMsg::Sync(crate::zab::SyncKind::Snap {
                 zxid: 1,

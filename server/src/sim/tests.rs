@@ -109,12 +109,21 @@ fn zab_sim_replay() {
 
 /// Seeds that once failed, with their chaos length: each fails again if its bug
 /// comes back.
-const REGRESSIONS: &[(u64, u64, &str)] = &[(
-    111_024,
-    1000,
-    "an ACKEPOCH held while its leader restarted counted for the epoch it proposed \
-     next (a quorum of one live server made that epoch current with an empty log)",
-)];
+const REGRESSIONS: &[(u64, u64, &str)] = &[
+    (
+        111_024,
+        1000,
+        "an ACKEPOCH held while its leader restarted counted for the epoch it proposed \
+         next (a quorum of one live server made that epoch current with an empty log)",
+    ),
+    (
+        129_177,
+        1000,
+        "a leader that restarted opened a learner's session again, and the learner \
+         took its earlier stream's late messages in place of the new stream's (it \
+         skipped committed txns)",
+    ),
+];
 
 #[test]
 fn seeds_that_once_failed_pass() {

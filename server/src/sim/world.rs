@@ -581,7 +581,7 @@ fn msg_code(msg: &Message) -> u64 {
     match msg {
         Message::Notification(n) => 10 + n.round,
         Message::FollowerInfo { session, .. } => 20 ^ session,
-        Message::ToLearner { seq, .. } => 30 + seq,
+        Message::ToLearner { seq, .. } | Message::ToLearnerV1 { seq, .. } => 30 + seq,
         Message::ToLeader { seq, .. } => 40 + seq,
         Message::Reset { .. } => 50,
     }

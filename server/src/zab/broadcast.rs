@@ -109,7 +109,7 @@ impl Node {
                 last_zxid,
                 counts,
             } => self.on_ack_epoch(from, Some(epoch), current_epoch, last_zxid, counts),
-            LearnerMsg::AckEpochUnnamed {
+            LearnerMsg::AckEpochV1 {
                 current_epoch,
                 last_zxid,
                 counts,

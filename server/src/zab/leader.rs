@@ -52,6 +52,8 @@ pub(crate) struct LearnerHandle {
     pub(crate) observer: bool,
     /// Sequence number of the last message sent to it.
     pub(crate) seq_out: u64,
+    /// The epoch its NEWEPOCH proposed (0 before), named by every message sent.
+    pub(crate) epoch: u32,
     /// Its messages, put back in order.
     pub(crate) inbox: Inbox<LearnerMsg>,
     pub(crate) phase: LearnerPhase,
@@ -76,6 +78,7 @@ impl LearnerHandle {
             session,
             observer,
             seq_out: 0,
+            epoch: 0,
             inbox: Inbox::new(),
             phase: LearnerPhase::Registered,
             peer_last: 0,
@@ -89,11 +92,15 @@ impl LearnerHandle {
 
     /// Sends the next message of this learner's stream.
     pub(crate) fn send(&mut self, out: &mut Outbox, body: LeaderMsg) {
+        if let LeaderMsg::NewEpoch { epoch } = body {
+            self.epoch = epoch;
+        }
         self.seq_out += 1;
         out.send(
             self.id,
             Message::ToLearner {
                 session: self.session,
+                epoch: self.epoch,
                 seq: self.seq_out,
                 body,
             },

@@ -35,8 +35,12 @@ pub(crate) struct Learner {
     pub(crate) observer: bool,
     /// The stream's session (chosen here, fresh on every registration).
     pub(crate) session: u64,
-    /// The leader's messages, put back in order.
-    pub(crate) inbox: Inbox<LeaderMsg>,
+    /// The leader's messages, put back in order, each with the epoch it names
+    /// (None from a leader that speaks only peer protocol 1).
+    pub(crate) inbox: Inbox<(Option<u32>, LeaderMsg)>,
+    /// The epoch the stream's first message named: any other is from another
+    /// leadership's stream on the same session.
+    pub(crate) stream_epoch: Option<u32>,
     /// Sequence number of the last message sent to the leader.
     pub(crate) seq_out: u64,
     pub(crate) phase: FollowPhase,
@@ -55,6 +59,7 @@ impl Learner {
             observer,
             session,
             inbox: Inbox::new(),
+            stream_epoch: None,
             seq_out: 0,
             phase: FollowPhase::Registering,
             epoch: 0,
@@ -116,10 +121,13 @@ impl Node {
         }
     }
 
+    /// A message on the leader's stream, naming the epoch of the leadership that
+    /// opened it (None from a leader that speaks only peer protocol 1).
     pub(crate) fn on_leader_msg(
         &mut self,
         from: ServerId,
         session: u64,
+        epoch: Option<u32>,
         seq: u64,
         body: LeaderMsg,
     ) {
@@ -130,19 +138,27 @@ impl Node {
         if f.leader != from || f.session != session {
             return;
         }
-        let Ok(bodies) = f.inbox.accept(seq, body, now) else {
+        let Ok(bodies) = f.inbox.accept(seq, (epoch, body), now) else {
             // A message was lost: the stream is broken.
             self.reregister();
             return;
         };
         f.last_heard = now;
-        for body in bodies {
-            let stream = match &self.state {
-                State::Learning(f) => f.session,
-                _ => 0,
+        for (epoch, body) in bodies {
+            let State::Learning(f) = &mut self.state else {
+                return;
             };
-            if stream != session || self.failed {
+            if f.session != session || self.failed {
                 return; // the stream was dropped by an earlier message
+            }
+            if let Some(epoch) = epoch {
+                if *f.stream_epoch.get_or_insert(epoch) != epoch {
+                    // Two leaderships' messages on one session: the leader restarted
+                    // and opened this session again while messages of its earlier
+                    // stream were still coming. Neither stream can be trusted.
+                    self.reregister();
+                    return;
+                }
             }
             self.on_leader_body(body);
         }

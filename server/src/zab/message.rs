@@ -13,11 +13,14 @@
 //! repeated FollowerInfo for a session whose stream it dropped gets Reset. A second
 //! stream on the same session would number from 1 again, and the learner could take
 //! late messages of the first stream in place of the second's (skipping sync
-//! proposals, then acking NEWLEADER without them).
+//! proposals, then acking NEWLEADER without them). A leader that restarted does not
+//! remember the sessions it opened, so every message on a stream also names the
+//! epoch of the leadership that opened it (the one its NEWEPOCH proposed): a
+//! learner that finds two epochs on one stream registers again on a new session.
 //!
 //! ```text
 //!   learner ──FollowerInfo{session}──▶ leader        (repeated until answered)
-//!   leader  ──ToLearner{session, seq, LeaderMsg}──▶ learner
+//!   leader  ──ToLearner{session, epoch, seq, LeaderMsg}──▶ learner
 //!   learner ──ToLeader{session, seq, LearnerMsg}──▶ leader
 //!   leader  ──Reset{session}──▶ learner              (unknown or closed session: register again)
 //! ```
@@ -110,7 +113,7 @@ pub enum LearnerMsg {
     /// learner never makes it: the transport turns an `AckEpoch` into it for a
     /// leader that speaks only protocol 1, and a leader takes it as before (it
     /// cannot tell a stale one from a fresh one; see `AckEpoch`).
-    AckEpochUnnamed {
+    AckEpochV1 {
         current_epoch: u32,
         last_zxid: Zxid,
         counts: bool,
@@ -135,6 +138,8 @@ pub enum LearnerMsg {
 }
 
 /// One message between two servers.
+///
+/// The variants' order is their wire encoding (`peer::codec`): new ones go last.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Message {
     /// Fast leader election.
@@ -145,7 +150,10 @@ pub enum Message {
         accepted_epoch: u32,
         observer: bool,
     },
-    ToLearner {
+    /// A leader's stream message as peer protocol 1 sends it, without its epoch. A
+    /// leader never makes it: the transport turns a `ToLearner` into it for a
+    /// learner that speaks only protocol 1, and a learner takes it unchecked.
+    ToLearnerV1 {
         session: u64,
         seq: u64,
         body: LeaderMsg,
@@ -157,6 +165,14 @@ pub enum Message {
     },
     /// The leader does not know this session: register again.
     Reset { session: u64 },
+    /// A message on the leader's stream to a learner. `epoch` is the one the
+    /// stream's NEWEPOCH proposed (the leadership that opened it).
+    ToLearner {
+        session: u64,
+        epoch: u32,
+        seq: u64,
+        body: LeaderMsg,
+    },
 }
 
 impl Message {

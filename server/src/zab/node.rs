@@ -186,8 +186,14 @@ impl Node {
             Message::ToLeader { session, seq, body } => {
                 self.on_learner_msg(from, session, seq, body)
             }
-            Message::ToLearner { session, seq, body } => {
-                self.on_leader_msg(from, session, seq, body)
+            Message::ToLearner {
+                session,
+                epoch,
+                seq,
+                body,
+            } => self.on_leader_msg(from, session, Some(epoch), seq, body),
+            Message::ToLearnerV1 { session, seq, body } => {
+                self.on_leader_msg(from, session, None, seq, body)
             }
             Message::Reset { session } => self.on_reset(from, session),
         }

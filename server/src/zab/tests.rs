@@ -641,5 +641,49 @@ fn an_ackepoch_answering_another_epoch_does_not_count() {
         .any(|op| matches!(op, PersistOp::CurrentEpoch(4))));
 }
 
+#[test]
+fn a_learner_that_finds_two_leaderships_on_one_stream_registers_again() {
+    // Found by the simulator (seed 129177 with 1000 chaos ticks). Learner 1
+    // registered with leader 2 on session S; 2 opened S (epoch 13), then 1 was
+    // paused, and 2 crashed and restarted meanwhile. On resuming, 1 got the late
+    // pings of the first stream (numbers 3 to 11) and repeated FollowerInfo{S}; the
+    // restarted 2, not remembering S, opened it again (epoch 14). Its NEWEPOCH and
+    // SYNC (1 and 2) released the held pings as 3 to 11, and the new stream's own 3
+    // to 11 (proposals, NEWLEADER, commits) were dropped as duplicates.
+    let session = 0x5e55_1011;
+    let mut n = Node::new(
+        Config::new(1, vec![1, 2, 3], vec![]),
+        Restored::default(),
+        1,
+    )
+    .unwrap();
+    n.state = State::Learning(learner::Learner::new(2, session, false, n.now));
+    let on_s = |epoch, seq, body| Message::ToLearner {
+        session,
+        epoch,
+        seq,
+        body,
+    };
+    n.step(2, on_s(13, 3, LeaderMsg::Ping { round: 2 }));
+    n.step(2, on_s(14, 1, LeaderMsg::NewEpoch { epoch: 14 }));
+    let r = n.ready();
+    n.persisted(r.number);
+    n.step(2, on_s(14, 2, LeaderMsg::Sync(SyncKind::Diff { from: 0 })));
+    let State::Learning(f) = &n.state else {
+        panic!("not learning: {:?}", n.status());
+    };
+    let new_session = f.session;
+    assert_ne!(new_session, session, "the spliced stream was kept");
+    let r = n.ready();
+    assert!(
+        r.messages.iter().any(|e| matches!(
+            e.msg,
+            Message::FollowerInfo { session: s, .. } if s == new_session
+        )),
+        "no registration on the new session: {:?}",
+        r.messages
+    );
+}
+
 #[path = "resync_tests.rs"]
 mod resync;
