@@ -74,34 +74,6 @@ for w in "${workloads[@]}"; do
 done
 
 echo
-python3 - "$scratch/results-plain.jsonl" "$scratch/results-tls.jsonl" <<'EOF'
-import json, statistics, sys
-from collections import defaultdict
-
-def load(path):
-    runs = defaultdict(list)
-    for line in open(path):
-        r = json.loads(line)
-        runs[(r["workload"], r["clients"])].append(r)
-    return runs
-
-plain, tls = load(sys.argv[1]), load(sys.argv[2])
-def cpu_us(r):  # CPU of the bench client and the server per op, µs
-    cpu = (r["client_cpu_pct"] or float("nan")) + (r["server_cpu_pct"] or float("nan"))
-    return cpu / 100 * 1e6 / r["ops_s"] if r["ops_s"] else float("nan")
-print("| workload | clients | plain ops/s (median; every run) | mTLS ops/s (median; every run) "
-      "| mTLS / plain | p50 ms plain → mTLS | CPU µs per op plain → mTLS (medians) |")
-print("|---|---:|---:|---:|---:|---|---|")
-for key in plain:
-    p, t = plain[key], tls[key]
-    mp = statistics.median(r["ops_s"] for r in p)
-    mt = statistics.median(r["ops_s"] for r in t)
-    runs = lambda rs: ", ".join(f"{r['ops_s']:,.0f}" for r in rs)
-    p50 = lambda rs: statistics.median(r["p50_ms"] for r in rs)
-    cpu = lambda rs: statistics.median(cpu_us(r) for r in rs)
-    print(f"| {key[0]} | {key[1]} | {mp:,.0f} ({runs(p)}) | {mt:,.0f} ({runs(t)}) "
-          f"| {mt / mp:.2f} | {p50(p):.2f} → {p50(t):.2f} "
-          f"| {cpu(p):.1f} → {cpu(t):.1f} ({cpu(t) / cpu(p):.2f}) |")
-EOF
+python3 bench/compare.py plain "$scratch/results-plain.jsonl" mTLS "$scratch/results-tls.jsonl"
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

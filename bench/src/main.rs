@@ -153,7 +153,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = Args::parse();
     if let Some(ca) = &args.cacert {
         let identity = args.cert.as_deref().zip(args.key.as_deref());
-        drivers::concord::use_tls(ca, identity)?;
+        drivers::direct::use_tls(ca, identity)?;
     }
     match args.system {
         System::Concord => run::<drivers::concord::Concord>(&args).await?,

@@ -1,5 +1,6 @@
-//! The Concord driver: raw gRPC through `concord-proto`, one channel per client, so the
-//! numbers show the server and not an SDK's extra work.
+//! The Concord driver: raw gRPC through `concord-proto`, one HTTP/2 connection per
+//! client called directly (`direct.rs`), so the numbers show the server and not an
+//! SDK's extra work.
 //!
 //! A session (opened on first need) is kept alive by a background task that pings every
 //! TTL/3 and is stopped when the driver is dropped. It must not retry failed calls.
@@ -9,30 +10,9 @@ use std::time::Duration;
 use concord_proto::v1 as pb;
 use futures::StreamExt;
 use tokio::task::JoinHandle;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
+use super::direct::Direct;
 use super::{BenchError, Driver, EventStream, Result};
-
-/// TLS for every Concord connection of this process (`--cacert`, `--cert`,
-/// `--key`), set once by main before any connects; unset: plain text.
-static TLS: std::sync::OnceLock<ClientTlsConfig> = std::sync::OnceLock::new();
-
-/// Makes every later connection TLS: trust the CA in `ca` (PEM), and present the
-/// client certificate and key in `identity` if given.
-pub fn use_tls(
-    ca: &std::path::Path,
-    identity: Option<(&std::path::Path, &std::path::Path)>,
-) -> std::io::Result<()> {
-    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(std::fs::read(ca)?));
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(Identity::from_pem(
-            std::fs::read(cert)?,
-            std::fs::read(key)?,
-        ));
-    }
-    let _ = TLS.set(tls);
-    Ok(())
-}
 
 /// Requested session TTL for ephemerals and locks.
 const SESSION_TTL_MS: i64 = 10_000;
@@ -43,9 +23,9 @@ const CAMPAIGN_TIMEOUT_MS: i64 = 30_000;
 /// One Concord client.
 pub struct Concord {
     /// The client's own HTTP/2 connection.
-    channel: Channel,
+    channel: Direct,
     /// Tree service stub on `channel`.
-    tree: pb::tree_client::TreeClient<Channel>,
+    tree: pb::tree_client::TreeClient<Direct>,
     /// This client's session, once opened, and its keep-alive task.
     session: Option<(u64, JoinHandle<()>)>,
 }
@@ -111,11 +91,7 @@ impl Driver for Concord {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let list: Vec<&str> = endpoints.split(',').collect();
         let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len();
-        let mut endpoint = Channel::from_shared(list[i].to_owned()).map_err(err)?;
-        if let Some(tls) = TLS.get() {
-            endpoint = endpoint.tls_config(tls.clone()).map_err(err)?;
-        }
-        let channel = endpoint.connect().await.map_err(err)?;
+        let channel = Direct::connect(list[i]).await.map_err(err)?;
         Ok(Self {
             tree: pb::tree_client::TreeClient::new(channel.clone()),
             channel,

@@ -10,6 +10,7 @@ use std::future::Future;
 use futures::stream::BoxStream;
 
 pub mod concord;
+pub mod direct;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "zookeeper")]
