@@ -49,7 +49,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-pub use codec::{decode, encode, DecodeError, FORMAT_V1, PROTOCOL};
+pub use codec::{decode, downgrade, encode, DecodeError, FORMAT_V1, PROTOCOL};
 
 use crate::config::Member;
 use crate::txn::Zxid;

@@ -66,6 +66,10 @@ pub struct SimOptions {
     /// Bound on the liveness phase.
     pub liveness_ticks: u64,
     pub bug: Option<PlantedBug>,
+    /// Servers that speak only peer protocol 1 (a rolling upgrade half done): what
+    /// they send and what is sent to them takes protocol 1's form, as the peer
+    /// transport makes it (`peer::downgrade`).
+    pub protocol_1: Vec<crate::zab::ServerId>,
     /// Print every status change and fault.
     pub verbose: bool,
 }
@@ -85,6 +89,7 @@ impl SimOptions {
             chaos_ticks: 300,
             liveness_ticks: 150,
             bug: None,
+            protocol_1: Vec::new(),
             verbose: false,
         }
     }

@@ -21,7 +21,7 @@ use crate::replica::engine::{Engine, Request};
 use crate::replica::Write;
 use crate::txn::Zxid;
 use crate::zab::rng::Rng;
-use crate::zab::{Config, LeaderMsg, Message, Role, ServerId, SyncKind};
+use crate::zab::{Config, LeaderMsg, LearnerMsg, Message, Role, ServerId, SyncKind};
 
 /// Time units per tick.
 pub(crate) const TICK: u64 = 10;
@@ -65,6 +65,9 @@ pub struct Stats {
     pub events: u64,
     pub crashes: u64,
     pub messages: u64,
+    /// Messages sent in protocol 1's form (`SimOptions::protocol_1`) that differ
+    /// from protocol 2's: ACKEPOCHs and leader stream messages.
+    pub downgraded: u64,
     pub committed: usize,
     pub acked: usize,
     pub liveness_ticks: u64,
@@ -432,7 +435,24 @@ impl World {
         if !msg.fill_snap_from(stored.as_ref()) {
             return;
         }
+        if self.opts.protocol_1.contains(&from) || self.opts.protocol_1.contains(&to) {
+            crate::peer::downgrade(&mut msg, 1);
+            if matches!(
+                msg,
+                Message::ToLearnerV1 { .. }
+                    | Message::ToLeader {
+                        body: LearnerMsg::AckEpochV1 { .. },
+                        ..
+                    }
+            ) {
+                self.stats.downgraded += 1;
+            }
+        }
         if let Message::ToLearner {
+            body: LeaderMsg::Sync(kind),
+            ..
+        }
+        | Message::ToLearnerV1 {
             body: LeaderMsg::Sync(kind),
             ..
         } = &msg
