@@ -29,7 +29,7 @@ for d in "$before" "$after"; do
 done
 
 scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
-# stop_pids, the EXIT trap, wait_for
+# stop_pids, the EXIT trap, wait_for, alternate_rounds
 . bench/lib.sh
 
 start() {  # start NAME DIR PORT: sets $pid
@@ -50,17 +50,7 @@ run() {  # run before|after WORKLOAD CLIENTS
     --out "$scratch/results-$1.jsonl" > /dev/null
 }
 
-IFS=, read -r -a workloads <<< "${WORKLOADS:-write,read}"
-IFS=, read -r -a clients <<< "${CLIENTS:-1,16,64}"
-for w in "${workloads[@]}"; do
-  for c in "${clients[@]}"; do
-    echo "== $w, $c clients: $rounds rounds" >&2
-    for r in $(seq "$rounds"); do
-      if [ $((r % 2)) = 1 ]; then run before "$w" "$c"; run after "$w" "$c"
-      else run after "$w" "$c"; run before "$w" "$c"; fi
-    done
-  done
-done
+alternate_rounds before after
 
 echo
 python3 bench/compare.py before "$scratch/results-before.jsonl" after "$scratch/results-after.jsonl"

@@ -90,3 +90,20 @@ start_zookeeper() {  # start_zookeeper DIR N
   for i in $(seq "$n"); do wait_for 90 zk_serving $((22180 + i)); done
 }
 
+# ---- alternating rounds ---------------------------------------------------------------
+alternate_rounds() {  # alternate_rounds A B: for each workload and client count, ROUNDS
+  # rounds of `run A W C` and `run B W C` (the caller's run), the order swapped every
+  # round, so that what else the machine does weighs on both alike
+  local w c r workloads clients
+  IFS=, read -r -a workloads <<< "${WORKLOADS:-write,read}"
+  IFS=, read -r -a clients <<< "${CLIENTS:-1,16,64}"
+  for w in "${workloads[@]}"; do
+    for c in "${clients[@]}"; do
+      echo "== $w, $c clients: $rounds rounds" >&2
+      for r in $(seq "$rounds"); do
+        if [ $((r % 2)) = 1 ]; then run "$1" "$w" "$c"; run "$2" "$w" "$c"
+        else run "$2" "$w" "$c"; run "$1" "$w" "$c"; fi
+      done
+    done
+  done
+}

@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
 done
 
 scratch=$(mktemp -d /tmp/concord-tls-bench.XXXXXX)
-# stop_pids, the EXIT trap, wait_for, start_concord
+# stop_pids, the EXIT trap, wait_for, start_concord, alternate_rounds
 . bench/lib.sh
 
 if [ -z "${CONCORD_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
@@ -61,17 +61,7 @@ run() {  # run plain|tls WORKLOAD CLIENTS
     --duration-s $duration --warmup-s $warmup --out "$scratch/results-$1.jsonl" > /dev/null
 }
 
-IFS=, read -r -a workloads <<< "${WORKLOADS:-write,read}"
-IFS=, read -r -a clients <<< "${CLIENTS:-1,16,64}"
-for w in "${workloads[@]}"; do
-  for c in "${clients[@]}"; do
-    echo "== $w, $c clients: $rounds rounds" >&2
-    for r in $(seq "$rounds"); do
-      if [ $((r % 2)) = 1 ]; then run plain "$w" "$c"; run tls "$w" "$c"
-      else run tls "$w" "$c"; run plain "$w" "$c"; fi
-    done
-  done
-done
+alternate_rounds plain tls
 
 echo
 python3 bench/compare.py plain "$scratch/results-plain.jsonl" mTLS "$scratch/results-tls.jsonl"

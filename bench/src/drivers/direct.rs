@@ -81,7 +81,6 @@ impl Direct {
             .await
             .map_err(|e| format!("{endpoint}: {e}"))?;
         tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let h2 = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
         let (send, scheme) = match (uri.scheme_str(), TLS.get()) {
             (Some("https"), Some(tls)) => {
                 let name = ServerName::try_from(authority.host().to_owned())
@@ -90,21 +89,9 @@ impl Direct {
                     .connect(name, tcp)
                     .await
                     .map_err(|e| format!("{endpoint}: TLS: {e}"))?;
-                let (send, conn) = h2
-                    .handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| format!("{endpoint}: {e}"))?;
-                tokio::spawn(conn);
-                (send, Scheme::HTTPS)
+                (handshake(stream, endpoint).await?, Scheme::HTTPS)
             }
-            (Some("http"), None) => {
-                let (send, conn) = h2
-                    .handshake(TokioIo::new(tcp))
-                    .await
-                    .map_err(|e| format!("{endpoint}: {e}"))?;
-                tokio::spawn(conn);
-                (send, Scheme::HTTP)
-            }
+            (Some("http"), None) => (handshake(tcp, endpoint).await?, Scheme::HTTP),
             (scheme, tls) => {
                 return Err(format!(
                     "{endpoint}: scheme {scheme:?} with TLS {}",
@@ -118,6 +105,19 @@ impl Direct {
             authority,
         })
     }
+}
+
+/// The HTTP/2 handshake on `io`; spawns the connection's task.
+async fn handshake<IO>(io: IO, endpoint: &str) -> Result<SendRequest<Body>, String>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("{endpoint}: {e}"))?;
+    tokio::spawn(conn);
+    Ok(send)
 }
 
 type ResponseFuture =

@@ -22,36 +22,34 @@ pub const PROTOCOL: u32 = 2;
 /// Turns `msg` into what a server speaking peer `protocol` decodes: for protocol 1,
 /// an ACKEPOCH and a leader's stream message without their epochs. Every other
 /// message is the same in both.
-pub fn downgrade(msg: &mut Message, protocol: u32) {
+pub fn downgrade(msg: Message, protocol: u32) -> Message {
     if protocol >= 2 {
-        return;
+        return msg;
     }
     match msg {
-        Message::ToLeader { body, .. } => {
-            if let LearnerMsg::AckEpoch {
-                current_epoch,
-                last_zxid,
-                counts,
-                ..
-            } = *body
-            {
-                *body = LearnerMsg::AckEpochV1 {
+        Message::ToLeader {
+            session,
+            seq,
+            body:
+                LearnerMsg::AckEpoch {
                     current_epoch,
                     last_zxid,
                     counts,
-                };
-            }
-        }
-        Message::ToLearner { .. } => {
-            let taken = std::mem::replace(msg, Message::Reset { session: 0 });
-            if let Message::ToLearner {
-                session, seq, body, ..
-            } = taken
-            {
-                *msg = Message::ToLearnerV1 { session, seq, body };
-            }
-        }
-        _ => {}
+                    ..
+                },
+        } => Message::ToLeader {
+            session,
+            seq,
+            body: LearnerMsg::AckEpochV1 {
+                current_epoch,
+                last_zxid,
+                counts,
+            },
+        },
+        Message::ToLearner {
+            session, seq, body, ..
+        } => Message::ToLearnerV1 { session, seq, body },
+        other => other,
     }
 }
 
@@ -364,11 +362,9 @@ mod tests {
         });
         let mut count = 0;
         for msg in sent_by_2 {
-            let mut kept = msg.clone();
-            downgrade(&mut kept, PROTOCOL);
+            let kept = downgrade(msg.clone(), PROTOCOL);
             assert_eq!(kept, msg, "protocol 2 keeps it");
-            let mut down = msg.clone();
-            downgrade(&mut down, 0);
+            let down = downgrade(msg.clone(), 0);
             let bytes = encode(&down);
             let old = as_v1(&msg);
             assert_eq!(bytes[1..], postcard::to_allocvec(&old).unwrap(), "{msg:?}");

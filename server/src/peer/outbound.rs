@@ -198,7 +198,7 @@ fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + S
                 Counters::add(&shared.counters.sent, sent);
                 return Some((stream::iter(batch), None));
             }
-            codec::downgrade(&mut msg, peer.protocol.load(Ordering::Relaxed));
+            let msg = codec::downgrade(msg, peer.protocol.load(Ordering::Relaxed));
             let payload = codec::encode(&msg);
             if payload.len() > shared.config.message_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");

@@ -300,9 +300,8 @@ async fn t40_strangers_and_garbage_are_refused() {
 
 /// `msg` as a member receives it that has opened no stream to its sender, so has
 /// announced no protocol: in protocol 1's form (`codec::downgrade`).
-fn unannounced(mut msg: Message) -> Message {
-    codec::downgrade(&mut msg, 0);
-    msg
+fn unannounced(msg: Message) -> Message {
+    codec::downgrade(msg, 0)
 }
 
 /// A SNAP carrying `bytes` of snapshot.
@@ -779,7 +778,7 @@ async fn t61_on_plain_text_the_frames_name_the_sender() {
 async fn t70_an_ackepoch_is_sent_in_the_protocol_its_receiver_announced() {
     let (_, mut s) = ensemble(2).await;
     let (b, _b_inbox) = s.pop().unwrap();
-    let (_a, mut a_inbox) = s.pop().unwrap();
+    let (a, mut a_inbox) = s.pop().unwrap();
     let ack = |epoch| Message::ToLeader {
         session: 3,
         seq: 1,
@@ -816,5 +815,5 @@ async fn t70_an_ackepoch_is_sent_in_the_protocol_its_receiver_announced() {
     b.send(Envelope { to: 1, msg: ack(5) });
     assert_eq!(recv(&mut a_inbox).await, (2, ack(5)));
     b.shutdown().await;
-    _a.shutdown().await;
+    a.shutdown().await;
 }

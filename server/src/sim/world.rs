@@ -436,7 +436,7 @@ impl World {
             return;
         }
         if self.opts.protocol_1.contains(&from) || self.opts.protocol_1.contains(&to) {
-            crate::peer::downgrade(&mut msg, 1);
+            msg = crate::peer::downgrade(msg, 1);
             if matches!(
                 msg,
                 Message::ToLearnerV1 { .. }
