@@ -18,7 +18,8 @@
 # how to reach it with grpcurl and concordctl.
 #
 # Server i (1..N) takes clients on BASE_PORT + 10*(i-1) and peers on the port after
-# it: 7181/7182, 7191/7192, 7201/7202 by default. Everything it writes (configs,
+# it, and serves /metrics on the port after that: 7181/7182/7183, 7191/7192/7193,
+# 7201/7202/7203 by default. Everything it writes (configs,
 # data folders, logs, pid files) goes under ENSEMBLE_DIR.
 #
 # Environment:
@@ -148,6 +149,7 @@ role = \"$role\"
 server_id = $i
 client_addr = "127.0.0.1:$(client_port "$i")"
 peer_addr = "127.0.0.1:$(($(client_port "$i") + 1))"
+metrics_addr = "127.0.0.1:$(($(client_port "$i") + 2))"
 data_dir = "$dir/data-$i"
 ${TICK_MS:+tick_ms = $TICK_MS}
 $members
