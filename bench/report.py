@@ -33,8 +33,8 @@ One command measures the three systems on the same machine, in one run, with one
 workload definition (`bench/src/workloads.rs`, `lock.rs`, `memory.rs`) driving each
 through a small driver trait (`bench/src/drivers/`): Concord over its native gRPC API
 (tonic's generated clients, each on its own HTTP/2 connection called directly through
-hyper, `drivers/direct.rs`), ZooKeeper with the `zookeeper-client` crate, etcd with the
-`etcd-client` crate. Every
+the h2 crate, `drivers/direct.rs`), ZooKeeper with the `zookeeper-client` crate, etcd
+with the `etcd-client` crate (tonic's `Channel` over hyper). Every
 system gets the same number of client connections (one per simulated client, each
 issuing one request at a time), the same 100-byte values, key counts, warm-up and
 measured window.
