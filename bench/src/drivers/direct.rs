@@ -21,7 +21,8 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use futures::FutureExt;
 use http::uri::{Authority, Scheme, Uri};
-use http_body::{Body as _, Frame};
+use http_body::Frame;
+use http_body_util::BodyExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tonic::body::Body;
@@ -162,9 +163,7 @@ impl tower_service::Service<http::Request<Body>> for Direct {
             let mut ready_now = Vec::new();
             let mut ended = false;
             while ready_now.len() < READY_FRAMES_MAX {
-                let Some(frame) =
-                    std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).now_or_never()
-                else {
+                let Some(frame) = body.frame().now_or_never() else {
                     break;
                 };
                 match frame {
@@ -203,7 +202,7 @@ impl tower_service::Service<http::Request<Body>> for Direct {
 /// stream), frame by frame as it comes, each once the stream has room for some of it.
 async fn send_rest(mut body: Body, mut stream: h2::SendStream<Bytes>) {
     loop {
-        match std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        match body.frame().await {
             None => {
                 let _ = stream.send_data(Bytes::new(), true);
                 return;
@@ -280,6 +279,7 @@ mod tests {
     use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::mpsc;
+    use tokio_stream::wrappers::UnboundedReceiverStream;
 
     use super::*;
 
@@ -415,7 +415,7 @@ mod tests {
         later.send(ping).unwrap();
         let call = tokio::spawn(async move {
             sessions
-                .keep_alive(tokio_stream_of(pings))
+                .keep_alive(UnboundedReceiverStream::new(pings))
                 .await
                 .map(|_| ())
         });
@@ -434,12 +434,5 @@ mod tests {
             .await
             .expect("a report within 10 s")
             .expect("the server runs")
-    }
-
-    /// The messages of `rx` as a stream, ending when every sender is gone.
-    fn tokio_stream_of<T: Send + 'static>(
-        rx: mpsc::UnboundedReceiver<T>,
-    ) -> impl futures::Stream<Item = T> + Send + 'static {
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
     }
 }
