@@ -5,7 +5,9 @@
 #   bench/peers.sh --short    developer run (~2 min: 1 s per point, 1-node only, 10,000 nodes)
 #   3-node runs (full, or --three) add the failover workload: fresh 3-node ensembles
 #   whose leader is killed with kill -9 (3 rounds in short mode, 10 in full).
-#   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
+#   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd,
+#            --memory (the memory and restart workload alone, for the systems chosen:
+#            its result lines are printed, docs are not written)
 #   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
 #        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
 #        docs/benchmarks.md;
@@ -23,11 +25,12 @@ command_line="bench/peers.sh${*:+ $*}"
 for var in BENCH_BIN CONCORD_BIN; do  # prebuilt binaries are part of the exact command
   [ -n "${!var:-}" ] && command_line="$var=${!var#"$PWD/"} $command_line"
 done
-mode=full three=1 systems=concord,zookeeper,etcd
+mode=full three=1 systems=concord,zookeeper,etcd memory_only=0
 while [ $# -gt 0 ]; do
   case $1 in
     --short) mode=short; three=0 ;;
     --three) three=1 ;;
+    --memory) memory_only=1 ;;
     --systems) systems=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -183,6 +186,13 @@ run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
 }
 
 IFS=, read -r -a wanted <<< "$systems"
+if [ $memory_only = 1 ]; then
+  for system in "${wanted[@]}"; do
+    run_memory "$system"
+  done
+  cat "$results"
+  exit 0
+fi
 for system in "${wanted[@]}"; do
   run_workloads "$system" 1
 done
