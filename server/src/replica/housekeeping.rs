@@ -309,7 +309,7 @@ mod tests {
         let replica = Replica::start(&config).await.unwrap();
         let mut broken = replica.read(Clone::clone);
         let root = broken.nodes.get("/").unwrap().clone();
-        broken.nodes.insert("/lost/orphan".into(), root);
+        broken.nodes.insert("/lost/orphan", root);
         let (jobs_tx, jobs_rx) = mpsc::channel(1);
         let (compacted_tx, mut compacted_rx) = mpsc::channel(1);
         let task = tokio::spawn(super::snapshotter(

@@ -56,7 +56,7 @@ impl DataTree {
             return;
         }
         for at in crate::security::ancestors(target).skip(1) {
-            if self.nodes.contains_key(at) {
+            if self.nodes.contains(at) {
                 continue;
             }
             let op = CreateOp {

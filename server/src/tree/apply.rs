@@ -58,13 +58,13 @@ impl Default for DataTree {
 impl DataTree {
     /// A tree holding only the root "/" (all-zero stat, persistent, no data).
     pub fn new() -> Self {
-        let mut nodes = imbl::HashMap::new();
-        nodes.insert("/".to_string(), Arc::new(Node::root()));
+        let mut nodes = Nodes::default();
+        nodes.insert("/", Arc::new(Node::root()));
         DataTree {
             nodes,
             sessions: imbl::OrdMap::new(),
             last_zxid: 0,
-            reap_candidates: imbl::OrdSet::new(),
+            reap_candidates: imbl::OrdMap::new(),
             grants: Grants::new(),
             grants_zxid: 0,
             usage: imbl::OrdMap::new(),
@@ -208,8 +208,6 @@ impl Node {
             data: Bytes::new(),
             stat: Stat::default(),
             mode: CreateMode::Persistent,
-            ttl_ms: 0,
-            children: imbl::OrdSet::new(),
         }
     }
 }

@@ -4,10 +4,10 @@
 //!   digest = H(last_zxid, node count, Σ H(node), sessions in id order)
 //! ```
 //!
-//! Nodes live in a hash map whose iteration order differs from process to process, so
-//! each node is hashed on its own (path, data, stat, mode, ttl) and the node hashes are
-//! added (wrapping): the sum does not depend on order, costs O(n) with no sort and no
-//! allocation. Children sets are implied by the paths. Sessions are in an ordered map
+//! Each node is hashed on its own (path, data, stat, mode, ttl) and the node hashes are
+//! added (wrapping): the sum does not depend on the order of the node map (which has
+//! changed before: it was a hash map), costs O(n) with no sort and no allocation. Who
+//! is whose child is implied by the paths. Sessions are in an ordered map
 //! and are hashed in id order, with their owners, ephemerals and remembered outcomes
 //! (with the fingerprints of their requests).
 //!
@@ -76,7 +76,7 @@ impl DataTree {
     /// last_zxid): equal trees have equal digests on every server. O(n).
     pub fn digest(&self) -> u64 {
         let nodes_sum = self.nodes.iter().fold(0u64, |sum, (path, node)| {
-            sum.wrapping_add(node_hash(path, node))
+            sum.wrapping_add(node_hash(path, node, self.ttl_of(path, node)))
         });
         let mut h = DigestHasher::new();
         h.u64(self.last_zxid);
@@ -184,13 +184,13 @@ impl HashSink {
 }
 
 /// The hash of one node, independent of every other node.
-fn node_hash(path: &str, node: &Node) -> u64 {
+fn node_hash(path: &str, node: &Node, ttl_ms: i64) -> u64 {
     let mut h = DigestHasher::new();
     h.bytes(path.as_bytes());
     h.bytes(&node.data);
     stat_words(&mut h, &node.stat);
     h.u64(mode_code(node.mode));
-    h.i64(node.ttl_ms);
+    h.i64(ttl_ms);
     h.finish()
 }
 

@@ -23,6 +23,7 @@ pub mod path;
 mod access;
 mod apply;
 mod digest;
+mod nodes;
 mod ops;
 pub mod queue;
 mod read;
@@ -43,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::security::Grants;
 use crate::txn::{CreateMode, Zxid};
+use nodes::Nodes;
 use path::clip;
 
 /// Node metadata with ZooKeeper's meaning (see `concord.v1.Stat`).
@@ -239,29 +241,27 @@ pub(crate) struct Node {
     pub(crate) data: Bytes,
     pub(crate) stat: Stat,
     pub(crate) mode: CreateMode,
-    /// For TTL nodes: ms without modification after which an empty node is reaped.
-    pub(crate) ttl_ms: i64,
-    /// Child names, sorted.
-    pub(crate) children: imbl::OrdSet<String>,
 }
 
 /// The whole replicated state: nodes, sessions, and the last applied zxid.
 #[derive(Clone, Debug)]
 pub struct DataTree {
-    /// Every node by full path; the root "/" always exists. Each node is behind an
-    /// `Arc`: the map's chunks have a slot for every possible entry, used or not, so
-    /// a slot holding a pointer instead of the node itself takes a fifth of the
-    /// memory (docs/benchmarks.md, "Reads, failover, memory"). A write changes a
-    /// node in place (`Arc::make_mut`) unless a snapshot's clone still shares it.
-    pub(crate) nodes: imbl::HashMap<String, Arc<Node>>,
+    /// Every node by full path, each node's children adjacent in the map (nodes.rs);
+    /// the root "/" always exists. Each node is behind an `Arc`, so the map's entries
+    /// are small; a write changes a node in place (`Arc::make_mut`) unless a
+    /// snapshot's clone still shares it.
+    pub(crate) nodes: Nodes,
     /// Live sessions by id.
     pub(crate) sessions: imbl::OrdMap<u64, SessionEntry>,
     /// The zxid of the last txn applied (0 for an empty tree).
     pub(crate) last_zxid: Zxid,
-    /// Paths of every Container and TTL node: the only nodes `reapable` must look at,
-    /// so housekeeping does not scan the whole tree (ZooKeeper keeps the same sets).
-    /// Derived from `nodes`; not in snapshots.
-    pub(crate) reap_candidates: imbl::OrdSet<String>,
+    /// Every Container and TTL node by path, with its TTL (0 for a container): the
+    /// only nodes `reapable` must look at, so housekeeping does not scan the whole tree
+    /// (ZooKeeper keeps the same sets). It is the only place a node's TTL is kept:
+    /// most nodes have none, and a `Node` without one fits a smaller allocation
+    /// (docs/benchmarks.md, "Reads, failover, memory"). Rebuilt from the snapshot's
+    /// node records; not a section of its own.
+    pub(crate) reap_candidates: imbl::OrdMap<String, i64>,
     /// Who may do what where (`security::acl`); changed only by `TxnOp::Access`.
     pub(crate) grants: Grants,
     /// The zxid of the last txn that changed `grants` (`grants_zxid`). Not in

@@ -59,7 +59,7 @@ impl DataTree {
                 return Err(bad_path(&op.path, "too long with its sequence suffix"));
             }
         }
-        if self.nodes.contains_key(&path) {
+        if self.nodes.contains(&path) {
             return Err(TreeError::NodeExists { path });
         }
         let stat = self.insert_node(&path, op, ctx, events);
@@ -89,10 +89,8 @@ impl DataTree {
             data: op.data.clone(),
             stat,
             mode: op.mode,
-            ttl_ms: if op.mode.is_ttl() { op.ttl_ms } else { 0 },
-            children: imbl::OrdSet::new(),
         };
-        self.nodes.insert(path.to_string(), Arc::new(node));
+        self.nodes.insert(path, Arc::new(node));
         self.count_node(path, op.data.len(), 1);
         if ephemeral {
             if let Some(session) = self.sessions.get_mut(&ctx.session_id) {
@@ -100,7 +98,8 @@ impl DataTree {
             }
         }
         if is_reap_candidate(op.mode) {
-            self.reap_candidates.insert(path.to_string());
+            let ttl_ms = if op.mode.is_ttl() { op.ttl_ms } else { 0 };
+            self.reap_candidates.insert(path.to_string(), ttl_ms);
         }
         let mut created = ctx.event(EventKind::Created, path, stat);
         created.data = op.data.clone();
@@ -109,11 +108,12 @@ impl DataTree {
         stat
     }
 
-    /// Adds `path` to its parent's children and records the child change.
+    /// Counts the new node `path` among its parent's children and records the child
+    /// change.
     fn link_child(&mut self, path: &str, ctx: &Ctx, events: &mut Vec<Event>) {
         let parent_path = path::parent(path);
-        if let Some(parent) = self.nodes.get_mut(parent_path).map(Arc::make_mut) {
-            parent.children.insert(path::name(path).to_string());
+        if let Some(parent) = self.nodes.get_mut(parent_path) {
+            parent.stat.num_children = parent.stat.num_children.saturating_add(1);
             child_changed(parent, ctx);
             events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));
         }
@@ -132,7 +132,6 @@ impl DataTree {
         let node = self
             .nodes
             .get_mut(&op.path)
-            .map(Arc::make_mut)
             .ok_or_else(|| no_node(&op.path))?;
         let prev_data = std::mem::replace(&mut node.data, op.data.clone());
         node.stat.version = node.stat.version.wrapping_add(1);
@@ -161,7 +160,7 @@ impl DataTree {
         }
         let node = self.nodes.get(&op.path).ok_or_else(|| no_node(&op.path))?;
         check_version(&op.path, op.version, node.stat.version)?;
-        if !node.children.is_empty() {
+        if node.has_children() {
             return Err(TreeError::NotEmpty {
                 path: op.path.clone(),
             });
@@ -186,7 +185,7 @@ impl DataTree {
     ) -> Result<(), TreeError> {
         path::validate(path).map_err(|reason| bad_path(path, &reason))?;
         match self.nodes.get(path) {
-            Some(node) if qualifies_for_reap(node, ctx.time_ms) => {
+            Some(node) if qualifies_for_reap(node, self.ttl_of(path, node), ctx.time_ms) => {
                 self.remove_node(path, ctx, events);
                 Ok(())
             }
@@ -250,7 +249,7 @@ impl DataTree {
     /// Removes a node that exists and has no children (checked by the caller), and
     /// updates its parent, owner session and indexes. Returns false if it could not.
     pub(crate) fn remove_node(&mut self, path: &str, ctx: &Ctx, events: &mut Vec<Event>) -> bool {
-        if path == "/" || self.nodes.get(path).is_none_or(|n| !n.children.is_empty()) {
+        if path == "/" || self.nodes.get(path).is_none_or(|n| n.has_children()) {
             return false;
         }
         let Some(node) = self.nodes.remove(path) else {
@@ -270,8 +269,8 @@ impl DataTree {
         deleted.prev_data = node.data.clone();
         events.push(deleted);
         let parent_path = path::parent(path);
-        if let Some(parent) = self.nodes.get_mut(parent_path).map(Arc::make_mut) {
-            parent.children.remove(path::name(path));
+        if let Some(parent) = self.nodes.get_mut(parent_path) {
+            parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
             child_changed(parent, ctx);
             events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));
         }
@@ -315,11 +314,10 @@ fn check_ttl(op: &CreateOp) -> Result<(), TreeError> {
     Ok(())
 }
 
-/// Records a child created or deleted under `parent` (num_children from the set).
+/// Records a child created or deleted under `parent` (already counted).
 fn child_changed(parent: &mut Node, ctx: &Ctx) {
     parent.stat.cversion = parent.stat.cversion.saturating_add(1);
     parent.stat.pzxid = ctx.zxid;
-    parent.stat.num_children = u32::try_from(parent.children.len()).unwrap_or(u32::MAX);
 }
 
 /// Whether a node of this mode may ever be reaped (and so is indexed).
@@ -328,15 +326,15 @@ pub(crate) fn is_reap_candidate(mode: CreateMode) -> bool {
 }
 
 /// The reaping rules at `now_ms`: an empty container that has had a child, or an
-/// empty TTL node not modified for its TTL.
-pub(crate) fn qualifies_for_reap(node: &Node, now_ms: i64) -> bool {
-    if !node.children.is_empty() {
+/// empty TTL node not modified for its TTL (`ttl_ms`).
+pub(crate) fn qualifies_for_reap(node: &Node, ttl_ms: i64, now_ms: i64) -> bool {
+    if node.has_children() {
         return false;
     }
     if node.mode == CreateMode::Container {
         return node.stat.cversion > 0;
     }
-    node.mode.is_ttl() && now_ms.saturating_sub(node.stat.mtime_ms) >= node.ttl_ms
+    node.mode.is_ttl() && now_ms.saturating_sub(node.stat.mtime_ms) >= ttl_ms
 }
 
 fn check_version(path: &str, expected: i32, actual: i32) -> Result<(), TreeError> {

@@ -131,24 +131,22 @@ impl DataTree {
 
     /// Up to `limit` (0: all) members of queue `queue` in order, holders first.
     pub fn queue_entries(&self, queue: &str, limit: usize) -> Vec<QueueEntry> {
-        let Some(dir) = self.nodes.get(queue) else {
+        if !self.nodes.contains(queue) {
             return Vec::new();
-        };
+        }
         let limit = if limit == 0 { usize::MAX } else { limit };
-        dir.children
-            .iter()
+        self.nodes
+            .children(queue, "")
             .take(limit)
-            .filter_map(|name| {
-                let key = path::join(queue, name);
-                let node = self.nodes.get(&key)?;
+            .map(|(name, node)| {
                 let (owner_id, value) = decode_entry(&node.data);
-                Some(QueueEntry {
-                    key,
+                QueueEntry {
+                    key: path::join(queue, name),
                     token: node.stat.czxid,
                     session_id: node.stat.ephemeral_owner,
                     owner_id,
                     value,
-                })
+                }
             })
             .collect()
     }
@@ -162,14 +160,11 @@ impl DataTree {
         let node = self.nodes.get(key)?;
         let dir = self.nodes.get(queue)?;
         let permits = permits_of(dir);
-        let name = path::name(key);
-        let range = (Bound::Unbounded, Bound::Excluded(name));
-        let mut window: Vec<String> = dir
-            .children
-            .range::<_, str>(range)
-            .rev()
+        let mut window: Vec<String> = self
+            .nodes
+            .children_before(queue, path::name(key))
             .take(permits as usize)
-            .map(|n| path::join(queue, n))
+            .map(|(name, _)| path::join(queue, name))
             .collect();
         window.reverse();
         Some(QueuePlace {
@@ -315,7 +310,10 @@ impl DataTree {
             return Ok(TxnResult::Created { path, stat });
         }
         if join.only_if_free {
-            let members = self.nodes.get(join.queue).map_or(0, |d| d.children.len());
+            let members = self
+                .nodes
+                .get(join.queue)
+                .map_or(0, |d| d.stat.num_children as usize);
             if members >= join.permits as usize {
                 return Err(TreeError::LockHeld {
                     queue: join.queue.to_string(),
@@ -367,7 +365,7 @@ impl DataTree {
             ),
         ];
         for (folder, mode, data) in folders {
-            if self.nodes.contains_key(folder) {
+            if self.nodes.contains(folder) {
                 continue;
             }
             let op = CreateOp {

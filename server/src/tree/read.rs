@@ -22,16 +22,9 @@ impl DataTree {
     pub fn children(&self, path: &str, after: &str, limit: usize) -> Option<Vec<(String, Stat)>> {
         let node = self.nodes.get(path)?;
         let limit = if limit == 0 { usize::MAX } else { limit };
-        let mut child_path = path::join(path, "");
-        let prefix_len = child_path.len();
-        let range = (Bound::Excluded(after), Bound::Unbounded);
-        let mut out = Vec::with_capacity(node.children.len().min(limit));
-        for name in node.children.range::<_, str>(range).take(limit) {
-            child_path.truncate(prefix_len);
-            child_path.push_str(name);
-            if let Some(child) = self.nodes.get(&child_path) {
-                out.push((name.clone(), child.stat));
-            }
+        let mut out = Vec::with_capacity((node.stat.num_children as usize).min(limit));
+        for (name, child) in self.nodes.children(path, after).take(limit) {
+            out.push((name.to_string(), child.stat));
         }
         Some(out)
     }
@@ -68,18 +61,17 @@ impl DataTree {
             return out;
         }
         // Depth-first with an explicit stack (paths may be ~2000 levels deep).
-        let mut stack = vec![(path.to_string(), node.children.iter())];
-        while let Some((dir, names)) = stack.last_mut() {
-            let Some(name) = names.next() else {
+        let mut stack = vec![(path.to_string(), self.nodes.children(path, ""))];
+        while let Some((dir, children)) = stack.last_mut() {
+            let Some((name, child)) = children.next() else {
                 stack.pop();
                 continue;
             };
             let child_path = path::join(dir, name);
-            if let Some(child) = self.nodes.get(&child_path) {
-                out.push((child_path.clone(), child.view()));
-                if !child.children.is_empty() {
-                    stack.push((child_path, child.children.iter()));
-                }
+            out.push((child_path.clone(), child.view()));
+            if child.has_children() {
+                let grandchildren = self.nodes.children(&child_path, "");
+                stack.push((child_path, grandchildren));
             }
         }
         out
@@ -92,17 +84,30 @@ impl DataTree {
     pub fn reapable(&self, now_ms: i64) -> Vec<String> {
         self.reap_candidates
             .iter()
-            .filter(|path| {
+            .filter(|(path, ttl_ms)| {
                 self.nodes
                     .get(path.as_str())
-                    .is_some_and(|node| qualifies_for_reap(node, now_ms))
+                    .is_some_and(|node| qualifies_for_reap(node, **ttl_ms, now_ms))
             })
-            .cloned()
+            .map(|(path, _)| path.clone())
             .collect()
+    }
+
+    /// The TTL of `node`, at `path`: 0 unless it is a TTL node.
+    pub(crate) fn ttl_of(&self, path: &str, node: &Node) -> i64 {
+        if !node.mode.is_ttl() {
+            return 0;
+        }
+        self.reap_candidates.get(path).copied().unwrap_or(0)
     }
 }
 
 impl Node {
+    /// Whether the node has children (counted in its stat, as the tree keeps them).
+    pub(crate) fn has_children(&self) -> bool {
+        self.stat.num_children > 0
+    }
+
     /// The node as a read sees it.
     pub(crate) fn view(&self) -> NodeView {
         NodeView {

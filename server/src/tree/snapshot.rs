@@ -15,10 +15,10 @@
 //! Nodes are written in pre-order from the root, siblings sorted, each as (depth,
 //! name, data, stat, mode, ttl_ms): a name instead of a full path keeps deep trees
 //! small, and the order makes the bytes the same on every server. Records run to the
-//! crc, so no count is needed. Children sets, the sessions' ephemeral sets and the
-//! reap index are not written: decoding rebuilds them from the records, and checks
-//! that everything agrees (paths valid, no duplicates, num_children right, every
-//! ephemeral owned by a live session, no child under an ephemeral).
+//! crc, so no count is needed. The sessions' ephemeral sets and the reap index are
+//! not written: decoding rebuilds them from the records, and checks that everything
+//! agrees (paths valid, no duplicates, each num_children equal to the records under
+//! it, every ephemeral owned by a live session, no child under an ephemeral).
 //!
 //! `encode_snapshot_chunks` writes the same bytes in chunks, hashing as it goes, so
 //! `Cluster/Snapshot` streams a snapshot holding one chunk at a time (sessions are
@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use super::ops::is_reap_candidate;
 use super::path;
 use super::stored::StoredOutcome;
-use super::{DataTree, Node, Recent, SessionEntry, Stat, SESSION_OWNER_BYTES_MAX};
+use super::{DataTree, Node, Nodes, Recent, SessionEntry, Stat, SESSION_OWNER_BYTES_MAX};
 use crate::security::{Grant, Grantee, Grants, Perms, GRANTS_MAX};
 use crate::txn::{CreateMode, Zxid};
 
@@ -278,23 +278,29 @@ impl DataTree {
         let Some(root) = self.nodes.get("/") else {
             return Ok(0);
         };
-        out.put(&record(0, "", root))?;
+        out.put(&record(0, "", root, 0))?;
         let mut written = 1;
-        let mut stack = vec![("/".to_string(), root.children.iter())];
-        while let Some((dir, names)) = stack.last_mut() {
-            let Some(name) = names.next() else {
+        let mut stack = vec![("/".to_string(), self.nodes.children("/", ""))];
+        loop {
+            let depth = u32::try_from(stack.len()).unwrap_or(u32::MAX);
+            let Some((dir, children)) = stack.last_mut() else {
+                break;
+            };
+            let Some((name, child)) = children.next() else {
                 stack.pop();
                 continue;
             };
-            let child_path = path::join(dir, name);
-            let Some(child) = self.nodes.get(&child_path) else {
-                continue;
+            let ttl_ms = if child.mode.is_ttl() {
+                self.ttl_of(&path::join(dir, name), child)
+            } else {
+                0
             };
-            let depth = u32::try_from(stack.len()).unwrap_or(u32::MAX);
-            out.put(&record(depth, name, child))?;
+            out.put(&record(depth, name, child, ttl_ms))?;
             written += 1;
-            if !child.children.is_empty() {
-                stack.push((child_path, child.children.iter()));
+            if child.has_children() {
+                let child_path = path::join(dir, name);
+                let grandchildren = self.nodes.children(&child_path, "");
+                stack.push((child_path, grandchildren));
             }
         }
         Ok(written)
@@ -314,10 +320,10 @@ impl DataTree {
             (sessions, decode_grants(table)?, rest)
         };
         let mut tree = DataTree {
-            nodes: imbl::HashMap::new(),
+            nodes: Nodes::default(),
             sessions: decode_sessions(sessions)?,
             last_zxid,
-            reap_candidates: imbl::OrdSet::new(),
+            reap_candidates: imbl::OrdMap::new(),
             grants,
             grants_zxid: last_zxid,
             usage: imbl::OrdMap::new(),
@@ -329,10 +335,11 @@ impl DataTree {
         Ok(tree)
     }
 
-    /// Reads node records up to the end of `input`, rebuilding children and indexes.
+    /// Reads node records up to the end of `input`, rebuilding the indexes and
+    /// checking each node's count of children against the records under it.
     fn decode_nodes(&mut self, mut input: &[u8]) -> Result<(), SnapshotError> {
-        // `stack[d]` is the path of the last node read at depth d.
-        let mut stack: Vec<String> = Vec::new();
+        // `stack[d]` is the last node read at depth d.
+        let mut stack: Vec<OpenNode> = Vec::new();
         while !input.is_empty() {
             let (rec, rest): (NodeRecord, _) = postcard::take_from_bytes(input)?;
             input = rest;
@@ -346,31 +353,30 @@ impl DataTree {
                 if depth == 0 || depth > stack.len() {
                     return Err(malformed(format!("node {:?} at bad depth", rec.name)));
                 }
-                stack.truncate(depth);
-                let parent = &stack[depth - 1];
-                let path = path::join(parent, rec.name);
+                stack.drain(depth..).try_for_each(OpenNode::close)?;
+                let parent = &mut stack[depth - 1];
+                if parent.ephemeral {
+                    return Err(malformed(format!(
+                        "ephemeral {:?} has children",
+                        parent.path
+                    )));
+                }
+                parent.children_read = parent.children_read.saturating_add(1);
+                let path = path::join(&parent.path, rec.name);
                 path::validate(&path).map_err(|r| malformed(format!("{path:?}: {r}")))?;
-                self.link_decoded(parent, rec.name)?;
                 path
             };
+            let ephemeral = rec.mode.is_ephemeral();
+            let num_children = rec.stat.num_children;
             self.insert_decoded(&path, rec)?;
-            stack.push(path);
+            stack.push(OpenNode {
+                path,
+                ephemeral,
+                num_children,
+                children_read: 0,
+            });
         }
-        Ok(())
-    }
-
-    /// Adds `name` to the children of `parent` (already decoded).
-    fn link_decoded(&mut self, parent: &str, name: &str) -> Result<(), SnapshotError> {
-        let node = self
-            .nodes
-            .get_mut(parent)
-            .map(Arc::make_mut)
-            .ok_or_else(|| malformed(format!("parent {parent:?} missing")))?;
-        if node.mode.is_ephemeral() {
-            return Err(malformed(format!("ephemeral {parent:?} has children")));
-        }
-        node.children.insert(name.to_string());
-        Ok(())
+        stack.into_iter().try_for_each(OpenNode::close)
     }
 
     /// Stores one decoded node and indexes it (owner session, reap candidates).
@@ -386,21 +392,21 @@ impl DataTree {
                 .ok_or_else(|| malformed(format!("{path:?}: owner {owner:#x} not a session")))?;
             session.ephemerals.insert(path.to_string());
         }
+        if !rec.mode.is_ttl() && rec.ttl_ms != 0 {
+            return Err(malformed(format!(
+                "{path:?}: a TTL on a {:?} node",
+                rec.mode
+            )));
+        }
         if is_reap_candidate(rec.mode) {
-            self.reap_candidates.insert(path.to_string());
+            self.reap_candidates.insert(path.to_string(), rec.ttl_ms);
         }
         let node = Node {
             data: rec.data,
             stat: rec.stat,
             mode: rec.mode,
-            ttl_ms: rec.ttl_ms,
-            children: imbl::OrdSet::new(),
         };
-        if self
-            .nodes
-            .insert(path.to_string(), Arc::new(node))
-            .is_some()
-        {
+        if self.nodes.insert(path, Arc::new(node)).is_some() {
             return Err(malformed(format!("{path:?} appears twice")));
         }
         Ok(())
@@ -408,26 +414,40 @@ impl DataTree {
 
     /// Whole-tree checks once every node is in.
     fn check_decoded(&self) -> Result<(), SnapshotError> {
-        if !self.nodes.contains_key("/") {
+        if !self.nodes.contains("/") {
             return Err(malformed("no root"));
-        }
-        for (path, node) in self.nodes.iter() {
-            if usize::try_from(node.stat.num_children).ok() != Some(node.children.len()) {
-                return Err(malformed(format!("{path:?}: num_children is wrong")));
-            }
         }
         Ok(())
     }
 }
 
-fn record<'a>(depth: u32, name: &'a str, node: &Node) -> NodeRecord<'a> {
+/// A decoded node whose children may still follow (snapshots are in pre-order).
+struct OpenNode {
+    path: String,
+    ephemeral: bool,
+    /// What its stat says.
+    num_children: u32,
+    children_read: u32,
+}
+
+impl OpenNode {
+    /// Checks, once all its children are read, that its stat counted them right.
+    fn close(self) -> Result<(), SnapshotError> {
+        if self.children_read != self.num_children {
+            return Err(malformed(format!("{:?}: num_children is wrong", self.path)));
+        }
+        Ok(())
+    }
+}
+
+fn record<'a>(depth: u32, name: &'a str, node: &Node, ttl_ms: i64) -> NodeRecord<'a> {
     NodeRecord {
         depth,
         name,
         data: node.data.clone(),
         stat: node.stat,
         mode: node.mode,
-        ttl_ms: node.ttl_ms,
+        ttl_ms,
     }
 }
 
@@ -702,5 +722,28 @@ mod tests {
             Err(SnapshotError::Malformed(m)) => assert!(m.contains("unknown format 3"), "{m}"),
             other => panic!("decoded format 3: {other:?}"),
         }
+    }
+
+    /// A node's TTL is kept with the reap index, for TTL nodes only: a record that
+    /// gives any other node one is refused rather than silently dropped.
+    #[test]
+    fn a_ttl_on_a_node_of_another_mode_is_malformed() {
+        let record = |mode, ttl_ms| NodeRecord {
+            depth: 1,
+            name: "n",
+            data: Bytes::new(),
+            stat: Stat::default(),
+            mode,
+            ttl_ms,
+        };
+        let mut tree = DataTree::new();
+        match tree.insert_decoded("/n", record(CreateMode::Persistent, 5)) {
+            Err(SnapshotError::Malformed(m)) => assert!(m.contains("a TTL on"), "{m}"),
+            other => panic!("decoded a TTL on a persistent node: {other:?}"),
+        }
+        tree.insert_decoded("/n", record(CreateMode::PersistentWithTtl, 5))
+            .unwrap();
+        let node = tree.nodes.get("/n").unwrap().clone();
+        assert_eq!(tree.ttl_of("/n", &node), 5);
     }
 }

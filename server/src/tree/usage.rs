@@ -36,7 +36,7 @@ impl DataTree {
             return;
         }
         let mut counted = std::mem::take(&mut self.usage);
-        for (node_path, node) in &self.nodes {
+        for (node_path, node) in self.nodes.iter() {
             let Some(root) = root_of(&counted, node_path) else {
                 continue;
             };

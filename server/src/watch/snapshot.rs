@@ -14,8 +14,6 @@
 //!
 //! What it must not do: collect the subtree, or look at the live tree.
 
-use std::ops::Bound;
-
 use crate::tree::{path, DataTree, NodeView};
 
 /// A depth-first walk (parents before children, children in name order) of one node
@@ -54,26 +52,15 @@ impl SnapshotWalk {
     /// directory is popped) when it has no more.
     fn next_child(&mut self) -> Option<Option<(String, NodeView)>> {
         let (dir, last) = self.stack.last_mut()?;
-        let name = self.tree.nodes.get(dir.as_str()).and_then(|node| {
-            let mut after = match last {
-                None => node.children.range::<_, str>(..),
-                Some(l) => node
-                    .children
-                    .range::<_, str>((Bound::Excluded(l.as_str()), Bound::Unbounded)),
-            };
-            after.next().cloned()
-        });
-        let Some(name) = name else {
+        let after = last.as_deref().unwrap_or("");
+        let Some((name, child)) = self.tree.nodes.children(dir, after).next() else {
             self.stack.pop();
             return Some(None);
         };
-        let child_path = path::join(dir, &name);
-        *last = Some(name);
-        let Some(child) = self.tree.nodes.get(&child_path) else {
-            return Some(None);
-        };
+        let child_path = path::join(dir, name);
+        *last = Some(name.to_string());
         let view = child.view();
-        if !child.children.is_empty() {
+        if child.has_children() {
             self.stack.push((child_path.clone(), None));
         }
         Some(Some((child_path, view)))
@@ -87,7 +74,7 @@ impl Iterator for SnapshotWalk {
         if let Some(root) = self.root.take() {
             let node = self.tree.nodes.get(root.as_str())?;
             let view = node.view();
-            if self.recursive && !node.children.is_empty() {
+            if self.recursive && node.has_children() {
                 self.stack.push((root.clone(), None));
             }
             return Some((root, view));

@@ -184,21 +184,21 @@ pub(super) fn ev(zxid: Zxid, kind: EventKind, path: &str, stat: Stat) -> Event {
 /// Checks the tree's structural invariants; panics with a description if broken.
 pub(super) fn check_invariants(tree: &DataTree) {
     for (path, node) in tree.nodes.iter() {
-        assert_eq!(
-            node.stat.num_children as usize,
-            node.children.len(),
-            "{path}"
-        );
+        let children: Vec<&str> = tree.nodes.children(path, "").map(|(n, _)| n).collect();
+        assert_eq!(node.stat.num_children as usize, children.len(), "{path}");
+        assert!(children.is_sorted(), "{path}: {children:?}");
         assert_eq!(node.stat.data_length as usize, node.data.len(), "{path}");
-        for name in node.children.iter() {
+        for name in children {
             let child = path::join(path, name);
-            assert!(tree.nodes.contains_key(&child), "{child} missing");
+            assert!(tree.nodes.contains(&child), "{child} missing");
         }
         if path != "/" {
             let parent = tree.nodes.get(path::parent(path)).expect("parent exists");
             assert!(
-                parent.children.contains(path::name(path)),
-                "{path} unlinked"
+                tree.nodes
+                    .children(path::parent(path), "")
+                    .any(|(name, _)| name == path::name(path)),
+                "{path} not among its parent's children"
             );
             assert!(!parent.mode.is_ephemeral(), "{path} under an ephemeral");
         }
@@ -212,7 +212,7 @@ pub(super) fn check_invariants(tree: &DataTree) {
             );
         }
         assert_eq!(
-            tree.reap_candidates.contains(path),
+            tree.reap_candidates.contains_key(path),
             ops_is_reap_candidate(node.mode),
             "{path}"
         );
@@ -224,8 +224,8 @@ pub(super) fn check_invariants(tree: &DataTree) {
             assert_eq!(node.stat.ephemeral_owner, *id);
         }
     }
-    for path in tree.reap_candidates.iter() {
-        assert!(tree.nodes.contains_key(path), "stale reap candidate {path}");
+    for path in tree.reap_candidates.keys() {
+        assert!(tree.nodes.contains(path), "stale reap candidate {path}");
     }
     let data_bytes: usize = tree.nodes.values().map(|n| n.data.len()).sum();
     assert_eq!(tree.data_bytes(), data_bytes as u64, "the data bytes total");

@@ -133,9 +133,7 @@ fn sequential_names_use_parent_cversion() {
     }
     // Sequential under the root, and a counter beyond 10 digits keeps growing.
     assert_eq!(d.mk("/", PersistentSequential), "/0000000001");
-    Arc::make_mut(d.tree.nodes.get_mut("/q").unwrap())
-        .stat
-        .cversion = 12_345_678_901;
+    d.tree.nodes.get_mut("/q").unwrap().stat.cversion = 12_345_678_901;
     assert_eq!(d.mk("/q/big", PersistentSequential), "/q/big12345678901");
     assert_eq!(d.stat("/q").cversion, 12_345_678_902);
     check_invariants(&d.tree);
