@@ -6,15 +6,17 @@
 #
 #   bench/ab.sh BEFORE_DIR AFTER_DIR      each holds a release `concord` and
 #                                         `concord-bench` (copy them from
-#                                         target/release/ after building each commit)
+#                                         target/release/ after building each commit),
+#                                         and `concordctl` for NODES above 1
 #   bench/ab.sh --short BEFORE_DIR AFTER_DIR   3 rounds of 1 s per point
 #   env: WORKLOADS (default write,read), CLIENTS (default 1,16,64), ROUNDS
-#        (default 7), KEEP_SCRATCH=1 keeps the scratch folder.
+#        (default 7), NODES (default 1: one server of each build; 3: an ensemble of
+#        each, by scripts/ensemble.sh), KEEP_SCRATCH=1 keeps the scratch folder.
 #
-# Starts both servers on 127.0.0.1 (before on 17191, after on 17291), runs each
-# build's bench once against its own server per round, the order swapped every
+# Starts both on 127.0.0.1 (before from port 17191, after from 17291), runs each
+# build's bench once against its own servers per round, the order swapped every
 # round, prints bench/compare.py's table (ops/s, p50, CPU per op of the bench
-# client and of the server), and stops every process it started.
+# client and of the servers), and stops every process it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,8 +24,10 @@ rounds=${ROUNDS:-7} duration=3 warmup=1
 if [ "${1:-}" = --short ]; then rounds=3 duration=1; shift; fi
 [ $# = 2 ] || { echo "usage: bench/ab.sh [--short] BEFORE_DIR AFTER_DIR" >&2; exit 2; }
 before=$(cd "$1" && pwd) after=$(cd "$2" && pwd)
+nodes=${NODES:-1} needed="concord concord-bench"
+[ "$nodes" -gt 1 ] && needed="$needed concordctl"
 for d in "$before" "$after"; do
-  for b in concord concord-bench; do
+  for b in $needed; do
     [ -x "$d/$b" ] || { echo "$d/$b: not an executable" >&2; exit 2; }
   done
 done
@@ -32,20 +36,15 @@ scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
 # stop_pids, the EXIT trap, wait_for, alternate_rounds
 . bench/lib.sh
 
-start() {  # start NAME DIR PORT: sets $pid
-  mkdir -p "$scratch/$1"
-  "$2/concord" --listen "127.0.0.1:$3" --data-dir "$scratch/$1/data" \
-    > "$scratch/$1/out" 2> "$scratch/$1/log" &
-  started+=($!); pid=$!
-  wait_for 60 grep -q listening "$scratch/$1/out"
-}
-start before "$before" 17191; before_pid=$pid
-start after "$after" 17291; after_pid=$pid
+CONCORD_BIN=$before/concord start_concord "$scratch/before" "$nodes" 17191
+before_endpoints=$endpoints before_pids=$(echo $pids | tr ' ' ,)
+CONCORD_BIN=$after/concord start_concord "$scratch/after" "$nodes" 17291
+after_endpoints=$endpoints after_pids=$(echo $pids | tr ' ' ,)
 
 run() {  # run before|after WORKLOAD CLIENTS
-  local dir=$before port=17191 pid=$before_pid
-  if [ "$1" = after ]; then dir=$after port=17291 pid=$after_pid; fi
-  "$dir/concord-bench" --endpoints "http://127.0.0.1:$port" --server-pids "$pid" \
+  local dir=$before endpoints=$before_endpoints pids=$before_pids
+  if [ "$1" = after ]; then dir=$after endpoints=$after_endpoints pids=$after_pids; fi
+  "$dir/concord-bench" --endpoints "$endpoints" --server-pids "$pids" --nodes "$nodes" \
     --workloads "$2" --clients "$3" --duration-s $duration --warmup-s $warmup \
     --out "$scratch/results-$1.jsonl" > /dev/null
 }

@@ -39,11 +39,11 @@ wait_for() {  # wait_for SECONDS CMD...: retry CMD until it succeeds
 }
 
 # ---- servers --------------------------------------------------------------------------
-start_concord() {  # start_concord DIR N
-  local dir=$1 n=$2 port=17191 i
+start_concord() {  # start_concord DIR N [PORT]: server i on PORT + 10 (i - 1), default 17191
+  local dir=$1 n=$2 port=${3:-17191} i
   mkdir -p "$dir"
   if [ "$n" -gt 1 ]; then
-    # scripts/ensemble.sh: server i on 17191 + 10 (i - 1); returns once one leads.
+    # scripts/ensemble.sh: server i on PORT + 10 (i - 1); returns once one leads.
     ENSEMBLE_DIR=$dir BASE_PORT=$port CONCORD_BIN=$(dirname "$CONCORD_BIN") \
       scripts/ensemble.sh start "$n" >&2
     pids="" endpoints=""

@@ -8,8 +8,9 @@
 //!             ─Submit(batch)─▶ leader: local proposals ─▶ committed, applied there
 //!             ◀── (zxid, outcome) per write ──┘
 //!             wait until applied here ≥ zxid ─▶ answer the client
-//!   follower: linearize ─ReadIndex─▶ leader: quorum-confirmed commit point
-//!             wait until applied here ≥ it ─▶ read locally
+//!   follower: linearize ─▶ [reads waiting, bounded] ─▶ one ReadIndex a round for
+//!             every read that came before it was sent ─▶ leader: quorum-confirmed
+//!             commit point; wait until applied here ≥ it ─▶ read locally
 //!   follower: keep-alives ─▶ touched set ─every tick─Touch─▶ leader: full TTL
 //! ```
 //!
@@ -62,6 +63,9 @@ const BATCH_WRITES_MAX: usize = 256;
 const BATCH_BYTES_MAX: usize = 8 << 20;
 /// Most Submit calls in flight at once (the next batch gathers meanwhile).
 const BATCHES_IN_FLIGHT_MAX: usize = 4;
+/// Most linearizable reads waiting for a read index from the leader; more are
+/// refused (UNAVAILABLE, to be retried).
+const READS_WAITING_MAX: usize = 16384;
 /// Longest a keep-alive report may take (a later tick reports again).
 const TOUCH_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest a forwarded write or read index may take at the leader.
@@ -126,6 +130,8 @@ struct Calls {
     /// Client address of every member, for the leader hint in NotLeader.
     client_addrs: HashMap<ServerId, Address>,
     clients: Mutex<HashMap<ServerId, ForwardClient<Channel>>>,
+    /// Linearizable reads waiting for the next ReadIndex round.
+    reads: Mutex<ReadRounds>,
     /// The leader this server follows (None: it follows none), as the pipeline last
     /// reported it. Calls to a leader given up end at once.
     following: watch::Sender<Option<ServerId>>,
@@ -175,6 +181,7 @@ impl Forwarder {
                 .map(|m| (m.id, m.client_addr.clone()))
                 .collect(),
             clients: Mutex::new(HashMap::new()),
+            reads: Mutex::new(ReadRounds::default()),
             following: watch::Sender::new(None),
             answered: Mutex::new(HashMap::new()),
             heard: watch::Sender::new(0),
@@ -205,9 +212,25 @@ impl Forwarder {
         rx.await.map_err(|_| stopped())?.map_err(Ok)
     }
 
-    /// The leader's quorum-confirmed commit point.
+    /// The leader's quorum-confirmed commit point, asked after this call began: from
+    /// the next ReadIndex round, which carries every read waiting (`read_rounds`).
     pub(super) async fn read_index(&self, leader: ServerId) -> Result<Zxid, ReplicaError> {
-        self.calls.read_index(leader).await
+        let (reply, rx) = oneshot::channel();
+        let start_rounds = {
+            let mut rounds = lock(&self.calls.reads);
+            if rounds.waiting.len() >= READS_WAITING_MAX {
+                return Err(ReplicaError::Unavailable(format!(
+                    "{READS_WAITING_MAX} linearizable reads already wait for leader {leader}"
+                )));
+            }
+            rounds.waiting.push((leader, reply));
+            !std::mem::replace(&mut rounds.running, true)
+        };
+        if start_rounds {
+            tokio::spawn(read_rounds(self.calls.clone()));
+        }
+        rx.await
+            .map_err(|_| ReplicaError::Unavailable("the server is stopping".into()))?
     }
 
     /// Records the leader this server now follows (None: none); calls in flight to
@@ -275,6 +298,48 @@ async fn batcher(calls: Arc<Calls>, mut queue: mpsc::Receiver<Queued>) {
             }
             drop(permit);
         });
+    }
+}
+
+/// Linearizable reads waiting for a read index, and whether a `read_rounds` task
+/// is running (it takes them when its round's call ends).
+#[derive(Default)]
+struct ReadRounds {
+    waiting: Vec<(ServerId, oneshot::Sender<Result<Zxid, ReplicaError>>)>,
+    running: bool,
+}
+
+/// Asks each leader once per round for the read index of every read waiting, round
+/// after round until none waits. A read shares only a call sent after it began: one
+/// that comes while a call is in flight waits for the next round, so the commit
+/// point it gets covers every write acknowledged before it began (as its own call
+/// would). On a busy follower this is one call per round trip instead of one per
+/// read (docs/benchmarks.md, "Read index rounds").
+async fn read_rounds(calls: Arc<Calls>) {
+    loop {
+        let round = {
+            let mut rounds = lock(&calls.reads);
+            if rounds.waiting.is_empty() {
+                rounds.running = false;
+                return;
+            }
+            std::mem::take(&mut rounds.waiting)
+        };
+        let mut by_leader: Vec<(ServerId, Vec<_>)> = Vec::new();
+        for (leader, reply) in round {
+            match by_leader.iter_mut().find(|(l, _)| *l == leader) {
+                Some((_, replies)) => replies.push(reply),
+                None => by_leader.push((leader, vec![reply])),
+            }
+        }
+        let calls = &calls;
+        join_all(by_leader.into_iter().map(|(leader, replies)| async move {
+            let index = calls.read_index(leader).await;
+            for reply in replies {
+                let _ = reply.send(index.clone());
+            }
+        }))
+        .await;
     }
 }
 
@@ -1007,5 +1072,106 @@ mod tests {
         assert_eq!(read.unwrap_err().code(), Code::PermissionDenied);
         let submitted = service.submit(as_member(Request::new(submit(1)), 3)).await;
         assert_eq!(submitted.unwrap_err().code(), Code::PermissionDenied);
+    }
+
+    /// A leader that answers each ReadIndex with the next of `answers` once the test
+    /// releases it, and counts the calls.
+    struct HeldLeader {
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+        answers: tokio::sync::Mutex<mpsc::Receiver<Zxid>>,
+    }
+
+    #[tonic::async_trait]
+    impl Forward for HeldLeader {
+        async fn submit(
+            &self,
+            _: Request<pb::SubmitRequest>,
+        ) -> Result<Response<pb::SubmitReply>, Status> {
+            Err(Status::unimplemented("not in this test"))
+        }
+
+        async fn read_index(
+            &self,
+            _: Request<pb::ReadIndexRequest>,
+        ) -> Result<Response<pb::ReadIndexReply>, Status> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let zxid = self.answers.lock().await.recv().await;
+            let zxid = zxid.ok_or_else(|| Status::unavailable("test over"))?;
+            Ok(Response::new(pb::ReadIndexReply { zxid }))
+        }
+
+        async fn touch(
+            &self,
+            _: Request<pb::TouchRequest>,
+        ) -> Result<Response<pb::TouchReply>, Status> {
+            Ok(Response::new(pb::TouchReply::default()))
+        }
+    }
+
+    /// Reads that come while a ReadIndex call is in flight share the next call, not
+    /// that one: its answer may predate writes acknowledged before they began.
+    #[tokio::test]
+    async fn reads_share_the_next_read_index_call_never_one_in_flight() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (answer, answers) = mpsc::channel(4);
+        let leader = HeldLeader {
+            calls: calls.clone(),
+            answers: tokio::sync::Mutex::new(answers),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ForwardServer::new(leader))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let f = Arc::new(forwarder_to(addr));
+        f.follow(Some(LEADER));
+        f.touch(LEADER, vec![]).await.unwrap();
+        let wait_calls = |n: usize| {
+            let calls = calls.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while calls.load(Ordering::SeqCst) < n {
+                    assert!(Instant::now() < deadline, "{n} ReadIndex calls never came");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        let read = |f: &Arc<Forwarder>| {
+            let f = f.clone();
+            tokio::spawn(async move { f.read_index(LEADER).await })
+        };
+        let first = read(&f);
+        wait_calls(1).await;
+        let later: Vec<_> = (0..5).map(|_| read(&f)).collect();
+        // Every later read waits in the next round before the first call is answered.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&f.calls.reads).waiting.len() < later.len() {
+            assert!(Instant::now() < deadline, "the later reads never queued");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        answer.send(5).await.unwrap();
+        assert_eq!(first.await.unwrap(), Ok(5));
+        wait_calls(2).await;
+        answer.send(7).await.unwrap();
+        for r in later {
+            assert_eq!(
+                r.await.unwrap(),
+                Ok(7),
+                "answered from the call sent after it"
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "one call for the five later reads"
+        );
+        assert!(
+            !lock(&f.calls.reads).running,
+            "the rounds end when no read waits"
+        );
+        server.abort();
     }
 }
