@@ -80,15 +80,7 @@ impl Nodes {
         parent: &str,
         after: &str,
     ) -> impl Iterator<Item = (&'a str, &'a Arc<Node>)> + 'a {
-        let prefix = children_prefix(parent);
-        let prefix_len = prefix.len();
-        let mut from = prefix.clone();
-        from.push_str(after);
-        let range = (Bound::Excluded(from.as_str()), Bound::Unbounded);
-        self.map
-            .range::<_, str>(range)
-            .take_while(move |(key, _)| key.starts_with(prefix.as_str()))
-            .map(move |(key, node)| (&key[prefix_len..], node))
+        self.children_between(parent, after, None)
     }
 
     /// The children of `parent` with names before `before`, last first.
@@ -97,18 +89,28 @@ impl Nodes {
         parent: &str,
         before: &str,
     ) -> impl Iterator<Item = (&'a str, &'a Arc<Node>)> + 'a {
+        self.children_between(parent, "", Some(before)).rev()
+    }
+
+    /// The children of `parent` with names after `after` ("": all) and before
+    /// `before` (None: all), in name order.
+    fn children_between<'a>(
+        &'a self,
+        parent: &str,
+        after: &str,
+        before: Option<&str>,
+    ) -> impl DoubleEndedIterator<Item = (&'a str, &'a Arc<Node>)> + 'a {
         let prefix = children_prefix(parent);
+        let from = format!("{prefix}{after}");
+        let to = match before {
+            Some(name) => format!("{prefix}{name}"),
+            // The prefix ends in '/': raised to '0', the next byte, it is above the
+            // key of every child and below any other key.
+            None => format!("{}0", &prefix[..prefix.len() - 1]),
+        };
         let prefix_len = prefix.len();
-        let mut to = prefix.clone();
-        to.push_str(before);
-        // Every key between the prefix and prefix+before starts with the prefix.
-        let range = (
-            Bound::Excluded(prefix.as_str()),
-            Bound::Excluded(to.as_str()),
-        );
         self.map
-            .range::<_, str>(range)
-            .rev()
+            .range::<_, str>((Bound::Excluded(from.as_str()), Bound::Excluded(to.as_str())))
             .map(move |(key, node)| (&key[prefix_len..], node))
     }
 }
@@ -139,16 +141,15 @@ fn path_of(key: &str) -> &str {
     &key[mark..]
 }
 
-/// What the key of every child of `parent` starts with.
+/// What the key of every child of `parent` starts with: their depth, and
+/// `parent/`.
 fn children_prefix(parent: &str) -> String {
-    let mut child = String::with_capacity(parent.len() + 8);
-    child.push_str(parent);
-    if parent != "/" {
-        child.push('/');
-    }
-    let mut prefix = String::with_capacity(child.len() + 4);
+    let mut prefix = String::with_capacity(parent.len() + 8);
     prefix.push(depth_mark(depth(parent) + 1));
-    prefix.push_str(&child);
+    prefix.push_str(parent);
+    if parent != "/" {
+        prefix.push('/');
+    }
     prefix
 }
 
