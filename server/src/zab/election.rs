@@ -4,8 +4,12 @@
 //! higher rounds, and decides when a quorum of voters agrees with its vote and no
 //! better vote came for `finalize_ticks` (at once when every voter agrees). Servers
 //! already following or leading answer with the vote they decided; a looker (voter
-//! or observer) joins the leader a quorum of them names, if that leader itself says
-//! it leads, and a looker that a quorum (with itself) has decided on leads.
+//! or observer) joins the leader a quorum of them names (a voter's own vote of the
+//! round counting), if that leader itself says it leads, and a looker that a quorum
+//! (with itself) has decided on leads. A learner still registering with the leader
+//! it chose registers again when that leader says it leads (its first FollowerInfo
+//! may have come while the leader was still looking). So after a leader dies the
+//! survivors have a new one as soon as the first of them finalizes its vote.
 //! Notifications are re-sent with randomised exponential back-off.
 //!
 //! A voter that must resync (its history was discarded) abstains: it sends the
@@ -29,7 +33,7 @@
 //! What it must not do: decide safety; any leader it picks still has to win
 //! discovery (a quorum of epoch acks, none with a newer history).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::leader::{Leader, LeaderPhase};
 use super::learner::{FollowPhase, Learner};
@@ -48,6 +52,8 @@ pub(crate) struct Looking {
     vote: Vote,
     /// Votes of voters in this round (looking, or already decided in it).
     votes: BTreeMap<ServerId, Vote>,
+    /// Voters of this round sent my vote in answer to a worse one (once each).
+    answered: BTreeSet<ServerId>,
     /// Votes reported by servers already following or leading: (vote with the
     /// leadership's epoch, round, state).
     decided: BTreeMap<ServerId, (Vote, u64, PeerState)>,
@@ -147,6 +153,11 @@ impl Node {
             if n.state == PeerState::Looking && !self.resyncing {
                 let mine = self.my_notification();
                 self.out.send(from, Message::Notification(mine));
+            } else if n.state == PeerState::Leading && self.registering_with(from) {
+                // The leader I chose has just decided to lead: a registration I
+                // sent while it was still looking went unheard, so send it again
+                // now rather than at my next tick.
+                self.send_follower_info();
             } else if self.yields_to(from, &n) {
                 // A leader I was about to follow that says it does not lead is
                 // shunned as one that went silent would be.
@@ -184,13 +195,14 @@ impl Node {
                     && n.vote.leader != self.cfg.id
                     && n.vote > self.my_notification().vote
             }
-            State::Learning(f) => {
-                f.phase == FollowPhase::Registering
-                    && from == f.leader
-                    && n.state != PeerState::Leading
-            }
+            State::Learning(_) => self.registering_with(from) && n.state != PeerState::Leading,
             State::Looking(_) => false,
         }
+    }
+
+    /// Whether this server waits for `leader`'s first answer to its registration.
+    fn registering_with(&self, leader: ServerId) -> bool {
+        matches!(&self.state, State::Learning(f) if f.phase == FollowPhase::Registering && f.leader == leader)
     }
 
     /// A looking voter's vote.
@@ -209,6 +221,7 @@ impl Node {
         if newer {
             self.round = n.round;
             l.votes.clear();
+            l.answered.clear();
             l.vote = if better { n.vote } else { own };
             changed = true;
         } else if n.round < round {
@@ -223,6 +236,13 @@ impl Node {
         if changed {
             l.finalize_at = None;
             self.broadcast_vote();
+        } else if n.vote != l.vote && l.answered.insert(from) {
+            // Its vote is worse than mine, and it may never have seen mine: it was
+            // still following when my broadcast came, and answered with its leader.
+            // Tell it now rather than at my next re-send; once a round, so two
+            // servers whose shuns rank each other's vote lower cannot ping-pong.
+            let mine = self.my_notification();
+            self.out.send(from, Message::Notification(mine));
         }
         self.check_votes();
     }
@@ -247,19 +267,23 @@ impl Node {
         // a quorum of them decides for me too once that leader says it leads. If the
         // leader they name is me, they are registering with me and wait for me to
         // lead, so I back it and say so myself, even if a later round pulled me on
-        // after they decided (else they vote again only after 2 x sync_limit).
+        // after they decided (else they vote again only after 2 x sync_limit). My
+        // own vote of this round backs the leader it names as well: once that leader
+        // says it leads, I need not wait out `finalize_ticks` to follow it.
         // Discovery still decides whether that leader really leads.
         let same = |v: &Vote| v.leader == n.vote.leader && v.epoch == n.vote.epoch;
-        let me = n.vote.leader == own.leader
-            && n.vote.zxid == own.zxid
-            && self.cfg.is_voter(own.leader)
-            && !self.resyncing;
+        let votes = self.cfg.is_voter(self.cfg.id) && !self.resyncing;
+        let me = n.vote.leader == own.leader && n.vote.zxid == own.zxid && votes;
+        let mine_agrees = n.round == round
+            && n.vote.leader == l.vote.leader
+            && n.vote.zxid == l.vote.zxid
+            && votes;
         let backers = l
             .decided
             .iter()
             .filter(|(s, (v, _, _))| self.cfg.is_voter(**s) && same(v))
             .count()
-            + usize::from(me);
+            + usize::from(me || mine_agrees);
         let leader_says = me
             || l.decided
                 .get(&n.vote.leader)

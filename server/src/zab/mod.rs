@@ -56,9 +56,9 @@
 //!    quorum of voters agree on its vote and no better vote arrives for
 //!    `finalize_ticks` (at once if every voter agrees). Servers that already follow or
 //!    lead answer lookers with their decided vote; a looker joins a leader that a
-//!    quorum reports and that itself reports leading. Notifications are re-sent with
-//!    randomised exponential back-off. Observers never vote; they join a leader the
-//!    same way lookers join an established one.
+//!    quorum reports (its own vote counting) and that itself reports leading.
+//!    Notifications are re-sent with randomised exponential back-off. Observers
+//!    never vote; they join a leader the same way lookers join an established one.
 //! 2. **Discovery** (`discovery.rs`): learners register (`FollowerInfo` with their
 //!    accepted_epoch); once a quorum of voters (the leader included) has, the leader
 //!    picks `max(accepted) + 1`, persists it as its accepted_epoch and sends

@@ -331,6 +331,64 @@ fn a_follower_whose_leader_stream_is_lost_elects_a_new_leader_at_once() {
     assert_eq!(h.nodes[&other].status().leader, Some(again));
 }
 
+/// After the leader dies, each survivor decides on the first tick it takes; whichever
+/// of them ticks first, the new leader is established then, with no tick more (the
+/// follower joins a leader that says it leads, and registers again if its first
+/// registration reached that leader while it was still looking).
+#[test]
+fn survivors_establish_a_leader_on_the_first_tick_of_either() {
+    for follower_ticks_first in [true, false] {
+        let mut h = Harness::new(&[1, 2, 3], &[]);
+        h.ticks(3);
+        let dead = h.leader().unwrap();
+        h.down = vec![dead];
+        let survivors: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&i| i != dead).collect();
+        for id in &survivors {
+            h.nodes.get_mut(id).unwrap().peer_lost(dead);
+        }
+        h.settle();
+        assert_eq!(h.leader(), None, "no leader before a tick finalizes a vote");
+        // Equal histories: the higher id has the better vote.
+        let (next, follower) = (survivors[1], survivors[0]);
+        let first = if follower_ticks_first { follower } else { next };
+        h.nodes.get_mut(&first).unwrap().tick();
+        h.settle();
+        assert_eq!(
+            h.leader(),
+            Some(next),
+            "follower ticked first: {follower_ticks_first}"
+        );
+        let status = h.nodes[&follower].status();
+        assert_eq!((status.role, status.leader), (Role::Following, Some(next)));
+        assert!(
+            status.serving,
+            "follower ticked first: {follower_ticks_first}"
+        );
+    }
+}
+
+/// The survivor with the better vote learns of the leader's death first: its vote
+/// reaches the other while that one still follows (and answers with its leader), so
+/// the other's own vote comes later and is worse. The better one answers it at once,
+/// and both have agreed before any tick: one tick decides.
+#[test]
+fn a_survivor_that_looked_first_answers_the_worse_vote_of_the_one_that_followed() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let dead = h.leader().unwrap();
+    h.down = vec![dead];
+    let survivors: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&i| i != dead).collect();
+    let (worse, better) = (survivors[0], survivors[1]);
+    h.nodes.get_mut(&better).unwrap().peer_lost(dead);
+    h.settle();
+    assert_eq!(h.nodes[&worse].status().role, Role::Following);
+    h.nodes.get_mut(&worse).unwrap().peer_lost(dead);
+    h.settle();
+    h.ticks(1);
+    assert_eq!(h.leader(), Some(better));
+    assert!(h.nodes[&worse].status().serving);
+}
+
 #[test]
 fn uncommitted_tail_is_truncated_and_lagging_server_gets_snap() {
     let mut h = Harness::new(&[1, 2, 3], &[]);
