@@ -32,6 +32,7 @@
 //! applied the write it reports.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
@@ -139,6 +140,8 @@ struct Calls {
     answered: Mutex<HashMap<ServerId, Instant>>,
     /// Bumped on every answer, to wake those waiting for a path to come back.
     heard: watch::Sender<u64>,
+    /// A probe of a new leader's path is in flight (`Forwarder::follow`).
+    probing: AtomicBool,
     /// A path with no answer for this long counts as cut.
     stale_after: Duration,
     /// Largest message to or from a leader (`message_bytes_max`).
@@ -185,6 +188,7 @@ impl Forwarder {
             following: watch::Sender::new(None),
             answered: Mutex::new(HashMap::new()),
             heard: watch::Sender::new(0),
+            probing: AtomicBool::new(false),
             stale_after,
             message_bytes_max,
             tls,
@@ -234,13 +238,28 @@ impl Forwarder {
     }
 
     /// Records the leader this server now follows (None: none); calls in flight to
-    /// another end at once.
-    pub(super) fn follow(&self, leader: Option<ServerId>) {
+    /// another end at once. `synced`: this server is in sync with that leader, so it
+    /// leads an epoch. A path to it not yet heard answering is then asked at once (an
+    /// empty keep-alive report) rather than at the next tick's report: writes that
+    /// wait for a path to a new leader go as soon as it serves.
+    pub(super) fn follow(&self, leader: Option<ServerId>, synced: bool) {
         self.calls.following.send_if_modified(|f| {
             let changed = *f != leader;
             *f = leader;
             changed
         });
+        let Some(leader) = leader.filter(|&l| synced && !self.calls.reaches(l)) else {
+            return;
+        };
+        if !self.calls.probing.swap(true, Ordering::AcqRel) {
+            let calls = self.calls.clone();
+            tokio::spawn(async move {
+                if let Err(e) = calls.touch(leader, Vec::new()).await {
+                    tracing::debug!(leader, error = %e, "probe of a new leader failed");
+                }
+                calls.probing.store(false, Ordering::Release);
+            });
+        }
     }
 
     /// Whether `leader` answered a call within `stale_after`: the path to it works.
@@ -927,7 +946,7 @@ mod tests {
     async fn a_write_for_a_leader_whose_path_never_answered_is_not_sent() {
         let (addr, mut accepted) = silent_listener().await;
         let f = forwarder_to(addr);
-        f.follow(Some(LEADER));
+        f.follow(Some(LEADER), false);
         let started = Instant::now();
         let failed = f.submit(LEADER, write()).await.unwrap_err();
         assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
@@ -941,7 +960,7 @@ mod tests {
         let (addr, _accepted) = silent_listener().await;
         let f = forwarder_to(addr);
         f.calls.heard_from(LEADER);
-        f.follow(Some(3));
+        f.follow(Some(3), false);
         let failed = f.submit(LEADER, write()).await.unwrap_err();
         assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
     }
@@ -949,7 +968,7 @@ mod tests {
     #[tokio::test]
     async fn a_write_that_cannot_connect_is_not_sent() {
         let f = forwarder_to(closed_addr());
-        f.follow(Some(LEADER));
+        f.follow(Some(LEADER), false);
         f.calls.heard_from(LEADER);
         let failed = f.submit(LEADER, write()).await.unwrap_err();
         assert!(matches!(failed, Ok(Failed::NotSent(_))), "{failed:?}");
@@ -959,14 +978,14 @@ mod tests {
     async fn a_write_in_flight_when_the_leader_is_given_up_is_unknown_at_once() {
         let (addr, mut accepted) = silent_listener().await;
         let f = Arc::new(forwarder_to(addr));
-        f.follow(Some(LEADER));
+        f.follow(Some(LEADER), false);
         f.calls.heard_from(LEADER);
         let call = tokio::spawn({
             let f = f.clone();
             async move { f.submit(LEADER, write()).await }
         });
         let _socket = accepted.recv().await.unwrap();
-        f.follow(None);
+        f.follow(None, false);
         let failed = tokio::time::timeout(STALE / 2, call).await;
         let failed = failed.expect("ends when the leader is given up").unwrap();
         assert!(matches!(failed, Err(Ok(Failed::Unknown(_)))), "{failed:?}");
@@ -976,7 +995,7 @@ mod tests {
     async fn a_write_in_flight_on_a_silent_path_is_unknown_once_it_is_stale() {
         let (addr, mut accepted) = silent_listener().await;
         let f = forwarder_to(addr);
-        f.follow(Some(LEADER));
+        f.follow(Some(LEADER), false);
         f.calls.heard_from(LEADER);
         let started = Instant::now();
         let call = f.submit(LEADER, write());
@@ -1108,6 +1127,36 @@ mod tests {
         }
     }
 
+    /// A follower in sync with a leader whose path it has not heard answering asks
+    /// that leader at once: writes waiting for the path need not wait for the next
+    /// tick's keep-alive report (no tick runs here).
+    #[tokio::test]
+    async fn a_follower_in_sync_with_a_new_leader_probes_its_path_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_answer, answers) = mpsc::channel(1);
+        let leader = HeldLeader {
+            calls: Arc::default(),
+            answers: tokio::sync::Mutex::new(answers),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ForwardServer::new(leader))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let f = forwarder_to(addr);
+        let mut heard = f.heard();
+        f.follow(Some(LEADER), false);
+        assert!(!f.reaches(LEADER));
+        f.follow(Some(LEADER), true);
+        tokio::time::timeout(Duration::from_secs(5), heard.changed())
+            .await
+            .expect("the new leader is asked at once")
+            .unwrap();
+        assert!(f.reaches(LEADER));
+        server.abort();
+    }
+
     /// Reads that come while a ReadIndex call is in flight share the next call, not
     /// that one: its answer may predate writes acknowledged before they began.
     #[tokio::test]
@@ -1127,7 +1176,7 @@ mod tests {
                 .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
         );
         let f = Arc::new(forwarder_to(addr));
-        f.follow(Some(LEADER));
+        f.follow(Some(LEADER), false);
         f.touch(LEADER, vec![]).await.unwrap();
         let wait_calls = |n: usize| {
             let calls = calls.clone();

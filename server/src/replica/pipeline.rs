@@ -288,7 +288,7 @@ impl Host for Shell {
         if let Some(forwarder) = &shared.forwarder {
             let learner = matches!(status.role, Role::Following | Role::Observing);
             let leader = status.leader.filter(|&l| l != shared.server_id);
-            forwarder.follow(leader.filter(|_| learner));
+            forwarder.follow(leader.filter(|_| learner), status.serving);
         }
         shared.serving.send_replace(serving);
     }
