@@ -6,8 +6,8 @@
 #   3-node runs (full, or --three) add the failover workload: fresh 3-node ensembles
 #   whose leader is killed with kill -9 (3 rounds in short mode, 10 in full).
 #   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd,
-#            --memory (the memory and restart workload alone, for the systems chosen:
-#            its result lines are printed, docs are not written)
+#            --memory / --failover (that workload alone, for the systems chosen, in
+#            full-run size: its result lines are printed, docs are not written)
 #   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
 #        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
 #        docs/benchmarks.md;
@@ -25,12 +25,13 @@ command_line="bench/peers.sh${*:+ $*}"
 for var in BENCH_BIN CONCORD_BIN; do  # prebuilt binaries are part of the exact command
   [ -n "${!var:-}" ] && command_line="$var=${!var#"$PWD/"} $command_line"
 done
-mode=full three=1 systems=concord,zookeeper,etcd memory_only=0
+mode=full three=1 systems=concord,zookeeper,etcd only=
 while [ $# -gt 0 ]; do
   case $1 in
     --short) mode=short; three=0 ;;
     --three) three=1 ;;
-    --memory) memory_only=1 ;;
+    --memory) only=memory ;;
+    --failover) only=failover ;;
     --systems) systems=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -186,9 +187,9 @@ run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
 }
 
 IFS=, read -r -a wanted <<< "$systems"
-if [ $memory_only = 1 ]; then
+if [ -n "$only" ]; then
   for system in "${wanted[@]}"; do
-    run_memory "$system"
+    "run_$only" "$system"
   done
   cat "$results"
   exit 0

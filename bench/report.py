@@ -43,6 +43,7 @@ measured window.
 bench/peers.sh            # full run: 1- and 3-node peers, 10 s per point, 1,000,000 nodes
 bench/peers.sh --short    # developer run, about 2 minutes: 1-node, 1 s per point, 10,000 nodes
 bench/peers.sh --short --three   # the short run plus the 3-node peer ensembles
+bench/peers.sh --failover --systems concord   # one workload alone (or --memory): its results printed, docs untouched
 ```
 
 The script installs ZooKeeper, etcd (and protoc, matplotlib) from Debian's packages when
