@@ -41,8 +41,10 @@ pub struct OpenReport {
 
 /// redb's page cache. Its default (1 GiB) would hold the whole log and snapshots in
 /// memory for nothing: the log is appended and read back only on recovery, SNAP and
-/// old watch resumes, and the tree itself lives in memory already.
-const CACHE_BYTES: usize = 64 << 20;
+/// old watch resumes, and the tree itself lives in memory already. Every page written
+/// passes through it (snapshot chunks too), so it is always full: what a commit needs
+/// again is the log's tail leaf and the branch pages above it, a few pages.
+const CACHE_BYTES: usize = 8 << 20;
 
 impl RedbStorage {
     /// Opens the store at `path`, creating it if absent: incomplete snapshots are
