@@ -238,10 +238,10 @@ impl Forwarder {
     }
 
     /// Records the leader this server now follows (None: none); calls in flight to
-    /// another end at once. `synced`: this server is in sync with that leader, so it
-    /// leads an epoch. A path to it not yet heard answering is then asked at once (an
-    /// empty keep-alive report) rather than at the next tick's report: writes that
-    /// wait for a path to a new leader go as soon as it serves.
+    /// another end at once. `synced`: this server is in sync with that leader, which
+    /// therefore leads an epoch. A path to it not yet heard answering is then asked
+    /// at once (an empty keep-alive report) rather than at the next tick's report:
+    /// writes that wait for a path to a new leader go as soon as it serves.
     pub(super) fn follow(&self, leader: Option<ServerId>, synced: bool) {
         self.calls.following.send_if_modified(|f| {
             let changed = *f != leader;

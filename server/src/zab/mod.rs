@@ -110,6 +110,10 @@
 //!   (it may still be finishing its own election), then holds it to
 //!   `sync_limit_ticks` of silence. ZooKeeper waits `initLimit` instead, which
 //!   stalls an election for that long when the chosen leader is dead.
+//! - A looker answers a worse vote of its round with its own, once per voter and
+//!   round: the voter may have been following when the better vote came (and
+//!   answered it with its old leader). ZooKeeper leaves that to the next re-send of
+//!   notifications, which costs a failover a re-send interval.
 //! - Elections do not time out into new rounds on their own; a leader that is not
 //!   established within `init_limit_ticks`, or a learner not synchronized within it,
 //!   goes back to looking with a higher round.
