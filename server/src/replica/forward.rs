@@ -852,6 +852,7 @@ mod tests {
     //! accept and never answer (a stopped leader's kernel still accepts).
 
     use std::net::SocketAddr;
+    use std::sync::atomic::AtomicUsize;
 
     use super::*;
     use crate::config::Role;
@@ -1096,7 +1097,7 @@ mod tests {
     /// A leader that answers each ReadIndex with the next of `answers` once the test
     /// releases it, and counts the calls.
     struct HeldLeader {
-        calls: Arc<std::sync::atomic::AtomicUsize>,
+        calls: Arc<AtomicUsize>,
         answers: tokio::sync::Mutex<mpsc::Receiver<Zxid>>,
     }
 
@@ -1113,7 +1114,7 @@ mod tests {
             &self,
             _: Request<pb::ReadIndexRequest>,
         ) -> Result<Response<pb::ReadIndexReply>, Status> {
-            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.calls.fetch_add(1, Ordering::SeqCst);
             let zxid = self.answers.lock().await.recv().await;
             let zxid = zxid.ok_or_else(|| Status::unavailable("test over"))?;
             Ok(Response::new(pb::ReadIndexReply { zxid }))
@@ -1127,23 +1128,32 @@ mod tests {
         }
     }
 
+    /// Serves `leader` on a fresh port of 127.0.0.1: its address, and the server task
+    /// (abort it when done).
+    async fn serve(leader: HeldLeader) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tonic::transport::Server::builder()
+            .add_service(ForwardServer::new(leader))
+            .serve_with_incoming(incoming);
+        let task = tokio::spawn(async move {
+            let _ = server.await;
+        });
+        (addr, task)
+    }
+
     /// A follower in sync with a leader whose path it has not heard answering asks
     /// that leader at once: writes waiting for the path need not wait for the next
     /// tick's keep-alive report (no tick runs here).
     #[tokio::test]
     async fn a_follower_in_sync_with_a_new_leader_probes_its_path_at_once() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let (_answer, answers) = mpsc::channel(1);
         let leader = HeldLeader {
             calls: Arc::default(),
             answers: tokio::sync::Mutex::new(answers),
         };
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(ForwardServer::new(leader))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let (addr, server) = serve(leader).await;
         let f = forwarder_to(addr);
         let mut heard = f.heard();
         f.follow(Some(LEADER), false);
@@ -1161,20 +1171,13 @@ mod tests {
     /// that one: its answer may predate writes acknowledged before they began.
     #[tokio::test]
     async fn reads_share_the_next_read_index_call_never_one_in_flight() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let calls = Arc::new(AtomicUsize::new(0));
         let (answer, answers) = mpsc::channel(4);
         let leader = HeldLeader {
             calls: calls.clone(),
             answers: tokio::sync::Mutex::new(answers),
         };
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(ForwardServer::new(leader))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let (addr, server) = serve(leader).await;
         let f = Arc::new(forwarder_to(addr));
         f.follow(Some(LEADER), false);
         f.touch(LEADER, vec![]).await.unwrap();

@@ -49,10 +49,7 @@ impl Nodes {
 
     /// Puts `node` at `path`; returns the node it replaced.
     pub(crate) fn insert(&mut self, path: &str, node: Arc<Node>) -> Option<Arc<Node>> {
-        let mut key = CompactString::with_capacity(path.len() + 4);
-        key.push(depth_mark(depth(path)));
-        key.push_str(path);
-        self.map.insert(key, node)
+        self.map.insert(key_of(path), node)
     }
 
     pub(crate) fn remove(&mut self, path: &str) -> Option<Arc<Node>> {
@@ -153,6 +150,14 @@ fn children_prefix(parent: &str) -> String {
     prefix
 }
 
+/// The key of `path`: its depth mark, then the path.
+fn key_of(path: &str) -> CompactString {
+    let mut key = CompactString::with_capacity(path.len() + 4);
+    key.push(depth_mark(depth(path)));
+    key.push_str(path);
+    key
+}
+
 /// Runs `f` on the key of `path`, built on the stack when it is short.
 fn with_key<R>(path: &str, f: impl FnOnce(&str) -> R) -> R {
     let mark = depth_mark(depth(path));
@@ -166,10 +171,7 @@ fn with_key<R>(path: &str, f: impl FnOnce(&str) -> R) -> R {
             return f(key);
         }
     }
-    let mut key = String::with_capacity(len);
-    key.push(mark);
-    key.push_str(path);
-    f(&key)
+    f(&key_of(path))
 }
 
 #[cfg(test)]

@@ -104,17 +104,23 @@ impl DataTree {
         let mut created = ctx.event(EventKind::Created, path, stat);
         created.data = op.data.clone();
         events.push(created);
-        self.link_child(path, ctx, events);
+        self.count_child(path, true, ctx, events);
         stat
     }
 
-    /// Counts the new node `path` among its parent's children and records the child
-    /// change.
-    fn link_child(&mut self, path: &str, ctx: &Ctx, events: &mut Vec<Event>) {
+    /// Counts node `path` in (`created`) or out of its parent's children, and records
+    /// the parent's child change (cversion, pzxid, a ChildrenChanged event).
+    fn count_child(&mut self, path: &str, created: bool, ctx: &Ctx, events: &mut Vec<Event>) {
         let parent_path = path::parent(path);
         if let Some(parent) = self.nodes.get_mut(parent_path) {
-            parent.stat.num_children = parent.stat.num_children.saturating_add(1);
-            child_changed(parent, ctx);
+            let stat = &mut parent.stat;
+            stat.num_children = if created {
+                stat.num_children.saturating_add(1)
+            } else {
+                stat.num_children.saturating_sub(1)
+            };
+            stat.cversion = stat.cversion.saturating_add(1);
+            stat.pzxid = ctx.zxid;
             events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));
         }
     }
@@ -268,12 +274,7 @@ impl DataTree {
         let mut deleted = ctx.event(EventKind::Deleted, path, node.stat);
         deleted.prev_data = node.data.clone();
         events.push(deleted);
-        let parent_path = path::parent(path);
-        if let Some(parent) = self.nodes.get_mut(parent_path) {
-            parent.stat.num_children = parent.stat.num_children.saturating_sub(1);
-            child_changed(parent, ctx);
-            events.push(ctx.event(EventKind::ChildrenChanged, parent_path, parent.stat));
-        }
+        self.count_child(path, false, ctx, events);
         true
     }
 }
@@ -312,12 +313,6 @@ fn check_ttl(op: &CreateOp) -> Result<(), TreeError> {
         )));
     }
     Ok(())
-}
-
-/// Records a child created or deleted under `parent` (already counted).
-fn child_changed(parent: &mut Node, ctx: &Ctx) {
-    parent.stat.cversion = parent.stat.cversion.saturating_add(1);
-    parent.stat.pzxid = ctx.zxid;
 }
 
 /// Whether a node of this mode may ever be reaped (and so is indexed).

@@ -290,15 +290,13 @@ impl DataTree {
                 stack.pop();
                 continue;
             };
-            let ttl_ms = if child.mode.is_ttl() {
-                self.ttl_of(&path::join(dir, name), child)
-            } else {
-                0
-            };
+            // Its path only where it is needed: for the TTL, or to go down.
+            let child_path =
+                (child.mode.is_ttl() || child.has_children()).then(|| path::join(dir, name));
+            let ttl_ms = child_path.as_deref().map_or(0, |p| self.ttl_of(p, child));
             out.put(&record(depth, name, child, ttl_ms))?;
             written += 1;
-            if child.has_children() {
-                let child_path = path::join(dir, name);
+            if let Some(child_path) = child_path.filter(|_| child.has_children()) {
                 let grandchildren = self.nodes.children(&child_path, "");
                 stack.push((child_path, grandchildren));
             }

@@ -301,12 +301,21 @@ fn a_leader_without_quorum_steps_down_and_refuses() {
     assert!(node.read_index(2).is_err());
 }
 
-#[test]
-fn a_follower_whose_leader_stream_is_lost_elects_a_new_leader_at_once() {
+/// A 3-server ensemble whose leader has just died, before any survivor is told: the
+/// harness, the dead leader, and the survivors as (worse vote, better vote), which
+/// is (lower id, higher id) since their histories are equal.
+fn leader_down() -> (Harness, ServerId, (ServerId, ServerId)) {
     let mut h = Harness::new(&[1, 2, 3], &[]);
     h.ticks(3);
-    let leader = h.leader().unwrap();
-    h.down = vec![leader];
+    let dead = h.leader().unwrap();
+    h.down = vec![dead];
+    let survivors: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&i| i != dead).collect();
+    (h, dead, (survivors[0], survivors[1]))
+}
+
+#[test]
+fn a_follower_whose_leader_stream_is_lost_elects_a_new_leader_at_once() {
+    let (mut h, leader, _) = leader_down();
     // No tick passes: only the lost streams tell the followers.
     for id in [1, 2, 3].into_iter().filter(|&i| i != leader) {
         let node = h.nodes.get_mut(&id).unwrap();
@@ -338,18 +347,12 @@ fn a_follower_whose_leader_stream_is_lost_elects_a_new_leader_at_once() {
 #[test]
 fn survivors_establish_a_leader_on_the_first_tick_of_either() {
     for follower_ticks_first in [true, false] {
-        let mut h = Harness::new(&[1, 2, 3], &[]);
-        h.ticks(3);
-        let dead = h.leader().unwrap();
-        h.down = vec![dead];
-        let survivors: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&i| i != dead).collect();
-        for id in &survivors {
-            h.nodes.get_mut(id).unwrap().peer_lost(dead);
+        let (mut h, dead, (follower, next)) = leader_down();
+        for id in [follower, next] {
+            h.nodes.get_mut(&id).unwrap().peer_lost(dead);
         }
         h.settle();
         assert_eq!(h.leader(), None, "no leader before a tick finalizes a vote");
-        // Equal histories: the higher id has the better vote.
-        let (next, follower) = (survivors[1], survivors[0]);
         let first = if follower_ticks_first { follower } else { next };
         h.nodes.get_mut(&first).unwrap().tick();
         h.settle();
@@ -373,12 +376,7 @@ fn survivors_establish_a_leader_on_the_first_tick_of_either() {
 /// and both have agreed before any tick: one tick decides.
 #[test]
 fn a_survivor_that_looked_first_answers_the_worse_vote_of_the_one_that_followed() {
-    let mut h = Harness::new(&[1, 2, 3], &[]);
-    h.ticks(3);
-    let dead = h.leader().unwrap();
-    h.down = vec![dead];
-    let survivors: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&i| i != dead).collect();
-    let (worse, better) = (survivors[0], survivors[1]);
+    let (mut h, dead, (worse, better)) = leader_down();
     h.nodes.get_mut(&better).unwrap().peer_lost(dead);
     h.settle();
     assert_eq!(h.nodes[&worse].status().role, Role::Following);
