@@ -116,14 +116,10 @@ struct Measured {
 }
 
 fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
     let path = scratch.join("log.redb");
     let _ = std::fs::remove_file(&path);
-    let builder = {
-        let mut b = Database::builder();
-        b.set_cache_size(CACHE_BYTES);
-        b
-    };
+    let mut builder = Database::builder();
+    builder.set_cache_size(CACHE_BYTES);
     let db = if layout == Layout::Journal {
         let open = |p: &Path| {
             OpenOptions::new()
@@ -135,19 +131,19 @@ fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, Stri
                 .map_err(|e| format!("{}: {e}", p.display()))
         };
         let backend = Journaled::new(open(&path)?, open(&scratch.join("journal"))?)?;
-        builder.create_with_backend(backend).map_err(|e| err(&e))?
+        builder.create_with_backend(backend).map_err(fail)?
     } else {
-        builder.create(&path).map_err(|e| err(&e))?
+        builder.create(&path).map_err(fail)?
     };
     let txn = vec![7u8; args.txn_bytes];
-    let wtx = db.begin_write().map_err(|e| err(&e))?;
+    let wtx = db.begin_write().map_err(fail)?;
     {
-        let mut log = wtx.open_table(LOG).map_err(|e| err(&e))?;
+        let mut log = wtx.open_table(LOG).map_err(fail)?;
         for key in 0..args.prefill {
-            log.insert(key, txn.as_slice()).map_err(|e| err(&e))?;
+            log.insert(key, txn.as_slice()).map_err(fail)?;
         }
     }
-    wtx.commit().map_err(|e| err(&e))?;
+    wtx.commit().map_err(fail)?;
 
     let batch = vec![7u8; args.txn_bytes * args.batch as usize];
     let mut key = args.prefill;
@@ -156,22 +152,21 @@ fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, Stri
     let started = Instant::now();
     for _ in 0..args.commits {
         let one = Instant::now();
-        let mut wtx = db.begin_write().map_err(|e| err(&e))?;
-        wtx.set_durability(Durability::Immediate)
-            .map_err(|e| err(&e))?;
+        let mut wtx = db.begin_write().map_err(fail)?;
+        wtx.set_durability(Durability::Immediate).map_err(fail)?;
         {
-            let mut log = wtx.open_table(LOG).map_err(|e| err(&e))?;
+            let mut log = wtx.open_table(LOG).map_err(fail)?;
             if layout == Layout::PerBatch {
-                log.insert(key, batch.as_slice()).map_err(|e| err(&e))?;
+                log.insert(key, batch.as_slice()).map_err(fail)?;
                 key += args.batch;
             } else {
                 for _ in 0..args.batch {
-                    log.insert(key, txn.as_slice()).map_err(|e| err(&e))?;
+                    log.insert(key, txn.as_slice()).map_err(fail)?;
                     key += 1;
                 }
             }
         }
-        wtx.commit().map_err(|e| err(&e))?;
+        wtx.commit().map_err(fail)?;
         took.push(one.elapsed().as_micros() as u64);
     }
     let elapsed = started.elapsed().as_secs_f64();
@@ -186,6 +181,11 @@ fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, Stri
         writes: (writes_after - writes_before) as f64 / n,
         cpu_us: (cpu_after - cpu_before) / n * 1e6,
     })
+}
+
+/// A redb error as this tool reports it.
+fn fail(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
 /// Write system calls this process has made (`syscw` of /proc/self/io).
