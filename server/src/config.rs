@@ -47,6 +47,10 @@ use serde::Deserialize;
 
 pub use crate::address::Address;
 
+/// Most `runtime_threads` accepted: far above any machine's useful count, low enough
+/// that a typo cannot ask for a million threads.
+pub const RUNTIME_THREADS_MAX: usize = 1024;
+
 /// Everything a server needs to know before it starts.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -202,6 +206,15 @@ pub struct Config {
     /// the server lost its leader: once it has had none for this long, new writes fail
     /// at once until it finds one.
     pub leader_wait_ms_max: u64,
+
+    // Threads (docs/operations.md, "Threads").
+    /// Threads that run the server's tasks: gRPC on both ports, the pipeline, peer
+    /// streams, watches. The disk has threads of its own besides (the persister's
+    /// fsyncs, snapshots, reads of stored snapshots). 1: tokio's current-thread
+    /// scheduler, every task on one thread; more: its multi-thread scheduler with
+    /// that many workers. 0: one where the process may use at most 2 CPUs, one per
+    /// CPU above that.
+    pub runtime_threads: usize,
 
     // Identities and teams (docs/security.md).
     /// The identity of a caller that presents no client certificate (plain text on
@@ -369,6 +382,8 @@ impl Default for Config {
 
             leader_wait_ms_max: 2_000,
 
+            runtime_threads: 0,
+
             local_identity: "admin".to_owned(),
             admins: vec!["admin".to_owned()],
             teams: Vec::new(),
@@ -460,6 +475,18 @@ impl Config {
         self.node_data_bytes_max.saturating_mul(2).max(4 << 20)
     }
 
+    /// The threads `runtime_threads` asks for on a machine where the process may
+    /// use `cpus` CPUs: the setting, or for 0 one thread on at most 2 CPUs (where
+    /// tasks handed between two workers cost more than a second worker gives) and
+    /// one per CPU above that.
+    pub fn runtime_threads_on(&self, cpus: usize) -> usize {
+        match self.runtime_threads {
+            0 if cpus <= 2 => 1,
+            0 => cpus,
+            n => n,
+        }
+    }
+
     /// The range a requested session TTL is clamped to.
     pub fn session_ttl_range_ms(&self) -> (u64, u64) {
         (self.session_ttl_min_ms, self.session_ttl_max_ms)
@@ -525,6 +552,11 @@ impl Config {
             )));
         }
         self.validate_connections()?;
+        if self.runtime_threads > RUNTIME_THREADS_MAX {
+            return Err(ConfigError::Invalid(format!(
+                "runtime_threads must be at most {RUNTIME_THREADS_MAX} (0: chosen from the CPUs)"
+            )));
+        }
         if self.leader_wait_ms_max == 0 {
             return bad("leader_wait_ms_max must be at least 1");
         }
@@ -831,6 +863,27 @@ mod tests {
             toml::from_str("children_page_max = 3\npersist_queue_bytes_max = 4096\n").unwrap();
         assert_eq!((c.children_page_max, c.persist_queue_bytes_max), (3, 4096));
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn runtime_threads_are_chosen_from_the_cpus_unless_set() {
+        let auto = Config::default();
+        assert_eq!(auto.runtime_threads, 0);
+        let chosen: Vec<usize> = [1, 2, 3, 16]
+            .map(|cpus| auto.runtime_threads_on(cpus))
+            .into();
+        assert_eq!(chosen, [1, 1, 3, 16]);
+        let set: Config = toml::from_str("runtime_threads = 4\n").unwrap();
+        set.validate().unwrap();
+        assert_eq!(
+            (set.runtime_threads_on(2), set.runtime_threads_on(64)),
+            (4, 4)
+        );
+        let huge = Config {
+            runtime_threads: RUNTIME_THREADS_MAX + 1,
+            ..Config::default()
+        };
+        assert!(matches!(huge.validate(), Err(ConfigError::Invalid(_))));
     }
 
     #[test]

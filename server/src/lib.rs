@@ -31,4 +31,4 @@ pub mod watch;
 pub mod zab;
 
 pub use config::Config;
-pub use server::{run, RunError};
+pub use server::{run, runtime, RunError};

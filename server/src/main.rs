@@ -115,6 +115,12 @@ struct Args {
     #[arg(long)]
     leader_wait_ms_max: Option<u64>,
 
+    // Threads.
+    /// Threads that run the server's tasks (0: one on at most 2 CPUs, one per CPU
+    /// above that); the disk has threads of its own besides.
+    #[arg(long)]
+    runtime_threads: Option<usize>,
+
     // TLS (docs/security.md, "TLS and certificates").
     #[command(flatten)]
     tls: TlsArgs,
@@ -273,6 +279,9 @@ impl Args {
         if let Some(v) = self.server_id {
             c.server_id = v;
         }
+        if let Some(v) = self.runtime_threads {
+            c.runtime_threads = v;
+        }
         if let Some(v) = self.listen {
             c.client_addr = v;
         }
@@ -354,8 +363,7 @@ impl Args {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     concord_server::telemetry::init();
     // The one crypto provider (ring), for anything that asks rustls for the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -386,6 +394,23 @@ async fn main() -> ExitCode {
             }
         };
     }
+    // Checked before the runtime is built with the threads it asks for (`run`
+    // checks it again, for the callers that skip `main`).
+    if let Err(e) = config.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    match concord_server::runtime(&config) {
+        Ok(runtime) => runtime.block_on(serve(config)),
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Binds the client address and runs the server until SIGTERM or ctrl-c.
+async fn serve(config: Config) -> ExitCode {
     // Every connection is a file: use all the process may have.
     match concord_server::listen::raise_open_files_limit() {
         Ok(limit) => tracing::info!(open_files_limit = limit, "open-file limit"),

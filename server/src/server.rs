@@ -38,6 +38,24 @@ fn client_limits(config: &Config) -> ListenLimits {
     }
 }
 
+/// The tokio runtime a server runs on, with the threads `config.runtime_threads` asks
+/// for on this machine (`Config::runtime_threads_on`): tokio's current-thread
+/// scheduler for one, its multi-thread scheduler for more.
+pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = config.runtime_threads_on(cpus);
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut multi = tokio::runtime::Builder::new_multi_thread();
+        multi.worker_threads(threads);
+        multi
+    };
+    let runtime = builder.enable_all().build()?;
+    tracing::info!(runtime_threads = threads, cpus, "runtime");
+    Ok(runtime)
+}
+
 /// How long a stopping server lets requests in flight finish.
 const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -235,6 +253,20 @@ mod tests {
             client_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn the_runtime_has_the_threads_asked_for() {
+        use tokio::runtime::RuntimeFlavor;
+        let asked = |threads| Config {
+            runtime_threads: threads,
+            ..Config::default()
+        };
+        let one = runtime(&asked(1)).unwrap();
+        assert_eq!(one.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
+        let three = runtime(&asked(3)).unwrap();
+        assert_eq!(three.handle().runtime_flavor(), RuntimeFlavor::MultiThread);
+        assert_eq!(three.metrics().num_workers(), 3);
     }
 
     /// A pipeline that dies after the server serves stops `run` with an error (the

@@ -71,6 +71,49 @@ async fn t80_members_named_by_host_name_over_peer_mtls() {
     }
 }
 
+/// Servers on tokio's multi-thread scheduler (`--runtime-threads 2`; the default
+/// on this suite's 2-CPU machines is one thread, the current-thread scheduler)
+/// form an ensemble and replicate writes made through any of them.
+#[tokio::test]
+async fn t80_members_with_two_runtime_threads_form_an_ensemble() {
+    let options = ServerOptions {
+        extra: vec!["--runtime-threads".into(), "2".into()],
+        ..ServerOptions::default()
+    };
+    let ensemble = Ensemble::start(3, options);
+    ensemble.leader(LEADER_WAIT).await;
+    let mut last = 0;
+    for (i, server) in ensemble.servers.iter().enumerate() {
+        let log = without_colours(&server.log());
+        assert!(log.contains("runtime_threads=2"), "server {}: {log}", i + 1);
+        last = create_at(&server.endpoint(), &format!("/threads{i}"))
+            .await
+            .unwrap_or_else(|e| panic!("write through server {}: {e}", i + 1));
+    }
+    for i in 0..3 {
+        ensemble.caught_up(i, last, LEADER_WAIT).await;
+    }
+}
+
+/// `text` without its ANSI colour codes (the server's log colours field names).
+fn without_colours(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // ESC [ parameters m
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[tokio::test]
 async fn t80_any_server_takes_writes_and_serves_consistent_reads() {
     let ensemble = Ensemble::start(3, ServerOptions::default());
