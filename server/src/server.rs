@@ -3,8 +3,9 @@
 //! `listen.rs`, tell the caller it serves, and stop cleanly on `shutdown` or on a
 //! fatal error.
 //!
-//! `main.rs` parses arguments and calls `run`; tests bind port 0 and pass the
-//! listener in.
+//! `main.rs` parses arguments, builds the tokio `runtime` with the threads the
+//! config asks for, and calls `run` on it; tests bind port 0 and pass the listener
+//! in.
 
 use std::future::Future;
 use std::net::SocketAddr;
