@@ -207,7 +207,7 @@ pub struct Config {
     /// at once until it finds one.
     pub leader_wait_ms_max: u64,
 
-    // Threads (docs/operations.md, "Threads").
+    // Threads (docs/operations.md, "CPU").
     /// Threads that run the server's tasks: gRPC on both ports, the pipeline, peer
     /// streams, watches. The disk has threads of its own besides (the persister's
     /// fsyncs, snapshots, reads of stored snapshots). 1: tokio's current-thread
