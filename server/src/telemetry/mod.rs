@@ -23,11 +23,14 @@ pub use metrics::Metrics;
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the global subscriber; later calls do nothing.
+/// Installs the global subscriber; later calls do nothing. Colours only on a
+/// terminal: a log file, a pipe or journald gets plain `key=value` fields.
 pub fn init() {
+    use std::io::IsTerminal;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
