@@ -487,6 +487,17 @@ impl Config {
         }
     }
 
+    /// Refuses a `runtime_threads` above `RUNTIME_THREADS_MAX` (checked by `validate`,
+    /// and by `server::runtime` before it starts any thread).
+    pub fn check_runtime_threads(&self) -> Result<(), ConfigError> {
+        if self.runtime_threads > RUNTIME_THREADS_MAX {
+            return Err(ConfigError::Invalid(format!(
+                "runtime_threads must be at most {RUNTIME_THREADS_MAX} (0: chosen from the CPUs)"
+            )));
+        }
+        Ok(())
+    }
+
     /// The range a requested session TTL is clamped to.
     pub fn session_ttl_range_ms(&self) -> (u64, u64) {
         (self.session_ttl_min_ms, self.session_ttl_max_ms)
@@ -552,11 +563,7 @@ impl Config {
             )));
         }
         self.validate_connections()?;
-        if self.runtime_threads > RUNTIME_THREADS_MAX {
-            return Err(ConfigError::Invalid(format!(
-                "runtime_threads must be at most {RUNTIME_THREADS_MAX} (0: chosen from the CPUs)"
-            )));
-        }
+        self.check_runtime_threads()?;
         if self.leader_wait_ms_max == 0 {
             return bad("leader_wait_ms_max must be at least 1");
         }

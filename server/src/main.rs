@@ -394,16 +394,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    // Checked before the runtime is built with the threads it asks for (`run`
-    // checks it again, for the callers that skip `main`).
-    if let Err(e) = config.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(1);
-    }
     match concord_server::runtime(&config) {
         Ok(runtime) => runtime.block_on(serve(config)),
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            eprintln!("error: {e}");
             ExitCode::from(1)
         }
     }

@@ -41,8 +41,10 @@ fn client_limits(config: &Config) -> ListenLimits {
 
 /// The tokio runtime a server runs on, with the threads `config.runtime_threads` asks
 /// for on this machine (`Config::runtime_threads_on`): tokio's current-thread
-/// scheduler for one, its multi-thread scheduler for more.
-pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
+/// scheduler for one, its multi-thread scheduler for more. The rest of the config is
+/// checked by `run`.
+pub fn runtime(config: &Config) -> Result<tokio::runtime::Runtime, RunError> {
+    config.check_runtime_threads()?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = config.runtime_threads_on(cpus);
     let mut builder = if threads == 1 {
@@ -52,7 +54,7 @@ pub fn runtime(config: &Config) -> std::io::Result<tokio::runtime::Runtime> {
         multi.worker_threads(threads);
         multi
     };
-    let runtime = builder.enable_all().build()?;
+    let runtime = builder.enable_all().build().map_err(RunError::Runtime)?;
     tracing::info!(runtime_threads = threads, cpus, "runtime");
     Ok(runtime)
 }
@@ -69,6 +71,8 @@ pub enum RunError {
     Start(#[from] StartError),
     #[error(transparent)]
     Tls(#[from] crate::security::TlsError),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("gRPC setup failed: {0}")]
     Setup(String),
     #[error("gRPC server failed: {0}")]
