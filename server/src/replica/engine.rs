@@ -89,6 +89,9 @@ pub(crate) trait Host {
     fn progress(&mut self, committed: Zxid, log_bytes: u64);
     /// Something broke: the server must stop.
     fn fatal(&mut self, reason: String);
+    /// Txns the core no longer keeps (the log a snapshot covers), to be freed
+    /// where it delays nobody: a snapshot interval's worth takes milliseconds.
+    fn discard(&mut self, txns: Vec<Txn>);
 }
 
 /// A write for the engine to propose, and who waits for it.
@@ -583,10 +586,11 @@ impl<H: Host> Engine<H> {
         }
     }
 
-    /// A requested snapshot is written: the core drops the log it covers, and the
-    /// next snapshot may be asked for.
+    /// A requested snapshot is written: the core lets go of the log it covers, which
+    /// the host frees, and the next snapshot may be asked for.
     pub(crate) fn compacted(&mut self, zxid: Zxid) {
-        self.node.compact(zxid);
+        let covered = self.node.compact(zxid);
+        self.host.discard(covered);
         self.snapshot_policy.pending = false;
         self.maybe_snapshot();
     }

@@ -110,6 +110,8 @@ impl Host for SimHost {
         self.out.messages.push(envelope);
     }
 
+    fn discard(&mut self, _txns: Vec<Txn>) {}
+
     fn persist(&mut self, number: u64, ops: Vec<PersistOp>, _: Vec<(WriteTrace, Zxid)>) -> bool {
         self.out.writes.push(PendingWrite { number, ops });
         true

@@ -1,8 +1,8 @@
 //! The core's in-memory view of this server's history: the newest snapshot (its zxid,
 //! and its bytes unless they are in storage) and the log entries after it. The
 //! runtime keeps the durable copy; the core keeps this one to synchronize learners
-//! (DIFF/TRUNC/SNAP) and to hand out committed txns. `compact` drops what a newer
-//! snapshot covers.
+//! (DIFF/TRUNC/SNAP) and to hand out committed txns. `compact` takes out what a
+//! newer snapshot covers and hands it to the caller to free.
 //!
 //! The log counts the bytes its entries hold (`bytes()`, by `txn_bytes`): the
 //! runtime snapshots on that count as well as on the number of entries, so the
@@ -166,22 +166,25 @@ impl Log {
         self.snapshot = Some(zxid);
     }
 
-    /// Records a newer snapshot (at `zxid`) and drops the entries it covers.
-    /// Ignored if it is not newer than the current one or beyond the log.
-    pub fn compact(&mut self, zxid: Zxid) -> bool {
+    /// Records a newer snapshot (at `zxid`) and takes out the entries it covers,
+    /// which it returns: freeing a whole snapshot interval's txns takes milliseconds,
+    /// so the caller chooses where that happens. None (nothing changes) if `zxid` is
+    /// not newer than the current snapshot or is beyond the log.
+    pub fn compact(&mut self, zxid: Zxid) -> Option<Vec<Txn>> {
         if zxid <= self.start() || zxid > self.last_zxid() {
-            return false;
+            return None;
         }
         let drop = self.entries.partition_point(|t| t.zxid <= zxid);
-        let freed: usize = self.entries[..drop].iter().map(txn_bytes).sum();
-        self.bytes -= freed;
-        self.entries.drain(..drop);
-        // A burst of writes must not pin its peak capacity until the next restart.
-        if self.entries.capacity() > 2 * self.entries.len() + 1024 {
-            self.entries.shrink_to(2 * self.entries.len());
-        }
+        // The entries kept (those after the snapshot: few) move to a Vec sized for
+        // the log as it was, the next interval's likely size, so that it does not
+        // grow by copying; a burst's larger capacity goes with the covered entries,
+        // which are not moved at all. Only the kept entries are walked.
+        let mut kept = Vec::with_capacity(self.entries.len());
+        kept.extend(self.entries.drain(drop..));
+        let covered = std::mem::replace(&mut self.entries, kept);
+        self.bytes = self.entries.iter().map(txn_bytes).sum();
         self.snapshot = Some(zxid);
-        true
+        Some(covered)
     }
 
     /// The largest zxid of the history (the snapshot point or an entry) that is at
@@ -241,7 +244,11 @@ pub(crate) mod tests {
         assert_eq!(log.floor(0), Some(0));
         assert!(log.contains(make_zxid(2, 1)) && !log.contains(make_zxid(1, 3)));
         assert_eq!(log.range(make_zxid(1, 1), make_zxid(2, 1)).len(), 2);
-        assert!(log.compact(make_zxid(1, 2)));
+        let covered = log.compact(make_zxid(1, 2)).expect("newer snapshot");
+        let covered: Vec<Zxid> = covered.iter().map(|t| t.zxid).collect();
+        assert_eq!(covered, [make_zxid(1, 1), make_zxid(1, 2)]);
+        assert!(log.compact(make_zxid(1, 2)).is_none(), "not newer");
+        assert!(log.compact(make_zxid(3, 1)).is_none(), "beyond the log");
         assert_eq!(log.start(), make_zxid(1, 2));
         assert_eq!(log.floor(make_zxid(1, 1)), None);
         assert_eq!(log.range(0, u64::MAX).len(), 1);
@@ -273,7 +280,7 @@ pub(crate) mod tests {
         assert_eq!((log.len(), log.bytes()), (10, 10 * one));
         log.truncate_after(8);
         assert_eq!(log.bytes(), 8 * one);
-        assert!(log.compact(5));
+        assert_eq!(log.compact(5).map(|covered| covered.len()), Some(5));
         assert_eq!((log.len(), log.bytes()), (3, 3 * one));
         let restored = Log::restore(Some(6), (1..=8).map(|z| set(z, 10)).collect());
         assert_eq!(restored.unwrap().bytes(), 2 * txn_bytes(&set(7, 10)));

@@ -229,10 +229,12 @@ impl Node {
     /// The runtime wrote a snapshot of its applied state at `zxid` to storage: older
     /// log entries are no longer kept here (learners behind it get SNAP, whose bytes
     /// the transport reads from storage). Ignored unless `zxid` has been applied.
-    pub fn compact(&mut self, zxid: Zxid) {
-        if zxid <= self.applied_out {
-            self.log.compact(zxid);
+    /// Returns the entries taken out (`Log::compact`), for the caller to free.
+    pub fn compact(&mut self, zxid: Zxid) -> Vec<Txn> {
+        if zxid > self.applied_out {
+            return Vec::new();
         }
+        self.log.compact(zxid).unwrap_or_default()
     }
 
     /// Everything to do since the last call.
