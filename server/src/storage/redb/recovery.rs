@@ -95,6 +95,7 @@ impl RedbStorage {
             order_lock: Mutex::new(()),
             commits_total: AtomicU64::new(0),
             commit_seconds: crate::telemetry::metrics::backend_commit_histogram(),
+            turns: Default::default(),
         };
         Ok((store, report))
     }

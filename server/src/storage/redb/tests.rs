@@ -324,3 +324,33 @@ fn a_crash_while_creating_leaves_no_store_that_cannot_open() {
     assert!(!creating.exists(), "the leftover was replaced and renamed");
     assert_eq!(zxids(&reopen(&path).0), vec![1, 2, 3]);
 }
+
+#[test]
+fn an_append_goes_before_the_rest_of_a_long_purge() {
+    let (s, _dir) = make_store();
+    let s = std::sync::Arc::new(s);
+    let cut = 200 * PURGE_ENTRIES_PER_COMMIT as u64;
+    s.append(&txns(1..=cut)).unwrap();
+    s.save_snapshot(cut, b"state").unwrap();
+    let purging = {
+        let s = s.clone();
+        std::thread::spawn(move || s.purge(1))
+    };
+    // The purge's first commit raises log_start; its batches of deletions follow.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while s.log_start().unwrap() < cut {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the purge never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    s.append(&txns([cut + 1])).unwrap();
+    let purged_meanwhile = !s.read_after(0, 1).unwrap().iter().any(|t| t.zxid <= cut);
+    purging.join().unwrap().unwrap();
+    assert!(
+        !purged_meanwhile,
+        "the append waited until the purge had deleted all {cut} entries"
+    );
+    assert_eq!(zxids(&s), [cut + 1]);
+}
