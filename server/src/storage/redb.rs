@@ -15,8 +15,9 @@
 //! that is the group commit. Snapshots are written, and purges delete, in several
 //! commits so appends can interleave (redb has one writer at a time, and its write
 //! lock is not fair: `Turns` lets a waiting append go before each such commit); the
-//! index record is written last, so a snapshot is visible only when complete. `open` removes incomplete snapshots and
-//! refuses a log with a bad entry (see `recovery.rs`).
+//! index record is written last, so a snapshot is visible only when complete. `open`
+//! removes incomplete snapshots and refuses a log with a bad entry (see
+//! `recovery.rs`).
 //!
 //! What it must not do: interpret txns beyond checking them, or know Zab's rules.
 

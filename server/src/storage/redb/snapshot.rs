@@ -54,9 +54,9 @@ pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), S
         }
     }
     // The last commit (a replacement's only one), under the order lock since it may
-    // raise `last_zxid`.
+    // raise `last_zxid` (appends wait for that lock, not for a turn).
     let _order = store.lock_order()?;
-    store.write_in_turn(what, |wtx| {
+    store.write(what, |wtx| {
         if replacing {
             insert_chunks(wtx, zxid, 0, &chunks)?;
         }
