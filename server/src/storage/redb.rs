@@ -149,8 +149,9 @@ const TURN_WAIT_MAX: Duration = Duration::from_millis(50);
 /// such a writer takes it again, commit after commit, before a waiting append has
 /// woken, and the append (every write in flight) waited for the whole snapshot or
 /// purge: 34 ms seen at 64 writing clients on a tree of 64 nodes, and a large
-/// tree's snapshot takes many more commits. Before each of its commits a background
-/// writer lets one waiting append go first.
+/// tree's snapshot takes many more commits. Before each of its commits (every
+/// commit but an append: `RedbStorage::write`) a writer lets one waiting append go
+/// first.
 #[derive(Default)]
 struct Turns {
     /// Appends waiting for the write lock or holding it.
@@ -206,8 +207,20 @@ impl RedbStorage {
         self.commit_seconds.clone()
     }
 
-    /// One durable commit, counted and timed.
+    /// One durable commit that is not a log append: a waiting append goes first
+    /// (`Turns`). Only the snapshots' and purges' commits, which come from another
+    /// thread than the appends, ever find one waiting.
     fn write<T>(
+        &self,
+        what: &str,
+        body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        self.turns.let_an_append_in();
+        self.commit(what, body)
+    }
+
+    /// One durable commit, counted and timed.
+    fn commit<T>(
         &self,
         what: &str,
         body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
@@ -216,17 +229,6 @@ impl RedbStorage {
         self.commits_total.fetch_add(1, Ordering::Relaxed);
         self.commit_seconds.observe(took);
         Ok(out)
-    }
-
-    /// `write` for a commit of a background writer (a snapshot's, a purge's): a
-    /// waiting append goes first (`Turns`).
-    fn write_in_turn<T>(
-        &self,
-        what: &str,
-        body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
-    ) -> Result<T, StorageError> {
-        self.turns.let_an_append_in();
-        self.write(what, body)
     }
 
     fn lock_order(&self) -> Result<MutexGuard<'_, ()>, StorageError> {
@@ -253,7 +255,7 @@ impl Storage for RedbStorage {
         check_append_order(self.last_zxid.load(Ordering::Acquire), txns)?;
         // The group commit: the whole batch in one write transaction, one fsync.
         self.turns.append(|| {
-            self.write("append", |wtx| {
+            self.commit("append", |wtx| {
                 let mut log = wtx.open_table(LOG).map_err(redb_err("append"))?;
                 for txn in txns {
                     log.insert(txn.zxid, frame_txn(txn).as_slice())

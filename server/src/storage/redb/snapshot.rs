@@ -48,13 +48,13 @@ pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), S
     if !replacing {
         let mut first_index: u32 = 0;
         for group in chunks.chunks(CHUNKS_PER_COMMIT) {
-            store.write_in_turn(what, |wtx| insert_chunks(wtx, zxid, first_index, group))?;
+            store.write(what, |wtx| insert_chunks(wtx, zxid, first_index, group))?;
             // chunk_count fits in u32, so this cannot wrap before the last group.
             first_index = first_index.saturating_add(CHUNKS_PER_COMMIT as u32);
         }
     }
     // The last commit (a replacement's only one), under the order lock since it may
-    // raise `last_zxid` (appends wait for that lock, not for a turn).
+    // raise `last_zxid` (appends wait for that lock, so none waits for a turn here).
     let _order = store.lock_order()?;
     store.write(what, |wtx| {
         if replacing {
@@ -181,7 +181,7 @@ pub(super) fn purge(store: &RedbStorage, keep: usize) -> Result<(), StorageError
     let what = "purge";
     // First commit: old snapshots vanish from the index and log_start is raised, so
     // a crash after it leaves only garbage that open or the next purge removes.
-    let plan = store.write_in_turn(what, |wtx| {
+    let plan = store.write(what, |wtx| {
         let mut index = wtx.open_table(SNAP_INDEX).map_err(redb_err(what))?;
         let mut zxids = Vec::new();
         for entry in index.range::<u64>(..).map_err(redb_err(what))? {
@@ -210,9 +210,9 @@ pub(super) fn purge(store: &RedbStorage, keep: usize) -> Result<(), StorageError
         return Ok(());
     };
     for zxid in dropped {
-        store.write_in_turn(what, |wtx| remove_chunks(wtx, zxid))?;
+        store.write(what, |wtx| remove_chunks(wtx, zxid))?;
     }
-    while store.write_in_turn(what, |wtx| remove_log_through(wtx, log_start))? {}
+    while store.write(what, |wtx| remove_log_through(wtx, log_start))? {}
     Ok(())
 }
 

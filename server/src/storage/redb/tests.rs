@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ::redb::{Database, ReadableDatabase, ReadableTable};
 use tempfile::TempDir;
@@ -328,7 +330,7 @@ fn a_crash_while_creating_leaves_no_store_that_cannot_open() {
 #[test]
 fn an_append_goes_before_the_rest_of_a_long_purge() {
     let (s, _dir) = make_store();
-    let s = std::sync::Arc::new(s);
+    let s = Arc::new(s);
     let cut = 200 * PURGE_ENTRIES_PER_COMMIT as u64;
     s.append(&txns(1..=cut)).unwrap();
     s.save_snapshot(cut, b"state").unwrap();
@@ -337,13 +339,10 @@ fn an_append_goes_before_the_rest_of_a_long_purge() {
         std::thread::spawn(move || s.purge(1))
     };
     // The purge's first commit raises log_start; its batches of deletions follow.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(30);
     while s.log_start().unwrap() < cut {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the purge never began"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        assert!(Instant::now() < deadline, "the purge never began");
+        std::thread::sleep(Duration::from_millis(1));
     }
     s.append(&txns([cut + 1])).unwrap();
     let purged_meanwhile = !s.read_after(0, 1).unwrap().iter().any(|t| t.zxid <= cut);
