@@ -37,7 +37,7 @@ use crate::telemetry::trace::WriteTrace;
 use crate::telemetry::Metrics;
 use crate::tree::{DataTree, Event, TreeError, TxnResult};
 use crate::txn::{Txn, TxnOp, Zxid};
-use crate::zab::log::txn_bytes;
+use crate::zab::log::{txn_bytes, Covered};
 use crate::zab::{Envelope, Message, Node, PersistOp, Ready, Role, ServerId, Snapshot, Status};
 
 /// A caller waiting for its write; told when its write is proposed.
@@ -91,7 +91,7 @@ pub(crate) trait Host {
     fn fatal(&mut self, reason: String);
     /// Txns the core no longer keeps (the log a snapshot covers), to be freed
     /// where it delays nobody: a snapshot interval's worth takes milliseconds.
-    fn discard(&mut self, txns: Vec<Txn>);
+    fn discard(&mut self, txns: Covered);
 }
 
 /// A write for the engine to propose, and who waits for it.

@@ -47,6 +47,7 @@ use crate::peer::{Inbound, InboundRx, PeerHandle};
 use crate::telemetry::trace::WriteTrace;
 use crate::tree::{DataTree, Event};
 use crate::txn::{Txn, Zxid};
+use crate::zab::log::Covered;
 use crate::zab::{Envelope, PersistOp, Role, Status};
 
 /// A snapshot request: the tree as of one zxid (an O(1) clone).
@@ -306,7 +307,7 @@ impl Host for Shell {
         self.shared.set_fatal(reason);
     }
 
-    fn discard(&mut self, txns: Vec<Txn>) {
+    fn discard(&mut self, txns: Covered) {
         free_elsewhere(txns);
     }
 }
@@ -318,7 +319,7 @@ const FREE_ELSEWHERE_MIN: usize = 1024;
 /// Frees `txns` off this thread when there are many: a compacted log of 100,000
 /// txns takes 3-9 ms to free (`examples/log_compact.rs`), and on one runtime thread
 /// every client of the server would wait that long.
-fn free_elsewhere(txns: Vec<Txn>) {
+fn free_elsewhere(txns: Covered) {
     if txns.len() >= FREE_ELSEWHERE_MIN {
         tokio::task::spawn_blocking(move || drop(txns));
     }
@@ -503,6 +504,7 @@ mod free_tests {
     use super::*;
     use crate::txn::{SetOp, TxnOp};
     use crate::zab::log::tests::txn;
+    use crate::zab::log::Log;
 
     /// Data whose drop records the thread that freed it.
     struct Owner(Arc<Mutex<Vec<ThreadId>>>, [u8; 1]);
@@ -520,24 +522,30 @@ mod free_tests {
         }
     }
 
-    fn txns(count: usize, freed_on: &Arc<Mutex<Vec<ThreadId>>>) -> Vec<Txn> {
-        (0..count)
-            .map(|i| Txn {
+    /// What compacting a log of `count` such txns and one more gives.
+    fn covered(count: usize, freed_on: &Arc<Mutex<Vec<ThreadId>>>) -> Covered {
+        let mut log = Log::default();
+        for zxid in 1..=count as Zxid {
+            log.append(Txn {
                 op: TxnOp::Set(SetOp {
                     path: "/k".into(),
                     data: Bytes::from_owner(Owner(freed_on.clone(), [0])),
                     version: -1,
                 }),
-                ..txn(i as Zxid + 1)
-            })
-            .collect()
+                ..txn(zxid)
+            });
+        }
+        log.append(txn(count as Zxid + 1));
+        let covered = log.compact(count as Zxid).expect("a newer snapshot");
+        assert_eq!(covered.len(), count);
+        covered
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_compacted_log_is_freed_off_the_runtime_thread_and_a_few_txns_in_place() {
         let here = std::thread::current().id();
         let freed_on = Arc::new(Mutex::new(Vec::new()));
-        free_elsewhere(txns(FREE_ELSEWHERE_MIN, &freed_on));
+        free_elsewhere(covered(FREE_ELSEWHERE_MIN, &freed_on));
         let deadline = Instant::now() + Duration::from_secs(10);
         while freed_on.lock().unwrap().len() < FREE_ELSEWHERE_MIN {
             assert!(Instant::now() < deadline, "the txns were never freed");
@@ -546,7 +554,7 @@ mod free_tests {
         assert!(freed_on.lock().unwrap().iter().all(|&t| t != here));
 
         freed_on.lock().unwrap().clear();
-        free_elsewhere(txns(FREE_ELSEWHERE_MIN - 1, &freed_on));
+        free_elsewhere(covered(FREE_ELSEWHERE_MIN - 1, &freed_on));
         let freed = freed_on.lock().unwrap();
         assert_eq!(freed.len(), FREE_ELSEWHERE_MIN - 1);
         assert!(freed.iter().all(|&t| t == here));

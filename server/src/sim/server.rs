@@ -24,6 +24,7 @@ use crate::telemetry::trace::WriteTrace;
 use crate::telemetry::{Metrics, Seconds};
 use crate::tree::{DataTree, Event};
 use crate::txn::{Txn, Zxid};
+use crate::zab::log::Covered;
 use crate::zab::{Config, Envelope, Node, PersistOp, Snapshot, Status};
 
 /// Metrics for a simulated server (recorded, never read).
@@ -110,7 +111,7 @@ impl Host for SimHost {
         self.out.messages.push(envelope);
     }
 
-    fn discard(&mut self, _txns: Vec<Txn>) {}
+    fn discard(&mut self, _txns: Covered) {}
 
     fn persist(&mut self, number: u64, ops: Vec<PersistOp>, _: Vec<(WriteTrace, Zxid)>) -> bool {
         self.out.writes.push(PendingWrite { number, ops });

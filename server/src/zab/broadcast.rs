@@ -176,7 +176,7 @@ impl Node {
                     continue;
                 }
                 if h.observer {
-                    let txns = self.log.range(h.sent_up_to, zxid).to_vec();
+                    let txns = self.log.range(h.sent_up_to, zxid).cloned().collect();
                     h.sent_up_to = h.sent_up_to.max(zxid);
                     h.send(
                         &mut self.out,

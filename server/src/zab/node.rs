@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use super::election::Looking;
 use super::leader::Leader;
 use super::learner::Learner;
-use super::log::{Log, Snapshot};
+use super::log::{Covered, Log, Snapshot};
 use super::message::{Message, ServerId};
 use super::ready::{Durable, Outbox, PersistOp, Ready, Role, Status};
 use super::rng::Rng;
@@ -230,9 +230,9 @@ impl Node {
     /// log entries are no longer kept here (learners behind it get SNAP, whose bytes
     /// the transport reads from storage). Ignored unless `zxid` has been applied.
     /// Returns the entries taken out (`Log::compact`), for the caller to free.
-    pub fn compact(&mut self, zxid: Zxid) -> Vec<Txn> {
+    pub fn compact(&mut self, zxid: Zxid) -> Covered {
         if zxid > self.applied_out {
-            return Vec::new();
+            return Covered::default();
         }
         self.log.compact(zxid).unwrap_or_default()
     }
@@ -420,7 +420,7 @@ impl Node {
         if up_to <= self.applied_out {
             return;
         }
-        let txns = self.log.range(self.applied_out, up_to).to_vec();
+        let txns = self.log.range(self.applied_out, up_to).cloned();
         self.applied_out = up_to;
         self.out.building().committed.extend(txns);
     }

@@ -70,7 +70,7 @@ impl Node {
 /// distance to it within one epoch (one more per epoch boundary otherwise).
 fn lag_txns(log: &Log, zxid: Zxid) -> u64 {
     let start = log.start();
-    let in_log = log.range(zxid.max(start), Zxid::MAX).len() as u64;
+    let in_log = log.count(zxid.max(start), Zxid::MAX) as u64;
     if zxid >= start {
         return in_log;
     }

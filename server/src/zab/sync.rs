@@ -50,8 +50,9 @@ impl Node {
             (None, None) => (SyncKind::Diff { from: 0 }, 0),
         };
         h.send(&mut self.out, LeaderMsg::Sync(kind));
-        for chunk in self.log.range(from, last).chunks(batch_max) {
-            let txns = chunk.to_vec();
+        let mut entries = self.log.range(from, last).peekable();
+        while entries.peek().is_some() {
+            let txns = entries.by_ref().take(batch_max).cloned().collect();
             h.send(&mut self.out, LeaderMsg::Proposal { txns });
         }
         if committed > 0 {
