@@ -86,7 +86,7 @@ pub struct Snapshot {
 /// one Vec of a snapshot interval's txns, doubling, copied 20 MiB into fresh memory
 /// and held the pipeline's thread for about 40 ms (seen in a profile of one server
 /// at 64 writing clients).
-pub const CHUNK_TXNS: usize = 256;
+const CHUNK_TXNS: usize = 256;
 
 /// Snapshot + entries after it, in strictly increasing zxid order. The snapshot
 /// is known by its zxid only: its bytes are in this server's storage (at a million
@@ -189,12 +189,6 @@ impl Log {
         if txn.zxid <= self.last_zxid() {
             return false;
         }
-        self.push(txn);
-        true
-    }
-
-    /// Appends `txn`, known to be above the last entry, to the last chunk or a new one.
-    fn push(&mut self, txn: Txn) {
         self.bytes += txn_bytes(&txn);
         self.len += 1;
         match self.chunks.back_mut() {
@@ -205,6 +199,7 @@ impl Log {
                 self.chunks.push_back(chunk);
             }
         }
+        true
     }
 
     /// The position of the first entry above `zxid` (the end if there is none).
