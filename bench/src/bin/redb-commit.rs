@@ -9,6 +9,8 @@
 //!              journal file and fsynced there; the redb file itself is written and
 //!              never synced. A lower bound for a journal under redb: it has no
 //!              recovery, so it measures a commit and nothing else.
+//!   coalesced  per-txn, but redb's page writes wait in memory until its sync,
+//!              then go to the file in one write per run of adjacent pages
 //! ```
 //!
 //! For each layout it prefills the log with `--prefill` entries (the log a server
@@ -47,6 +49,7 @@ enum Layout {
     PerTxn,
     PerBatch,
     Journal,
+    Coalesced,
 }
 
 #[derive(Parser, Debug)]
@@ -59,7 +62,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "per-txn,per-batch,journal"
+        default_value = "per-txn,per-batch,journal,coalesced"
     )]
     layouts: Vec<Layout>,
     /// Log entries written before measuring.
@@ -131,6 +134,19 @@ fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, Stri
                 .map_err(|e| format!("{}: {e}", p.display()))
         };
         let backend = Journaled::new(open(&path)?, open(&scratch.join("journal"))?)?;
+        builder.create_with_backend(backend).map_err(fail)?
+    } else if layout == Layout::Coalesced {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let backend = Coalesced {
+            file: FileBackend::new(file).map_err(|e| format!("redb file: {e}"))?,
+            pending: Mutex::new(Vec::new()),
+        };
         builder.create_with_backend(backend).map_err(fail)?
     } else {
         builder.create(&path).map_err(fail)?
@@ -287,6 +303,121 @@ impl StorageBackend for Journaled {
 
     fn close(&self) -> Result<(), std::io::Error> {
         self.file.sync_data()?;
+        self.file.close()
+    }
+
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.file.try_lock_range(start, end)
+    }
+
+    fn try_lock_shared_range(
+        &self,
+        start: Bound<u64>,
+        end: Bound<u64>,
+    ) -> Result<bool, BackendError> {
+        self.file.try_lock_shared_range(start, end)
+    }
+
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.file.lock_range(start, end)
+    }
+
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.file.lock_shared_range(start, end)
+    }
+
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.file.unlock_range(start, end)
+    }
+
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.file.query_lock_range(start, end)
+    }
+}
+
+/// redb's file, with its page writes held in memory until its next sync and then
+/// written in one call per run of adjacent pages (reads see the held writes).
+#[derive(Debug)]
+struct Coalesced {
+    file: FileBackend,
+    /// Writes since the last sync, in the order redb made them: (offset, bytes).
+    pending: Mutex<Vec<(u64, Vec<u8>)>>,
+}
+
+impl Coalesced {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Vec<u8>)>> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes what is held: adjacent writes joined when none overlaps another,
+    /// otherwise one by one in redb's order.
+    fn write_pending(&self) -> Result<(), std::io::Error> {
+        let writes = std::mem::take(&mut *self.pending());
+        let mut order: Vec<&(u64, Vec<u8>)> = writes.iter().collect();
+        order.sort_by_key(|(offset, _)| *offset);
+        let end = |w: &(u64, Vec<u8>)| w.0 + w.1.len() as u64;
+        if order.windows(2).any(|w| end(w[0]) > w[1].0) {
+            for (offset, data) in &writes {
+                self.file.write(*offset, data)?;
+            }
+            return Ok(());
+        }
+        let mut run: Vec<u8> = Vec::new();
+        let mut run_at = 0;
+        for w in order {
+            if !run.is_empty() && run_at + run.len() as u64 != w.0 {
+                self.file.write(run_at, &run)?;
+                run.clear();
+            }
+            if run.is_empty() {
+                run_at = w.0;
+            }
+            run.extend_from_slice(&w.1);
+        }
+        if !run.is_empty() {
+            self.file.write(run_at, &run)?;
+        }
+        Ok(())
+    }
+}
+
+impl StorageBackend for Coalesced {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.file.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.file.read(offset, out)?;
+        let out_end = offset + out.len() as u64;
+        for (at, data) in self.pending().iter() {
+            let (from, to) = ((*at).max(offset), (at + data.len() as u64).min(out_end));
+            if from < to {
+                out[(from - offset) as usize..(to - offset) as usize]
+                    .copy_from_slice(&data[(from - at) as usize..(to - at) as usize]);
+            }
+        }
+        Ok(())
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.write_pending()?;
+        self.file.set_len(len)
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.pending().push((offset, data.to_vec()));
+        Ok(())
+    }
+
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.write_pending()?;
+        self.file.sync_data()
+    }
+
+    fn close(&self) -> Result<(), std::io::Error> {
+        self.write_pending()?;
         self.file.close()
     }
 
