@@ -123,33 +123,28 @@ fn measure(args: &Args, layout: Layout, scratch: &Path) -> Result<Measured, Stri
     let _ = std::fs::remove_file(&path);
     let mut builder = Database::builder();
     builder.set_cache_size(CACHE_BYTES);
-    let db = if layout == Layout::Journal {
-        let open = |p: &Path| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(p)
-                .map_err(|e| format!("{}: {e}", p.display()))
-        };
-        let backend = Journaled::new(open(&path)?, open(&scratch.join("journal"))?)?;
-        builder.create_with_backend(backend).map_err(fail)?
-    } else if layout == Layout::Coalesced {
-        let file = OpenOptions::new()
+    let open = |p: &Path| {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let backend = Coalesced {
-            file: FileBackend::new(file).map_err(|e| format!("redb file: {e}"))?,
-            pending: Mutex::new(Vec::new()),
-        };
-        builder.create_with_backend(backend).map_err(fail)?
-    } else {
-        builder.create(&path).map_err(fail)?
+            .open(p)
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let db = match layout {
+        Layout::Journal => {
+            let backend = Journaled::new(open(&path)?, open(&scratch.join("journal"))?)?;
+            builder.create_with_backend(backend).map_err(fail)?
+        }
+        Layout::Coalesced => {
+            let backend = Coalesced {
+                file: FileBackend::new(open(&path)?).map_err(|e| format!("redb file: {e}"))?,
+                pending: Mutex::new(Vec::new()),
+            };
+            builder.create_with_backend(backend).map_err(fail)?
+        }
+        Layout::PerTxn | Layout::PerBatch => builder.create(&path).map_err(fail)?,
     };
     let txn = vec![7u8; args.txn_bytes];
     let wtx = db.begin_write().map_err(fail)?;
@@ -229,6 +224,48 @@ fn cpu_seconds() -> Result<f64, String> {
     }
 }
 
+/// The byte-range lock methods of a `StorageBackend` that wraps redb's file in a
+/// field `file`: every lock is the file's.
+macro_rules! forward_locks_to_file {
+    () => {
+        fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+            self.file.try_lock_range(start, end)
+        }
+
+        fn try_lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<bool, BackendError> {
+            self.file.try_lock_shared_range(start, end)
+        }
+
+        fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.file.lock_range(start, end)
+        }
+
+        fn lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<(), BackendError> {
+            self.file.lock_shared_range(start, end)
+        }
+
+        fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.file.unlock_range(start, end)
+        }
+
+        fn query_lock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> Result<bool, BackendError> {
+            self.file.query_lock_range(start, end)
+        }
+    };
+}
+
 /// redb's file, with every page write also appended to a journal, and `sync_data`
 /// syncing the journal instead of the file.
 #[derive(Debug)]
@@ -306,33 +343,7 @@ impl StorageBackend for Journaled {
         self.file.close()
     }
 
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.try_lock_range(start, end)
-    }
-
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<bool, BackendError> {
-        self.file.try_lock_shared_range(start, end)
-    }
-
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_range(start, end)
-    }
-
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_shared_range(start, end)
-    }
-
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.unlock_range(start, end)
-    }
-
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.query_lock_range(start, end)
-    }
+    forward_locks_to_file!();
 }
 
 /// redb's file, with its page writes held in memory until its next sync and then
@@ -421,31 +432,5 @@ impl StorageBackend for Coalesced {
         self.file.close()
     }
 
-    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.try_lock_range(start, end)
-    }
-
-    fn try_lock_shared_range(
-        &self,
-        start: Bound<u64>,
-        end: Bound<u64>,
-    ) -> Result<bool, BackendError> {
-        self.file.try_lock_shared_range(start, end)
-    }
-
-    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_range(start, end)
-    }
-
-    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.lock_shared_range(start, end)
-    }
-
-    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
-        self.file.unlock_range(start, end)
-    }
-
-    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
-        self.file.query_lock_range(start, end)
-    }
+    forward_locks_to_file!();
 }
