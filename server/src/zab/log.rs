@@ -100,8 +100,6 @@ pub struct Log {
     /// Entries with zxid > start(), ascending, in chunks of at most `CHUNK_TXNS`;
     /// no chunk is empty.
     chunks: VecDeque<Vec<Txn>>,
-    /// How many entries the chunks hold.
-    len: usize,
     /// The sum of `txn_bytes` over the entries.
     bytes: usize,
 }
@@ -156,14 +154,15 @@ impl Log {
         self.bytes
     }
 
-    /// How many entries the log holds above the snapshot.
+    /// How many entries the log holds above the snapshot (a walk over its chunks, not
+    /// its entries: for reports, not for the write path).
     pub fn len(&self) -> usize {
-        self.len
+        self.chunks.iter().map(Vec::len).sum()
     }
 
-    /// Whether the log holds no entry above the snapshot.
+    /// Whether the log holds no entry above the snapshot (no chunk is empty).
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.chunks.is_empty()
     }
 
     /// The zxid the snapshot covers (0 without one): the log is complete above it.
@@ -190,7 +189,6 @@ impl Log {
             return false;
         }
         self.bytes += txn_bytes(&txn);
-        self.len += 1;
         match self.chunks.back_mut() {
             Some(chunk) if chunk.len() < CHUNK_TXNS => chunk.push(txn),
             _ => {
@@ -218,18 +216,17 @@ impl Log {
     pub fn truncate_after(&mut self, zxid: Zxid) {
         let (c, i) = self.position(zxid);
         let keep_chunks = if i > 0 { c + 1 } else { c };
-        let mut cut: Vec<Txn> = self.chunks.drain(keep_chunks..).flatten().collect();
+        let weigh = |t: Txn| txn_bytes(&t);
+        let mut cut: usize = self.chunks.drain(keep_chunks..).flatten().map(weigh).sum();
         if let Some(chunk) = self.chunks.get_mut(c).filter(|_| i > 0) {
-            cut.extend(chunk.drain(i..));
+            cut += chunk.drain(i..).map(weigh).sum::<usize>();
         }
-        self.len -= cut.len();
-        self.bytes -= cut.iter().map(txn_bytes).sum::<usize>();
+        self.bytes -= cut;
     }
 
     /// Replaces the whole history with the snapshot at `zxid`.
     pub fn install(&mut self, zxid: Zxid) {
         self.chunks = VecDeque::new();
-        self.len = 0;
         self.bytes = 0;
         self.snapshot = Some(zxid);
     }
@@ -250,7 +247,6 @@ impl Log {
         if let Some(chunk) = self.chunks.front_mut().filter(|_| i > 0) {
             covered.push(chunk.drain(..i).collect());
         }
-        self.len = self.chunks.iter().map(Vec::len).sum();
         self.bytes = self.chunks.iter().flatten().map(txn_bytes).sum();
         self.snapshot = Some(zxid);
         Some(Covered { chunks: covered })
