@@ -11,8 +11,9 @@ use concord_proto::v1 as pb;
 use futures::StreamExt;
 use tokio::task::JoinHandle;
 
-use super::direct::Direct;
+use super::direct;
 use super::{BenchError, Driver, EventStream, Result};
+use concord_direct::Direct;
 
 /// Requested session TTL for ephemerals and locks.
 const SESSION_TTL_MS: i64 = 10_000;
@@ -91,7 +92,7 @@ impl Driver for Concord {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let list: Vec<&str> = endpoints.split(',').collect();
         let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len();
-        let channel = Direct::connect(list[i]).await.map_err(err)?;
+        let channel = direct::connect(list[i]).await.map_err(err)?;
         Ok(Self {
             tree: pb::tree_client::TreeClient::new(channel.clone()),
             channel,

@@ -44,9 +44,9 @@ use pb::forward_client::ForwardClient;
 use pb::forward_server::{Forward, ForwardServer};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
-use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
+use super::forward_link::ForwardLink;
 use super::{Committed, Replica, ReplicaError, Shared};
 use crate::config::{Address, Member};
 use crate::peer::{decode, encode};
@@ -130,7 +130,7 @@ struct Calls {
     addrs: HashMap<ServerId, Address>,
     /// Client address of every member, for the leader hint in NotLeader.
     client_addrs: HashMap<ServerId, Address>,
-    clients: Mutex<HashMap<ServerId, ForwardClient<Channel>>>,
+    clients: Mutex<HashMap<ServerId, ForwardClient<ForwardLink>>>,
     /// Linearizable reads waiting for the next ReadIndex round.
     reads: Mutex<ReadRounds>,
     /// The leader this server follows (None: it follows none), as the pipeline last
@@ -386,10 +386,10 @@ fn split(taken: impl Iterator<Item = Queued>) -> Vec<(ServerId, Vec<Queued>)> {
 }
 
 impl Calls {
-    fn client(&self, leader: ServerId) -> Result<ForwardClient<Channel>, ReplicaError> {
+    fn client(&self, leader: ServerId) -> Result<ForwardClient<ForwardLink>, ReplicaError> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if self.tls.as_ref().is_some_and(|t| t.files_changed()) {
-            // Rotated peer files: new channels, so reconnects present the new ones.
+            // Rotated peer files: new links, whose dials present the new ones.
             clients.clear();
         }
         if let Some(c) = clients.get(&leader) {
@@ -399,13 +399,8 @@ impl Calls {
             .addrs
             .get(&leader)
             .ok_or_else(|| ReplicaError::Unavailable(format!("leader {leader} is not a member")))?;
-        let endpoint = crate::security::tls::peer_endpoint(addr, leader, self.tls.as_ref())
-            .map_err(|e| ReplicaError::Unavailable(format!("peer address {addr}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(Duration::from_secs(1))
-            .keep_alive_timeout(Duration::from_secs(1));
-        let client = ForwardClient::new(endpoint.connect_lazy())
+        let link = ForwardLink::new(leader, addr.clone(), self.tls.clone());
+        let client = ForwardClient::new(link)
             .max_decoding_message_size(self.message_bytes_max)
             .max_encoding_message_size(self.message_bytes_max);
         clients.insert(leader, client.clone());
@@ -599,8 +594,9 @@ fn committed(leader: ServerId, outcome: pb::Outcome) -> Result<Committed, Failed
 /// Whether a failed Submit may have reached the leader's pipeline. Only the
 /// leader's own refusals (it does not lead, the caller or request is bad: all
 /// checked before anything is proposed) and a request that never left this server
-/// (no connection, channel not ready) are certainly not applied; anything else —
-/// a broken connection, a reset stream, a timeout — leaves the outcome unknown.
+/// (no connection to the leader could be made) are certainly not applied; anything
+/// else — a broken connection, a reset stream, a timeout — leaves the outcome
+/// unknown.
 fn classify(leader: ServerId, status: &Status) -> Failed {
     let why = format!("forwarding to leader {leader}: {}", status.message());
     let refused = matches!(
@@ -614,12 +610,9 @@ fn classify(leader: ServerId, status: &Status) -> Failed {
     }
 }
 
-/// True when the request never left this server: the connection could not be made,
-/// or the channel was not ready to take it.
+/// True when the request never left this server: no connection to the leader could
+/// be made (`ForwardLink` reports a failed dial as a `tonic::ConnectError`).
 fn never_sent(status: &Status) -> bool {
-    if status.message().starts_with("Service was not ready") {
-        return true;
-    }
     let mut source = std::error::Error::source(status);
     while let Some(err) = source {
         if err.downcast_ref::<tonic::ConnectError>().is_some() {
@@ -1016,8 +1009,8 @@ mod tests {
     fn refusals_and_unsent_requests_are_not_sent_anything_else_is_unknown() {
         let not_leader = Status::failed_precondition(NOT_LEADER);
         assert!(matches!(classify(1, &not_leader), Failed::NotSent(_)));
-        let not_ready = Status::unavailable("Service was not ready: x");
-        assert!(matches!(classify(1, &not_ready), Failed::NotSent(_)));
+        let no_connection = Status::from_error(Box::new(tonic::ConnectError("refused".into())));
+        assert!(matches!(classify(1, &no_connection), Failed::NotSent(_)));
         for status in [
             Status::unknown("http2 error"),
             Status::unavailable("connection reset"),

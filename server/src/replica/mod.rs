@@ -18,6 +18,7 @@
 
 pub(crate) mod engine;
 mod forward;
+mod forward_link;
 pub(crate) mod housekeeping;
 mod members;
 pub mod observe;

@@ -6,6 +6,7 @@
 //!        ▲ every tls_reload_interval_ms (contents changed) or SIGHUP      (listen.rs)
 //!        └ a bad file: logged, naming it; the old configuration stays
 //!   peer files ──read at every connect──▶ ClientTlsConfig (server name = the member's peer_identity)
+//!                                         or rustls ClientConfig (the same, for the write forwarder)
 //! ```
 //!
 //! A reload replaces the configuration new handshakes get; connections already open
@@ -28,7 +29,7 @@ use arc_swap::ArcSwap;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use crate::config::{Config, IdentitySource};
@@ -413,23 +414,69 @@ impl PeerClientTls {
     /// A client configuration for dialling member `member_id`: its certificate
     /// must name the member's peer identity and be signed by the peer CAs.
     pub fn client_config(&self, member_id: u64) -> Result<ClientTlsConfig, TlsError> {
-        let contents = read(&self.files)?;
-        let (cert, key, ca) = match contents.as_slice() {
-            [cert, key, ca] => (cert, key, ca),
-            _ => {
-                let (setting, file) = &self.files.cert;
-                return Err(error(setting, file, "internal: peer files unread"));
-            }
-        };
+        let [cert, key, ca] = self.contents()?;
         Ok(ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(ca))
             .identity(Identity::from_pem(cert, key))
-            .domain_name(
-                self.identities
-                    .get(&member_id)
-                    .cloned()
-                    .unwrap_or_else(|| super::peers::default_identity(member_id)),
-            ))
+            .domain_name(self.identity_of(member_id)))
+    }
+
+    /// The same as a rustls configuration (ALPN h2), with the name the member's
+    /// certificate must carry, for links driven through h2 itself (the write
+    /// forwarder's `concord_direct` connections).
+    pub fn rustls_config(
+        &self,
+        member_id: u64,
+    ) -> Result<(Arc<rustls::ClientConfig>, ServerName<'static>), TlsError> {
+        let [cert, key, ca] = self.contents()?;
+        let (cert_setting, cert_path) = &self.files.cert;
+        let (key_setting, key_path) = &self.files.key;
+        let chain = certificates(&self.files.cert, &cert)?;
+        let key = PrivateKeyDer::from_pem_slice(&key)
+            .map_err(|e| error(key_setting, key_path, format!("bad private key: {e}")))?;
+        let roots = match &self.files.ca {
+            Some(file) => roots(file, &ca)?,
+            None => return Err(error(cert_setting, cert_path, "internal: no peer CA")),
+        };
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| error(cert_setting, cert_path, e.to_string()))?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| {
+                error(
+                    key_setting,
+                    key_path,
+                    format!("does not go with {}: {e}", cert_path.display()),
+                )
+            })?;
+        config.alpn_protocols = vec![ALPN_H2.to_vec()];
+        let identity = self.identity_of(member_id);
+        let name = ServerName::try_from(identity.clone()).map_err(|e| {
+            error(
+                cert_setting,
+                cert_path,
+                format!(
+                    "member {member_id}'s peer identity {identity:?} is not a server name: {e}"
+                ),
+            )
+        })?;
+        Ok((Arc::new(config), name))
+    }
+
+    /// The peer files' contents: certificate, key, CA.
+    fn contents(&self) -> Result<[Vec<u8>; 3], TlsError> {
+        let (setting, file) = &self.files.cert;
+        <[Vec<u8>; 3]>::try_from(read(&self.files)?)
+            .map_err(|_| error(setting, file, "internal: peer files unread"))
+    }
+
+    /// What member `member_id`'s peer certificate must name.
+    fn identity_of(&self, member_id: u64) -> String {
+        self.identities
+            .get(&member_id)
+            .cloned()
+            .unwrap_or_else(|| super::peers::default_identity(member_id))
     }
 }
 

@@ -275,6 +275,12 @@ fn peer_links_check_each_members_configured_identity() {
         tls.identities.get(&2).map(String::as_str),
         Some("db-2.example.org")
     );
+    // The rustls configuration (the write forwarder's) checks the same names.
+    for (id, name) in [(1, "concord-peer-1"), (2, "db-2.example.org")] {
+        let (config, server_name) = tls.rustls_config(id).unwrap();
+        assert_eq!(server_name.to_str(), name);
+        assert_eq!(config.alpn_protocols, [b"h2".to_vec()]);
+    }
 }
 
 #[test]

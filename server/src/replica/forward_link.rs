@@ -1,0 +1,121 @@
+//! The connection a follower's `Forward` calls take to one leader: one HTTP/2
+//! connection driven through h2 itself (`concord_direct`), so that a call's HEADERS
+//! and DATA reach the leader in one write, where tonic's `Channel` sends them in two
+//! (and wakes the leader twice). Made on the first call, and again on the next call
+//! after it broke; pings every `KEEPALIVE`, so a leader that went silent without
+//! closing it is found out and the next call dials again.
+//!
+//! ```text
+//!   ForwardClient<ForwardLink> ──call──▶ connected? ──no──▶ dial (TCP, TLS, h2) ≤ CONNECT_TIMEOUT
+//!                                          │ yes                 │ failed: ConnectError (never sent)
+//!                                          ▼                     ▼
+//!                                       Direct::call ──────▶ one write to the leader
+//! ```
+//!
+//! What it must not do: report a call that may have reached the leader as never
+//! sent (only a failed dial is), or dial more than one connection at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use concord_direct::{BoxError, Direct, Received};
+use http::uri::{Authority, Scheme};
+use tonic::body::Body;
+
+use crate::config::Address;
+use crate::security::PeerClientTls;
+use crate::zab::ServerId;
+
+/// Longest a dial (TCP, TLS, HTTP/2 handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A ping this often; the connection is dropped when one goes unanswered as long.
+const KEEPALIVE: Duration = Duration::from_secs(1);
+
+/// The path to one leader's peer port. Clones share the connection.
+#[derive(Clone)]
+pub(super) struct ForwardLink {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    leader: ServerId,
+    addr: Address,
+    /// mTLS with this server's peer certificate; None: plain text.
+    tls: Option<PeerClientTls>,
+    /// The connection, once made; replaced when closed. The lock is held while
+    /// dialling, so calls meanwhile wait for the same dial.
+    connection: tokio::sync::Mutex<Option<Direct>>,
+}
+
+impl ForwardLink {
+    pub(super) fn new(leader: ServerId, addr: Address, tls: Option<PeerClientTls>) -> ForwardLink {
+        ForwardLink {
+            inner: Arc::new(Inner {
+                leader,
+                addr,
+                tls,
+                connection: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+}
+
+impl Inner {
+    /// The open connection, dialled first if there is none. A failed dial is a
+    /// `tonic::ConnectError`: the call was never sent.
+    async fn connected(&self) -> Result<Direct, BoxError> {
+        let mut connection = self.connection.lock().await;
+        if let Some(open) = connection.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(open.clone());
+        }
+        let dialled = tokio::time::timeout(CONNECT_TIMEOUT, self.dial())
+            .await
+            .unwrap_or_else(|_| Err(format!("no connection within {CONNECT_TIMEOUT:?}").into()))
+            .map_err(|e| -> BoxError { Box::new(tonic::ConnectError(e)) })?;
+        *connection = Some(dialled.clone());
+        Ok(dialled)
+    }
+
+    async fn dial(&self) -> Result<Direct, BoxError> {
+        let hostport = self.addr.to_string();
+        let authority: Authority = hostport.parse()?;
+        let tcp = tokio::net::TcpStream::connect(&hostport).await?;
+        tcp.set_nodelay(true)?;
+        let Some(tls) = &self.tls else {
+            return Ok(Direct::over(tcp, Scheme::HTTP, authority, Some(KEEPALIVE)).await?);
+        };
+        // The peer files are read at every dial: one after a rotation presents the
+        // new certificate.
+        let (config, name) = tls.rustls_config(self.leader)?;
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        Ok(Direct::over(stream, Scheme::HTTPS, authority, Some(KEEPALIVE)).await?)
+    }
+}
+
+type ResponseFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<http::Response<Received>, BoxError>> + Send>,
+>;
+
+impl tower_service::Service<http::Request<Body>> for ForwardLink {
+    type Response = http::Response<Received>;
+    type Error = BoxError;
+    type Future = ResponseFuture;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        // Each call dials, or waits for the dial in progress, itself.
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let mut direct = inner.connected().await?;
+            tower_service::Service::call(&mut direct, request).await
+        })
+    }
+}
