@@ -11,7 +11,8 @@
 #   bench/ab.sh --short BEFORE_DIR AFTER_DIR   3 rounds of 1 s per point
 #   env: WORKLOADS (default write,read), CLIENTS (default 1,16,64), ROUNDS
 #        (default 7), NODES (default 1: one server of each build; 3: an ensemble of
-#        each, by scripts/ensemble.sh), KEEP_SCRATCH=1 keeps the scratch folder.
+#        each, by scripts/ensemble.sh, its leader last in the endpoint list),
+#        KEEP_SCRATCH=1 keeps the scratch folder.
 #
 # Starts both on 127.0.0.1 (before from port 17191, after from 17291), runs each
 # build's bench once against its own servers per round, the order swapped every
@@ -36,9 +37,25 @@ scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
 # stop_pids, the EXIT trap, wait_for, alternate_rounds
 . bench/lib.sh
 
+# An ensemble's endpoints with its leader last. The bench hands its connections to
+# the servers in turn, so with the leader at the same place in both lists each
+# side's Nth connection meets a server of the same role (a client alone on a
+# follower has its writes forwarded, one on the leader not): the two sides'
+# elections no longer decide what a one-client point measures.
+leader_last() {  # leader_last DIR PORT BIN_DIR: prints the reordered $endpoints
+  local status leader
+  status=$(ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null)
+  leader=$(awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s}' <<<"$status")
+  [ -n "$leader" ] || { echo "$endpoints"; return; }
+  local leader_endpoint=http://127.0.0.1:$(($2 + 10 * (leader - 1)))
+  tr , '\n' <<<"$endpoints" | grep -vx "$leader_endpoint" | tr '\n' , ; echo "$leader_endpoint"
+}
+
 CONCORD_BIN=$before/concord start_concord "$scratch/before" "$nodes" 17191
+[ "$nodes" -gt 1 ] && endpoints=$(leader_last "$scratch/before" 17191 "$before")
 before_endpoints=$endpoints before_pids=$(echo $pids | tr ' ' ,)
 CONCORD_BIN=$after/concord start_concord "$scratch/after" "$nodes" 17291
+[ "$nodes" -gt 1 ] && endpoints=$(leader_last "$scratch/after" 17291 "$after")
 after_endpoints=$endpoints after_pids=$(echo $pids | tr ' ' ,)
 
 run() {  # run before|after WORKLOAD CLIENTS
