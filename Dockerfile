@@ -17,6 +17,7 @@ WORKDIR /src
 # workspace is copied (.dockerignore keeps target/ and local data out).
 COPY Cargo.toml Cargo.lock clippy.toml ./
 COPY proto ./proto
+COPY direct ./direct
 COPY server ./server
 COPY sdk-rust ./sdk-rust
 COPY concordctl ./concordctl

@@ -7,7 +7,8 @@ describe them).
 - Dockerfile (parsed with dockerfile-parse): multi-stage; the final stage is not the
   Rust image, runs as a user other than root, gets both binaries from the builder,
   and starts `concord`; every `--bin` it builds is a binary of the workspace (from
-  `cargo metadata`), every COPY source exists and is not kept out by .dockerignore.
+  `cargo metadata`), every COPY source exists and is not kept out by .dockerignore,
+  and every workspace member is copied into the builder.
 - deploy/k8s/*.yaml: every resource against the Kubernetes JSON schemas bundled by
   kubernetes-validate (strict: unknown fields are errors), for the oldest and the
   newest version we claim; then what the schemas cannot say: 3 replicas, the
@@ -55,6 +56,12 @@ def check(ok, what):
 
 
 # --- Dockerfile ------------------------------------------------------------------
+
+
+def workspace_members(root):
+    """The workspace's member folders, as Cargo.toml lists them."""
+    with open(root / "Cargo.toml", "rb") as f:
+        return tomllib.load(f)["workspace"]["members"]
 
 
 def workspace_bins(root):
@@ -162,14 +169,19 @@ def check_dockerfile(root):
     patterns = dockerignored(root)
     for p in ("target", ".venv", "bench/out"):
         check(ignored(p, patterns), f".dockerignore does not keep {p} out")
+    copied = set()
     for from_value, instrs in all_stages:
         for i in instrs:
             if i["instruction"] not in ("COPY", "ADD") or "--from=" in i["value"]:
                 continue
             words = [w for w in i["value"].split() if not w.startswith("--")]
             for source in words[:-1]:
+                copied.add(source.rstrip("/"))
                 check((root / source).exists(), f"COPY source {source} does not exist")
                 check(not ignored(source, patterns), f"COPY source {source} is excluded by .dockerignore")
+    # `--locked` needs every member's manifest: a member left out fails the build.
+    for member in workspace_members(root):
+        check(member in copied, f"workspace member {member} is not copied into the builder")
 
 
 # --- Prometheus alerting rules ---------------------------------------------------
