@@ -45,7 +45,7 @@ scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
 leader_last() {  # leader_last DIR PORT BIN_DIR: prints the reordered $endpoints
   local status leader
   status=$(ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null)
-  leader=$(awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s}' <<<"$status")
+  leader=$(awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s; exit}' <<<"$status")
   [ -n "$leader" ] || { echo "$endpoints"; return; }
   local leader_endpoint=http://127.0.0.1:$(($2 + 10 * (leader - 1)))
   tr , '\n' <<<"$endpoints" | grep -vx "$leader_endpoint" | tr '\n' , ; echo "$leader_endpoint"
