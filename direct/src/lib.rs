@@ -256,6 +256,28 @@ impl http_body::Body for Received {
     }
 }
 
+/// For tests of gRPC clients against a bare h2 server (this crate's, the server's
+/// forwarding link's).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use bytes::Bytes;
+
+    /// Answers a call with an empty message and status OK.
+    pub fn answer_ok(respond: &mut h2::server::SendResponse<Bytes>) {
+        let head = http::Response::builder()
+            .header("content-type", "application/grpc")
+            .body(())
+            .expect("a valid response head");
+        let Ok(mut send) = respond.send_response(head, false) else {
+            return;
+        };
+        let _ = send.send_data(Bytes::from_static(&[0; 5]), false);
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        let _ = send.send_trailers(trailers);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -337,15 +359,7 @@ mod tests {
                         let _ = frames.send(data.len());
                     }
                     let _ = frames.send(0);
-                    let head = http::Response::builder()
-                        .header("content-type", "application/grpc")
-                        .body(())
-                        .unwrap();
-                    let mut send = respond.send_response(head, false).unwrap();
-                    send.send_data(Bytes::from_static(&[0; 5]), false).unwrap();
-                    let mut trailers = http::HeaderMap::new();
-                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                    send.send_trailers(trailers).unwrap();
+                    crate::testing::answer_ok(&mut respond);
                 });
             }
         });

@@ -119,3 +119,65 @@ impl tower_service::Service<http::Request<Body>> for ForwardLink {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use concord_proto::peer::v1 as pb;
+    use pb::forward_client::ForwardClient;
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// A bare HTTP/2 server on 127.0.0.1 that answers one call per connection (an
+    /// empty message, status OK), then closes that connection; it reports each
+    /// connection it accepts.
+    async fn one_call_per_connection() -> (SocketAddr, mpsc::UnboundedReceiver<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, reports) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = accepted.send(());
+                tokio::spawn(async move {
+                    let mut conn = h2::server::handshake(tcp).await.unwrap();
+                    if let Some(Ok((_request, mut respond))) = conn.accept().await {
+                        concord_direct::testing::answer_ok(&mut respond);
+                    }
+                    // Sends what is queued, then closes.
+                    conn.graceful_shutdown();
+                    while conn.accept().await.is_some() {}
+                });
+            }
+        });
+        (addr, reports)
+    }
+
+    /// A link whose connection the leader closed dials a new one for the next call
+    /// (a call made before the close is noticed may fail: the forwarder counts it
+    /// as unknown and the write goes on from there).
+    #[tokio::test]
+    async fn a_link_dials_again_once_its_connection_closed() {
+        let (addr, mut accepted) = one_call_per_connection().await;
+        let mut client = ForwardClient::new(ForwardLink::new(1, addr.into(), None));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mut answered = 0;
+        while answered < 3 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{answered} of 3 calls answered in 10 s"
+            );
+            if client.touch(pb::TouchRequest::default()).await.is_ok() {
+                answered += 1;
+            } else {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        let mut connections = 0;
+        while accepted.try_recv().is_ok() {
+            connections += 1;
+        }
+        assert_eq!(connections, 3, "one connection per answered call");
+    }
+}
