@@ -35,6 +35,7 @@ use futures::FutureExt;
 use http::uri::{Authority, Scheme, Uri};
 use http_body::Frame;
 use http_body_util::BodyExt;
+use rustls::pki_types::ServerName;
 use tonic::body::Body;
 
 /// Frames of a request body sent with its headers at most; the rest follow from a
@@ -58,7 +59,30 @@ pub struct Direct {
     closed: Arc<AtomicBool>,
 }
 
+/// TLS for a connection: the client configuration (ALPN h2) and the name the
+/// server's certificate must carry.
+pub type Tls = (Arc<rustls::ClientConfig>, ServerName<'static>);
+
 impl Direct {
+    /// Dials `authority` (`host:port`) over TCP without Nagle's delay (a small
+    /// frame, a ping say, would otherwise wait for the ack of the one before), with
+    /// TLS when `tls` is given, then runs `over` on it.
+    pub async fn connect(
+        authority: Authority,
+        tls: Option<Tls>,
+        keepalive: Option<Duration>,
+    ) -> Result<Direct, BoxError> {
+        let tcp = tokio::net::TcpStream::connect(authority.as_str()).await?;
+        tcp.set_nodelay(true)?;
+        let Some((config, name)) = tls else {
+            return Ok(Direct::over(tcp, Scheme::HTTP, authority, keepalive).await?);
+        };
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        Ok(Direct::over(stream, Scheme::HTTPS, authority, keepalive).await?)
+    }
+
     /// The HTTP/2 handshake on a connection made (`io`, plain or TLS: `scheme`
     /// says which), with hyper's client windows; spawns the connection's task,
     /// which ends when every clone is dropped, the connection breaks, or (with
@@ -120,7 +144,8 @@ async fn keep_alive(ping_pong: &mut h2::PingPong, every: Duration) {
     }
 }
 
-type ResponseFuture =
+/// What a call returns (`Direct`'s, and a service's that calls through one).
+pub type ResponseFuture =
     Pin<Box<dyn Future<Output = Result<http::Response<Received>, BoxError>> + Send>>;
 
 impl tower_service::Service<http::Request<Body>> for Direct {
@@ -404,10 +429,7 @@ mod tests {
     #[tokio::test]
     async fn a_client_stream_sends_what_comes_later() {
         let (authority, mut received) = server().await;
-        let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
-        let direct = Direct::over(tcp, Scheme::HTTP, authority, None)
-            .await
-            .unwrap();
+        let direct = Direct::connect(authority, None, None).await.unwrap();
         let mut sessions = pb::session_client::SessionClient::new(direct);
         let (later, pings) = mpsc::unbounded_channel();
         let ping = pb::KeepAliveRequest {
@@ -457,16 +479,10 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let authority: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
         let silent = tokio::spawn(async move { listener.accept().await.unwrap() });
-        let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
+        let direct = Direct::connect(authority, None, Some(Duration::from_millis(50)))
+            .await
+            .unwrap();
         let _held = silent.await.unwrap();
-        let direct = Direct::over(
-            tcp,
-            Scheme::HTTP,
-            authority,
-            Some(Duration::from_millis(50)),
-        )
-        .await
-        .unwrap();
         assert!(
             closes(&direct).await,
             "still open after 10 s of unanswered pings"
@@ -489,17 +505,9 @@ mod tests {
                 _ = stopped => {}
             }
         });
-        let tcp = TcpStream::connect(authority.as_str()).await.unwrap();
-        // Without it a ping waits for the ack of the frame before (Nagle).
-        tcp.set_nodelay(true).unwrap();
-        let direct = Direct::over(
-            tcp,
-            Scheme::HTTP,
-            authority,
-            Some(Duration::from_millis(250)),
-        )
-        .await
-        .unwrap();
+        let direct = Direct::connect(authority, None, Some(Duration::from_millis(250)))
+            .await
+            .unwrap();
         // Four pings' time, each answered.
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!direct.is_closed(), "closed while its pings were answered");

@@ -266,6 +266,14 @@ macro_rules! forward_locks_to_file {
     };
 }
 
+/// The value behind `mutex` (a panic elsewhere while it was held changes nothing
+/// here: the writes it holds are whole).
+fn held<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// redb's file, with every page write also appended to a journal, and `sync_data`
 /// syncing the journal instead of the file.
 #[derive(Debug)]
@@ -294,12 +302,6 @@ impl Journaled {
             pending: Mutex::new((Vec::new(), 0)),
         })
     }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, (Vec<u8>, u64)> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
 }
 
 impl StorageBackend for Journaled {
@@ -316,7 +318,7 @@ impl StorageBackend for Journaled {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        let mut pending = self.pending();
+        let mut pending = held(&self.pending);
         pending.0.extend_from_slice(&offset.to_le_bytes());
         pending
             .0
@@ -326,7 +328,7 @@ impl StorageBackend for Journaled {
     }
 
     fn sync_data(&self) -> Result<(), std::io::Error> {
-        let mut pending = self.pending();
+        let mut pending = held(&self.pending);
         let (records, at) = &mut *pending;
         if *at + records.len() as u64 > JOURNAL_BYTES {
             self.file.sync_data()?;
@@ -356,16 +358,10 @@ struct Coalesced {
 }
 
 impl Coalesced {
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Vec<u8>)>> {
-        self.pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// Writes what is held: adjacent writes joined when none overlaps another,
     /// otherwise one by one in redb's order.
     fn write_pending(&self) -> Result<(), std::io::Error> {
-        let writes = std::mem::take(&mut *self.pending());
+        let writes = std::mem::take(&mut *held(&self.pending));
         let mut order: Vec<&(u64, Vec<u8>)> = writes.iter().collect();
         order.sort_by_key(|(offset, _)| *offset);
         let end = |w: &(u64, Vec<u8>)| w.0 + w.1.len() as u64;
@@ -402,7 +398,7 @@ impl StorageBackend for Coalesced {
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
         self.file.read(offset, out)?;
         let out_end = offset + out.len() as u64;
-        for (at, data) in self.pending().iter() {
+        for (at, data) in held(&self.pending).iter() {
             let (from, to) = ((*at).max(offset), (at + data.len() as u64).min(out_end));
             if from < to {
                 out[(from - offset) as usize..(to - offset) as usize]
@@ -418,7 +414,7 @@ impl StorageBackend for Coalesced {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.pending().push((offset, data.to_vec()));
+        held(&self.pending).push((offset, data.to_vec()));
         Ok(())
     }
 

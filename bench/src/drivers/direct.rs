@@ -12,12 +12,12 @@
 use std::sync::{Arc, OnceLock};
 
 use concord_direct::Direct;
-use http::uri::{Scheme, Uri};
+use http::uri::Uri;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 /// TLS for every connection of this process, set once by main before any connects.
-static TLS: OnceLock<tokio_rustls::TlsConnector> = OnceLock::new();
+static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
 
 /// Makes every later connection TLS: trust the CA in `ca` (PEM), and present the
 /// client certificate and key in `identity` if given.
@@ -51,7 +51,7 @@ pub fn use_tls(
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let _ = TLS.set(tokio_rustls::TlsConnector::from(Arc::new(config)));
+    let _ = TLS.set(Arc::new(config));
     Ok(())
 }
 
@@ -62,21 +62,13 @@ pub async fn connect(endpoint: &str) -> Result<Direct, String> {
         .authority()
         .cloned()
         .ok_or_else(|| format!("{endpoint}: no host:port"))?;
-    let tcp = tokio::net::TcpStream::connect(authority.as_str())
-        .await
-        .map_err(|e| format!("{endpoint}: {e}"))?;
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let direct = match (uri.scheme_str(), TLS.get()) {
-        (Some("https"), Some(tls)) => {
+    let tls = match (uri.scheme_str(), TLS.get()) {
+        (Some("https"), Some(config)) => {
             let name = ServerName::try_from(authority.host().to_owned())
                 .map_err(|e| format!("{endpoint}: {e}"))?;
-            let stream = tls
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("{endpoint}: TLS: {e}"))?;
-            Direct::over(stream, Scheme::HTTPS, authority, None).await
+            Some((config.clone(), name))
         }
-        (Some("http"), None) => Direct::over(tcp, Scheme::HTTP, authority, None).await,
+        (Some("http"), None) => None,
         (scheme, tls) => {
             return Err(format!(
                 "{endpoint}: scheme {scheme:?} with TLS {}",
@@ -84,5 +76,7 @@ pub async fn connect(endpoint: &str) -> Result<Direct, String> {
             ))
         }
     };
-    direct.map_err(|e| format!("{endpoint}: {e}"))
+    Direct::connect(authority, tls, None)
+        .await
+        .map_err(|e| format!("{endpoint}: {e}"))
 }

@@ -18,8 +18,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use concord_direct::{BoxError, Direct, Received};
-use http::uri::{Authority, Scheme};
+use concord_direct::{BoxError, Direct, Received, ResponseFuture};
+use http::uri::Authority;
 use tonic::body::Body;
 
 use crate::config::Address;
@@ -77,26 +77,16 @@ impl Inner {
     }
 
     async fn dial(&self) -> Result<Direct, BoxError> {
-        let hostport = self.addr.to_string();
-        let authority: Authority = hostport.parse()?;
-        let tcp = tokio::net::TcpStream::connect(&hostport).await?;
-        tcp.set_nodelay(true)?;
-        let Some(tls) = &self.tls else {
-            return Ok(Direct::over(tcp, Scheme::HTTP, authority, Some(KEEPALIVE)).await?);
-        };
+        let authority: Authority = self.addr.to_string().parse()?;
         // The peer files are read at every dial: one after a rotation presents the
         // new certificate.
-        let (config, name) = tls.rustls_config(self.leader)?;
-        let stream = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
-            .await?;
-        Ok(Direct::over(stream, Scheme::HTTPS, authority, Some(KEEPALIVE)).await?)
+        let tls = match &self.tls {
+            Some(tls) => Some(tls.rustls_config(self.leader)?),
+            None => None,
+        };
+        Direct::connect(authority, tls, Some(KEEPALIVE)).await
     }
 }
-
-type ResponseFuture = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<http::Response<Received>, BoxError>> + Send>,
->;
 
 impl tower_service::Service<http::Request<Body>> for ForwardLink {
     type Response = http::Response<Received>;

@@ -125,6 +125,15 @@ fn certificates(
     Ok(certs)
 }
 
+/// The private key in PEM `bytes`.
+fn private_key(
+    (setting, path): &(&'static str, PathBuf),
+    bytes: &[u8],
+) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(bytes)
+        .map_err(|e| error(setting, path, format!("bad private key: {e}")))
+}
+
 /// The CA certificates in PEM `bytes`, as roots.
 fn roots(file: &(&'static str, PathBuf), bytes: &[u8]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
@@ -144,9 +153,8 @@ fn build(files: &ServerTlsFiles, contents: &Contents) -> Result<ServerConfig, Tl
         _ => return Err(error(files.cert.0, &files.cert.1, "internal: files unread")),
     };
     let chain = certificates(&files.cert, cert)?;
+    let key = private_key(&files.key, key)?;
     let (key_setting, key_path) = &files.key;
-    let key = PrivateKeyDer::from_pem_slice(key)
-        .map_err(|e| error(key_setting, key_path, format!("bad private key: {e}")))?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| error(files.cert.0, &files.cert.1, e.to_string()))?;
@@ -432,8 +440,7 @@ impl PeerClientTls {
         let (cert_setting, cert_path) = &self.files.cert;
         let (key_setting, key_path) = &self.files.key;
         let chain = certificates(&self.files.cert, &cert)?;
-        let key = PrivateKeyDer::from_pem_slice(&key)
-            .map_err(|e| error(key_setting, key_path, format!("bad private key: {e}")))?;
+        let key = private_key(&self.files.key, &key)?;
         let roots = match &self.files.ca {
             Some(file) => roots(file, &ca)?,
             None => return Err(error(cert_setting, cert_path, "internal: no peer CA")),

@@ -274,10 +274,15 @@ impl Log {
         self.floor(zxid) == Some(zxid)
     }
 
+    /// The positions that bound the entries in (after, up_to].
+    fn span(&self, after: Zxid, up_to: Zxid) -> (Position, Position) {
+        let lo = self.position(after);
+        (lo, self.position(up_to).max(lo))
+    }
+
     /// Entries in (after, up_to], ascending.
     pub fn range(&self, after: Zxid, up_to: Zxid) -> impl Iterator<Item = &Txn> {
-        let lo = self.position(after);
-        let hi = self.position(up_to).max(lo);
+        let (lo, hi) = self.span(after, up_to);
         let end = (hi.0 + 1).min(self.chunks.len());
         self.chunks
             .range(lo.0.min(end)..end)
@@ -291,8 +296,7 @@ impl Log {
 
     /// How many entries are in (after, up_to], without walking them.
     pub fn count(&self, after: Zxid, up_to: Zxid) -> usize {
-        let lo = self.position(after);
-        let hi = self.position(up_to).max(lo);
+        let (lo, hi) = self.span(after, up_to);
         let chunk_len = |c: usize| self.chunks.get(c).map_or(0, Vec::len);
         if lo.0 == hi.0 {
             return hi.1 - lo.1;
