@@ -17,8 +17,9 @@
 //!   drops the connection when a ping goes unanswered that long; `is_closed` after
 //! ```
 //!
-//! A `Direct` is one connection, never reconnected: its owner (the bench's client,
-//! the server's forwarding to its leader) makes a new one once `is_closed`.
+//! A `Direct` is one connection, never reconnected: the bench's clients each hold
+//! one; a [`Link`] (the Rust SDK's client, a follower's forwarding to its leader)
+//! makes a new one once it `is_closed`.
 //!
 //! What it must not do: hold more of a streaming body than one frame, or buffer a
 //! call's frames past what h2's windows allow (h2 holds what waits for a window).
@@ -37,6 +38,12 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use rustls::pki_types::ServerName;
 use tonic::body::Body;
+
+mod link;
+mod tls;
+
+pub use link::Link;
+pub use tls::client_tls;
 
 /// Frames of a request body sent with its headers at most; the rest follow from a
 /// task (a unary request is one frame).
@@ -129,6 +136,11 @@ impl Direct {
     /// Whether the connection has ended: calls on it fail; make a new one.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether `other` is a clone of this same connection.
+    pub fn same(&self, other: &Direct) -> bool {
+        Arc::ptr_eq(&self.closed, &other.closed)
     }
 }
 

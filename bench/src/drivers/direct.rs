@@ -13,8 +13,7 @@ use std::sync::{Arc, OnceLock};
 
 use concord_direct::Direct;
 use http::uri::Uri;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
 /// TLS for every connection of this process, set once by main before any connects.
 static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
@@ -25,33 +24,7 @@ pub fn use_tls(
     ca: &std::path::Path,
     identity: Option<(&std::path::Path, &std::path::Path)>,
 ) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| format!("{}: {e}", ca.display()))? {
-        let cert = cert.map_err(|e| format!("{}: {e}", ca.display()))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("{}: {e}", ca.display()))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
-    let mut config = match identity {
-        Some((cert, key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("{}: {e}", cert.display()))?;
-            let key =
-                PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| e.to_string())?
-        }
-        None => builder.with_no_client_auth(),
-    };
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let _ = TLS.set(Arc::new(config));
+    let _ = TLS.set(concord_direct::client_tls(ca, identity)?);
     Ok(())
 }
 

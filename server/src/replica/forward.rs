@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use concord_direct::Link;
 use concord_proto::peer::v1 as pb;
 use futures::future::join_all;
 use pb::forward_client::ForwardClient;
@@ -46,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tonic::{Code, Request, Response, Status};
 
-use super::forward_link::ForwardLink;
+use super::forward_link::forward_link;
 use super::{Committed, Replica, ReplicaError, Shared};
 use crate::config::{Address, Member};
 use crate::peer::{decode, encode};
@@ -130,7 +131,7 @@ struct Calls {
     addrs: HashMap<ServerId, Address>,
     /// Client address of every member, for the leader hint in NotLeader.
     client_addrs: HashMap<ServerId, Address>,
-    clients: Mutex<HashMap<ServerId, ForwardClient<ForwardLink>>>,
+    clients: Mutex<HashMap<ServerId, ForwardClient<Link>>>,
     /// Linearizable reads waiting for the next ReadIndex round.
     reads: Mutex<ReadRounds>,
     /// The leader this server follows (None: it follows none), as the pipeline last
@@ -386,7 +387,7 @@ fn split(taken: impl Iterator<Item = Queued>) -> Vec<(ServerId, Vec<Queued>)> {
 }
 
 impl Calls {
-    fn client(&self, leader: ServerId) -> Result<ForwardClient<ForwardLink>, ReplicaError> {
+    fn client(&self, leader: ServerId) -> Result<ForwardClient<Link>, ReplicaError> {
         let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
         if self.tls.as_ref().is_some_and(|t| t.files_changed()) {
             // Rotated peer files: new links, whose dials present the new ones.
@@ -399,7 +400,7 @@ impl Calls {
             .addrs
             .get(&leader)
             .ok_or_else(|| ReplicaError::Unavailable(format!("leader {leader} is not a member")))?;
-        let link = ForwardLink::new(leader, addr.clone(), self.tls.clone());
+        let link = forward_link(leader, addr.clone(), self.tls.clone());
         let client = ForwardClient::new(link)
             .max_decoding_message_size(self.message_bytes_max)
             .max_encoding_message_size(self.message_bytes_max);
@@ -611,7 +612,7 @@ fn classify(leader: ServerId, status: &Status) -> Failed {
 }
 
 /// True when the request never left this server: no connection to the leader could
-/// be made (`ForwardLink` reports a failed dial as a `tonic::ConnectError`).
+/// be made (the forward link reports a failed dial as a `tonic::ConnectError`).
 fn never_sent(status: &Status) -> bool {
     let mut source = std::error::Error::source(status);
     while let Some(err) = source {
