@@ -88,7 +88,7 @@ impl Client {
         temp: &Path,
         request: SnapshotRequest,
     ) -> Result<BackupInfo, Error> {
-        let mut stream = ClusterClient::new(self.channel().clone())
+        let mut stream = ClusterClient::new(self.link().clone())
             .max_decoding_message_size(4 << 20)
             .snapshot(request)
             .await

@@ -49,15 +49,27 @@ impl Default for Settings {
 pub struct ClientBuilder {
     endpoints: Vec<String>,
     options: ConnectOptions,
+    /// Whether the first server tried is drawn at random (else the list's first).
+    in_order: bool,
     settings: Settings,
 }
 
 impl ClientBuilder {
     /// Adds a server (`host:port`, `http://host:port`, or `https://host:port`), or a
-    /// comma-separated list of them, as ZooKeeper's connection strings are. Calls are
-    /// spread over the servers that answer. Default: `127.0.0.1:7181`.
+    /// comma-separated list of them, as ZooKeeper's connection strings are. The
+    /// client talks to one at a time (see [`Client::connect`]). Default:
+    /// `127.0.0.1:7181`.
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoints.push(endpoint.into());
+        self
+    }
+
+    /// Whether the client starts at a server of the list drawn at random (the
+    /// default, so that many clients given one list spread over the ensemble, as
+    /// kazoo's `randomize_hosts` does) or at the first. Either way it moves on in
+    /// list order.
+    pub fn randomize_hosts(mut self, randomize: bool) -> Self {
+        self.in_order = !randomize;
         self
     }
 
@@ -119,18 +131,18 @@ impl ClientBuilder {
         }
     }
 
-    /// Connects now. Fails with UNAVAILABLE when no server answers (a list: when the
-    /// first does not), BAD_ARGUMENTS for a bad endpoint or unreadable TLS files.
+    /// Connects now. Fails with UNAVAILABLE when no server of the list answers,
+    /// BAD_ARGUMENTS for a bad endpoint or unreadable TLS files.
     pub async fn connect(self) -> Result<Client, Error> {
         let list = self.endpoint_list();
-        let client = Client::connect_channel(&list, &self.options).await?;
+        let client = Client::connect_to(&list, &self.options, !self.in_order).await?;
         Ok(client.with_settings(Arc::new(self.settings)))
     }
 
     /// Connects on the first call instead of now.
     pub fn connect_lazy(self) -> Result<Client, Error> {
         let list = self.endpoint_list();
-        let client = Client::lazy_channel_client(&list, &self.options)?;
+        let client = Client::lazy_to(&list, &self.options, !self.in_order)?;
         Ok(client.with_settings(Arc::new(self.settings)))
     }
 }
@@ -143,6 +155,7 @@ mod tests {
     fn defaults_send_once_without_deadline_to_the_default_endpoint() {
         let builder = Client::builder();
         assert_eq!(builder.endpoint_list(), crate::client::DEFAULT_ENDPOINT);
+        assert!(!builder.in_order, "the first server is drawn at random");
         assert_eq!(builder.settings, Settings::default());
         let built = Client::builder()
             .endpoint("a:1")

@@ -15,10 +15,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use crate::client::Client;
 use crate::error::{CallKind, Error};
+use crate::Link;
 
 /// How long a call asks the server to wait before it answers (locks, elections).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ impl Client {
     ) -> Result<Resp, Error>
     where
         Req: Clone,
-        F: Fn(Channel, tonic::Request<Req>) -> Fut,
+        F: Fn(Link, tonic::Request<Req>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<Resp>, tonic::Status>>,
     {
         let settings = self.settings();
@@ -107,7 +107,7 @@ impl Client {
         let mut first_failure: Option<Instant> = None;
         let mut retry: u32 = 0;
         loop {
-            let sent = send(self.channel().clone(), traced(request.clone()));
+            let sent = send(self.link().clone(), traced(request.clone()));
             let outcome = match deadline {
                 None => sent.await.map_err(|s| Error::from_status(&s, call.kind)),
                 Some(limit) => match tokio::time::timeout(limit, sent).await {

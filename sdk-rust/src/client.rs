@@ -1,7 +1,8 @@
-//! [`Client`]: one tonic channel to a Concord server, and the unary calls on it.
+//! [`Client`]: one connection to a Concord server of the endpoint list
+//! (`connection.rs`), and the unary calls on it.
 //!
 //! ```text
-//!   Client ──(clone: same Channel)──► TreeClient / SessionClient / WatchClient / ClusterClient
+//!   Client ──(clone: same Link)──► TreeClient / SessionClient / WatchClient / ClusterClient
 //!     │ options.rs builds each request; error.rs turns each Status into an Error
 //!     └─ open_session → session.rs (keep-alive task) ; watch → watch.rs (stream, resume)
 //! ```
@@ -12,22 +13,22 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use concord_proto::v1::{
     cluster_client::ClusterClient, session_client::SessionClient, tree_client::TreeClient,
     CloseSessionRequest, ErrorCode, GetSessionRequest, ListSessionsRequest, OpenSessionRequest,
     ResponseHeader, StatusRequest, SyncRequest,
 };
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::builder::{ClientBuilder, Settings};
 use crate::call::Call;
+use crate::connection::link_to;
 use crate::error::{CallKind, Error};
 use crate::op::Op;
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
-use crate::tls::{self, ConnectOptions};
+use crate::tls::ConnectOptions;
 use crate::types::{stat_of, Child, OpResult, ServerStatus, SessionInfo, Stat};
+use crate::Link;
 
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
@@ -36,9 +37,9 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
 /// cannot loop them forever.
 const PAGES_MAX: usize = 1_000_000;
 
-/// A connection to a Concord server, or to an ensemble's servers. Cheap to clone:
-/// clones share one channel, which reconnects by itself after a broken connection,
-/// and one record of the newest zxid seen.
+/// A connection to a Concord server, or to one of an ensemble's servers at a time.
+/// Cheap to clone: clones share one connection, made again (to the next server of a
+/// list) on the first call after it broke, and one record of the newest zxid seen.
 ///
 /// Reads never go back in time: every read asks for at least the newest zxid any
 /// earlier answer to this client (or its clones) reflected (`min_zxid`), so a client
@@ -46,8 +47,8 @@ const PAGES_MAX: usize = 1_000_000;
 /// already saw, its own writes included.
 #[derive(Debug, Clone)]
 pub struct Client {
-    /// The shared HTTP/2 channel every call and stream goes through.
-    channel: Channel,
+    /// The shared HTTP/2 connection every call and stream goes through.
+    link: Link,
     /// The newest zxid an answer reflected.
     seen: Arc<AtomicU64>,
     /// Deadline, retries and session defaults, from the builder.
@@ -136,10 +137,12 @@ impl Client {
     }
 
     /// Connects to `endpoint` (`http://host:port`; a bare `host:port` gets `http://`).
-    /// A comma-separated list names an ensemble's servers: calls are spread over
-    /// those that answer, as ZooKeeper's connection strings are. Fails with
-    /// UNAVAILABLE when no server answers (a list: when the first does not). Calls
-    /// have no deadline and are sent once: use [`Client::builder`] for more.
+    /// A comma-separated list names an ensemble's servers, as ZooKeeper's connection
+    /// strings do: the client talks to one of them at a time, starting at one drawn
+    /// at random (or at the first: [`ClientBuilder::randomize_hosts`]), and moves to
+    /// the next when its connection breaks. Fails with
+    /// UNAVAILABLE when no server of the list answers. Calls have no deadline and are
+    /// sent once: use [`Client::builder`] for more.
     pub async fn connect(endpoint: impl Into<String>) -> Result<Client, Error> {
         Client::connect_with(endpoint, &ConnectOptions::default()).await
     }
@@ -150,7 +153,7 @@ impl Client {
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Client, Error> {
-        Client::connect_channel(&endpoint.into(), options).await
+        Client::connect_to(&endpoint.into(), options, true).await
     }
 
     /// As [`Client::connect`], but connects on the first call instead of now.
@@ -163,42 +166,32 @@ impl Client {
         endpoint: impl Into<String>,
         options: &ConnectOptions,
     ) -> Result<Client, Error> {
-        Client::lazy_channel_client(&endpoint.into(), options)
+        Client::lazy_to(&endpoint.into(), options, true)
     }
 
-    /// A client over a channel to `list`, connected now (the first server of a list).
-    pub(crate) async fn connect_channel(
+    /// A client over a link to `list`, connected now.
+    pub(crate) async fn connect_to(
         list: &str,
         options: &ConnectOptions,
+        randomize: bool,
     ) -> Result<Client, Error> {
-        let endpoints = endpoints_of(list, options)?;
-        if let [one] = endpoints.as_slice() {
-            let channel = one.connect().await.map_err(connect_err)?;
-            return Ok(Client::from_channel(channel));
-        }
-        // Fail early, as for one server, if the list is unreachable.
-        let first = endpoints.first().ok_or_else(no_endpoint)?;
-        first.connect().await.map_err(connect_err)?;
-        Ok(Client::from_channel(lazy_channel(endpoints)?))
+        let client = Client::lazy_to(list, options, randomize)?;
+        let connected = client.link.connected().await;
+        connected.map_err(|e| read_err(tonic::Status::from_error(e)))?;
+        Ok(client)
     }
 
-    /// A client over a channel to `list` that connects on first use.
-    pub(crate) fn lazy_channel_client(
+    /// A client over a link to `list` that connects on first use.
+    pub(crate) fn lazy_to(
         list: &str,
         options: &ConnectOptions,
+        randomize: bool,
     ) -> Result<Client, Error> {
-        let endpoints = endpoints_of(list, options)?;
-        Ok(Client::from_channel(lazy_channel(endpoints)?))
-    }
-
-    /// A client over an existing channel (custom TLS, interceptors, tests), with the
-    /// default settings.
-    pub fn from_channel(channel: Channel) -> Client {
-        Client {
-            channel,
+        Ok(Client {
+            link: link_to(list, options, randomize)?,
             seen: Arc::default(),
             settings: Arc::default(),
-        }
+        })
     }
 
     /// This client with `settings`.
@@ -235,13 +228,10 @@ impl Client {
         }
     }
 
-    /// The underlying channel, for the generated clients of services not wrapped here.
-    pub fn channel(&self) -> &Channel {
-        &self.channel
-    }
-
-    pub(crate) fn sessions(&self) -> SessionClient<Channel> {
-        SessionClient::new(self.channel.clone())
+    /// The underlying connection, for the generated clients of services not wrapped
+    /// here: `LockClient::new(client.link().clone())`.
+    pub fn link(&self) -> &Link {
+        &self.link
     }
 
     /// Creates a node. Errors: NODE_EXISTS, NO_NODE (parent), NO_CHILDREN_FOR_EPHEMERALS,
@@ -547,64 +537,6 @@ impl Client {
     }
 }
 
-/// The endpoints of a comma-separated list (one, usually).
-fn endpoints_of(list: &str, options: &ConnectOptions) -> Result<Vec<Endpoint>, Error> {
-    let tls = options.tls.as_ref().map(tls::client_config).transpose()?;
-    list.split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .map(|e| endpoint_of(e.to_owned(), tls.as_ref()))
-        .collect()
-}
-
-fn no_endpoint() -> Error {
-    Error::client(ErrorCode::BadArguments, "no endpoint given")
-}
-
-fn connect_err(e: tonic::transport::Error) -> Error {
-    Error::from_status(&tonic::Status::from_error(Box::new(e)), CallKind::Read)
-}
-
-/// A channel that connects on first use: to the one server, or spread over a list.
-fn lazy_channel(endpoints: Vec<Endpoint>) -> Result<Channel, Error> {
-    match endpoints.as_slice() {
-        [] => Err(no_endpoint()),
-        [one] => Ok(one.connect_lazy()),
-        _ => Ok(Channel::balance_list(endpoints.into_iter())),
-    }
-}
-
-/// Parses an endpoint, adding `http://` to a bare `host:port`, with HTTP/2 keep-alive
-/// pings so that a dead server breaks long streams (watches, keep-alives) promptly.
-/// With `tls`, `https://` (a bare `host:port` gets it; `http://` is refused).
-fn endpoint_of(endpoint: String, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Error> {
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let uri = if endpoint.contains("://") {
-        endpoint
-    } else {
-        format!("{scheme}://{endpoint}")
-    };
-    let bad = |e: &dyn std::fmt::Display| {
-        Error::client(
-            ErrorCode::BadArguments,
-            format!("bad endpoint {uri:?}: {e}"),
-        )
-    };
-    let mut parsed = Endpoint::from_shared(uri.clone()).map_err(|e| bad(&e))?;
-    if let Some(tls) = tls {
-        if parsed.uri().scheme_str() != Some("https") {
-            return Err(bad(&"TLS options need an https:// endpoint"));
-        }
-        parsed = parsed.tls_config(tls.clone()).map_err(|e| bad(&e))?;
-    }
-    Ok(parsed
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true))
-}
-
 /// The call kind of a write: deduplicated by the server when it carries a session
 /// and a request id, so a retry of it is safe whatever happened to the first.
 fn deduplicated(session_id: u64, request_id: u64) -> Call {
@@ -623,53 +555,6 @@ pub(crate) fn read_err(status: tonic::Status) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bare_host_port_gets_http() {
-        let endpoint = endpoint_of("127.0.0.1:7181".into(), None).expect("valid");
-        assert_eq!(endpoint.uri().to_string(), "http://127.0.0.1:7181/");
-        let endpoint = endpoint_of(DEFAULT_ENDPOINT.into(), None).expect("valid");
-        assert_eq!(endpoint.uri().port_u16(), Some(7181));
-    }
-
-    #[test]
-    fn bad_endpoint_is_bad_arguments() {
-        let err = endpoint_of("http://bad host:1".into(), None).expect_err("invalid");
-        assert_eq!(err.code(), ErrorCode::BadArguments);
-    }
-
-    #[test]
-    fn tls_means_https_and_readable_files() {
-        let dir = std::env::temp_dir().join(format!("concord-sdk-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let ca = dir.join("ca.pem");
-        std::fs::write(&ca, "not checked until a handshake").expect("write");
-        let with_ca = ConnectOptions {
-            tls: Some(crate::TlsOptions::with_ca(&ca)),
-        };
-        let ends = endpoints_of("127.0.0.1:7181, https://localhost:7182", &with_ca).expect("ok");
-        assert_eq!(ends[0].uri().scheme_str(), Some("https"));
-        assert_eq!(ends[1].uri().scheme_str(), Some("https"));
-        let plain = endpoints_of("http://127.0.0.1:7181", &with_ca).expect_err("http with TLS");
-        assert_eq!(plain.code(), ErrorCode::BadArguments);
-        let missing = ConnectOptions {
-            tls: Some(crate::TlsOptions::with_ca(dir.join("nope.pem"))),
-        };
-        let err = endpoints_of("127.0.0.1:1", &missing).expect_err("no CA file");
-        assert_eq!(err.code(), ErrorCode::BadArguments);
-        assert!(err.message().contains("nope.pem"), "{err:?}");
-        let half = ConnectOptions {
-            tls: Some(crate::TlsOptions {
-                cert_file: Some(ca.clone()),
-                ..crate::TlsOptions::with_ca(&ca)
-            }),
-        };
-        assert!(
-            endpoints_of("127.0.0.1:1", &half).is_err(),
-            "cert without key"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     #[tokio::test]
     async fn connect_to_nothing_is_unavailable_and_retry_safe() {

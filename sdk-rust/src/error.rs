@@ -50,8 +50,8 @@ pub enum CallKind {
 pub enum Origin {
     /// The server answered with a Concord error (code in metadata or message prefix).
     Server,
-    /// The request never reached a server: connecting failed, or the channel was not
-    /// ready. The server certainly did nothing.
+    /// The request never reached a server: no connection could be made. The server
+    /// certainly did nothing.
     NotSent,
     /// The transport failed after the request may have been sent (reset stream,
     /// dropped connection, client-side timeout, non-Concord status).
@@ -203,8 +203,8 @@ impl Error {
     /// ZXID_COMPACTED, ...) would fail the same way again. A transient failure is safe
     /// to retry when either
     /// - the call was a read (a read changes nothing), or
-    /// - the server certainly did nothing: the request was never sent (connect failed,
-    ///   channel not ready), or the server refused it with NOT_LEADER.
+    /// - the server certainly did nothing: the request was never sent (no connection
+    ///   could be made), or the server refused it with NOT_LEADER.
     ///
     /// A write that fails transiently after it may have reached the server is not
     /// retry-safe: see [`Error::is_indeterminate`].
@@ -310,11 +310,8 @@ pub fn code_from_grpc(code: Code) -> ErrorCode {
 }
 
 /// True when the status shows the request never left this process: the connection
-/// could not be made, or the channel was not ready to take the request.
+/// it needed could not be made.
 fn was_not_sent(status: &tonic::Status) -> bool {
-    if status.message().starts_with("Service was not ready") {
-        return true;
-    }
     let mut source = status.source();
     while let Some(err) = source {
         if err.downcast_ref::<tonic::ConnectError>().is_some() {

@@ -101,16 +101,6 @@ fn grpc_code_mapping() {
 }
 
 #[test]
-fn not_ready_channel_means_not_sent() {
-    let status = Status::unknown("Service was not ready: transport error");
-    let err = Error::from_status(&status, CallKind::Write);
-    assert_eq!(err.origin(), Origin::NotSent);
-    assert_eq!(err.code(), ErrorCode::Unavailable);
-    assert!(err.is_retry_safe());
-    assert!(!err.is_indeterminate());
-}
-
-#[test]
 fn connect_error_in_source_chain_means_not_sent() {
     let connect = tonic::ConnectError(Box::new(std::io::Error::new(
         std::io::ErrorKind::ConnectionRefused,

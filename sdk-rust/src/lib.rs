@@ -40,6 +40,7 @@ pub mod cache;
 mod call;
 pub mod client;
 pub mod config_watcher;
+mod connection;
 pub mod discovery;
 pub mod error;
 pub mod latch;
@@ -65,6 +66,10 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The generated `concord.v1` messages and clients.
 pub use concord_proto::v1 as proto;
+
+/// The connection a client's calls take ([`Client::link`]): give a clone of it to the
+/// generated clients of services not wrapped here.
+pub use concord_direct::Link;
 
 pub use access::{Grant, Grantee, QuotaUsage, WhoAmI};
 pub use builder::ClientBuilder;

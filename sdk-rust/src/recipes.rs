@@ -295,7 +295,7 @@ impl Client {
             election: name.into(),
             progress_interval_ms: 0,
         };
-        let mut elections = ElectionClient::new(self.channel().clone());
+        let mut elections = ElectionClient::new(self.link().clone());
         let resp = elections.observe(req).await.map_err(read_err)?;
         let client = self.clone();
         Ok(resp.into_inner().map(move |change| {

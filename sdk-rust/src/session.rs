@@ -12,8 +12,9 @@
 //!
 //! A stream is silent when its first ping is not answered within a quarter of the
 //! ping interval, or no answer comes for half the TTL: a stalled server keeps its
-//! connection open and never answers, so the next stream (which the channel may send
-//! to another server of the list) is opened at once, several times within the TTL.
+//! connection open and never answers, so the client gives that connection up (its
+//! next call dials the next server of the list) and the next stream is opened at
+//! once, several times within the TTL.
 //!
 //! The task only pings; it never opens a replacement session (a new session would not
 //! own the old one's ephemerals, so that is the caller's decision: recipes that must
@@ -23,6 +24,7 @@
 
 use std::time::Duration;
 
+use concord_proto::v1::session_client::SessionClient;
 use concord_proto::v1::{ErrorCode, KeepAliveRequest, KeepAliveResponse};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -436,12 +438,23 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
         return StreamEnd::Broken { answered: false };
     }
     let mut deadline = Instant::now() + timing.first_answer_max;
-    let mut sessions = client.sessions();
+    // The stream's own connection, dialled first if need be (a dial cut short by the
+    // deadline has moved the list on), so that a silent one is given up, and only it.
+    let link = client.link();
+    let connection = match tokio::time::timeout_at(deadline, link.connected()).await {
+        Ok(Ok(connection)) => connection,
+        Ok(Err(e)) => return end_of(read_err(tonic::Status::from_error(e)), false),
+        Err(_) => return StreamEnd::Silent,
+    };
+    let mut sessions = SessionClient::new(connection.clone());
     let call = sessions.keep_alive(ReceiverStream::new(rx));
     let mut responses = match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(resp)) => resp.into_inner(),
         Ok(Err(status)) => return end_of(read_err(status), false),
-        Err(_) => return StreamEnd::Silent,
+        Err(_) => {
+            link.abandon(&connection).await;
+            return StreamEnd::Silent;
+        }
     };
     let mut ticker = tokio::time::interval_at(Instant::now() + timing.ping, timing.ping);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -454,7 +467,10 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
                     return StreamEnd::Broken { answered };
                 }
             }
-            () = sleep_until(deadline) => return StreamEnd::Silent,
+            () = sleep_until(deadline) => {
+                link.abandon(&connection).await;
+                return StreamEnd::Silent;
+            }
             msg = responses.message() => match msg {
                 Ok(Some(resp)) => {
                     if is_expired(&resp, id) {

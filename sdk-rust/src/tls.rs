@@ -1,18 +1,18 @@
-//! TLS for a connection: [`ConnectOptions`] and the tonic `ClientTlsConfig` built
-//! from its files (the CA that signs the servers' certificates, and this client's
-//! own certificate and key for servers that require one).
+//! TLS for a connection: [`ConnectOptions`] and the rustls configuration built from
+//! its files (the CA that signs the servers' certificates, and this client's own
+//! certificate and key for servers that require one).
 //!
 //! ```text
-//!   ConnectOptions { tls: Some(TlsOptions { ca_file, cert_file, key_file }) }
-//!     ──read files──▶ ClientTlsConfig ──▶ every endpoint (https://; a bare host:port gets it)
+//!   ConnectOptions { tls: Some(TlsOptions { ca_file, cert_file, key_file, domain }) }
+//!     ──read files──▶ rustls ClientConfig ──▶ every endpoint (https://; a bare host:port gets it)
 //! ```
 //!
 //! Without TLS options nothing changes: `http://`, plain text, as before.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use concord_proto::v1::ErrorCode;
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::error::Error;
 
@@ -57,36 +57,18 @@ impl TlsOptions {
     }
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| {
-        Error::client(
-            ErrorCode::BadArguments,
-            format!("cannot read the {what} {}: {e}", path.display()),
-        )
-    })
-}
-
-/// The tonic TLS configuration of `tls` (its files read now).
-pub(crate) fn client_config(tls: &TlsOptions) -> Result<ClientTlsConfig, Error> {
-    let mut config = ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(read("CA file", &tls.ca_file)?));
-    match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => {
-            config = config.identity(Identity::from_pem(
-                read("certificate", cert)?,
-                read("key", key)?,
-            ));
-        }
-        (None, None) => {}
+/// The rustls configuration of `tls` (its files read and parsed now).
+pub(crate) fn rustls_config(tls: &TlsOptions) -> Result<Arc<rustls::ClientConfig>, Error> {
+    let identity = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+        (None, None) => None,
         _ => {
             return Err(Error::client(
                 ErrorCode::BadArguments,
                 "a client certificate needs its key, and a key its certificate",
             ))
         }
-    }
-    if let Some(domain) = &tls.domain {
-        config = config.domain_name(domain.clone());
-    }
-    Ok(config)
+    };
+    concord_direct::client_tls(&tls.ca_file, identity)
+        .map_err(|e| Error::client(ErrorCode::BadArguments, format!("cannot use {e}")))
 }

@@ -76,7 +76,7 @@ impl Client {
 }
 
 async fn open(client: &Client, request: WatchRequest) -> Result<Streaming<WatchResponse>, Error> {
-    let mut watch = WatchClient::new(client.channel().clone());
+    let mut watch = WatchClient::new(client.link().clone());
     let resp = watch.watch(request).await.map_err(read_err)?;
     Ok(resp.into_inner())
 }

@@ -388,6 +388,7 @@ fn outcome_of(e: &Error, input: &NodeInput) -> Outcome<NodeOutput> {
 async fn connect(endpoints: Vec<String>) -> (Client, Session) {
     let client = Client::builder()
         .endpoints(endpoints)
+        .randomize_hosts(false)
         .call_timeout(CALL_TIMEOUT)
         .retry(RetryPolicy {
             elapsed_max_ms: 10_000,
@@ -605,6 +606,7 @@ async fn stealer(
 async fn watch_from(endpoints: Vec<String>, after: u64) -> Watch {
     let client = Client::builder()
         .endpoints(endpoints)
+        .randomize_hosts(false)
         .call_timeout(CALL_TIMEOUT)
         .connect()
         .await

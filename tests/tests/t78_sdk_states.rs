@@ -227,8 +227,8 @@ where
     panic!("still failing after 50 tries");
 }
 
-/// Sessions in the stalled-server test: each keep-alive stream sits on a server drawn
-/// at random, so about a third of them sit on the stalled one.
+/// Sessions in the stalled-server test, all on one client: each finds the stall on
+/// its own, and the client must move once, not once per session.
 const STALL_SESSIONS: usize = 12;
 
 /// Regression: a keep-alive stream reopened onto a stalled server (SIGSTOP: its
@@ -248,7 +248,17 @@ async fn t78_sessions_move_off_a_stalled_server() {
     // A follower: the other two remain a quorum with their leader.
     let stalled = (leader + 1) % 3;
     let endpoints: Vec<String> = ensemble.servers.iter().map(|s| s.endpoint()).collect();
-    let client = Client::connect(endpoints.join(",")).await.unwrap();
+    // The client starts on the server about to stall.
+    let mut in_order = endpoints;
+    in_order.rotate_left(stalled);
+    let client = Client::builder()
+        .endpoints(in_order)
+        .randomize_hosts(false)
+        .connect()
+        .await
+        .unwrap();
+    let id_of = |client: Client| async move { client.status().await.unwrap().server_id };
+    let stalled_id = id_of(client.clone()).await;
     let mut sessions = Vec::new();
     for _ in 0..STALL_SESSIONS {
         sessions.push(retried(|| client.open_session(ttl_ms)).await);
@@ -269,4 +279,10 @@ async fn t78_sessions_move_off_a_stalled_server() {
     let states: Vec<ConnectionState> = sessions.iter().map(|s| s.state()).collect();
     assert!(outcome.is_err(), "a session ended: {states:?}");
     assert!(states.iter().all(|s| s.is_connected()), "{states:?}");
+    // The client's calls moved too.
+    assert_ne!(
+        id_of(client).await,
+        stalled_id,
+        "the client stayed on the stalled server"
+    );
 }

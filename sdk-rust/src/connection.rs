@@ -1,0 +1,263 @@
+//! The connection a [`Client`](crate::Client)'s calls and streams take: one HTTP/2
+//! connection to one server of the endpoint list at a time, as ZooKeeper's clients
+//! hold one, driven through h2 itself (`concord_direct`): a unary call leaves in one
+//! write, with no task between the call and the connection.
+//!
+//! ```text
+//!   "a:1,b:2,c:3" ──parse──▶ [Target] ──▶ Link ──first call──▶ dial from a random server (or the first)
+//!                                          │ connection closed (server gone, unanswered
+//!                                          │ keep-alive pings) or abandoned (a session
+//!                                          │ found its server stalled)
+//!                                          └──next call──▶ dial from the next server on
+//! ```
+//!
+//! A dial tries each server once, in list order from where the last one left off,
+//! each for at most `CONNECT_TIMEOUT`; it fails (UNAVAILABLE, never sent) when none
+//! answers. A dial cut short by its caller's deadline still moves the list on, so
+//! the next one tries another server.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use concord_direct::{BoxError, Direct, Link, Tls};
+use concord_proto::v1::ErrorCode;
+use http::uri::{Authority, Uri};
+use rustls::pki_types::ServerName;
+
+use crate::error::Error;
+use crate::tls::{self, ConnectOptions};
+
+/// Longest one server's dial (TCP, TLS, HTTP/2 handshake) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A ping this often while connected; the connection is dropped when one goes
+/// unanswered as long, so a dead server breaks long streams (watches, keep-alives).
+const KEEPALIVE: Duration = Duration::from_secs(10);
+
+/// One server of the list: where to dial, and TLS if any.
+#[derive(Debug, Clone)]
+struct Target {
+    authority: Authority,
+    tls: Option<Tls>,
+}
+
+/// The link to the servers of `list` (comma-separated endpoints), starting at one
+/// drawn at random when `randomize`, else at the first. Nothing is dialled until the
+/// first call.
+pub(crate) fn link_to(
+    list: &str,
+    options: &ConnectOptions,
+    randomize: bool,
+) -> Result<Link, Error> {
+    let targets = targets_of(list, options)?;
+    if targets.is_empty() {
+        return Err(Error::client(ErrorCode::BadArguments, "no endpoint given"));
+    }
+    // Drawn at random, many clients of one list spread over the ensemble, as
+    // ZooKeeper's and kazoo's clients shuffle their connection strings.
+    let first = match randomize {
+        true => std::collections::hash_map::RandomState::new().hash_one(0u8) as usize,
+        false => 0,
+    };
+    let next = Arc::new(AtomicUsize::new(first % targets.len()));
+    let targets = Arc::new(targets);
+    Ok(Link::new(move || dial(targets.clone(), next.clone())))
+}
+
+/// Dials the servers in turn from `next` until one answers.
+async fn dial(targets: Arc<Vec<Target>>, next: Arc<AtomicUsize>) -> Result<Direct, BoxError> {
+    let mut failures = Vec::new();
+    for _ in 0..targets.len() {
+        // Moved on before the attempt: a dial dropped halfway leaves the next one to
+        // the following server.
+        let target = &targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()];
+        let connect = Direct::connect(
+            target.authority.clone(),
+            target.tls.clone(),
+            Some(KEEPALIVE),
+        );
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(direct)) => return Ok(direct),
+            Ok(Err(e)) => failures.push(format!("{}: {e}", target.authority)),
+            Err(_) => failures.push(format!(
+                "{}: no connection within {CONNECT_TIMEOUT:?}",
+                target.authority
+            )),
+        }
+    }
+    Err(format!("no server answered ({})", failures.join("; ")).into())
+}
+
+/// The servers of a comma-separated list (one, usually).
+fn targets_of(list: &str, options: &ConnectOptions) -> Result<Vec<Target>, Error> {
+    let tls = match &options.tls {
+        Some(files) => Some((tls::rustls_config(files)?, files.domain.clone())),
+        None => None,
+    };
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| target_of(e, tls.as_ref()))
+        .collect()
+}
+
+/// Parses an endpoint, adding `http://` to a bare `host:port` (`https://` with
+/// `tls`, whose optional name is the one the server's certificate must carry; by
+/// default the endpoint's host).
+fn target_of(
+    endpoint: &str,
+    tls: Option<&(Arc<rustls::ClientConfig>, Option<String>)>,
+) -> Result<Target, Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = if endpoint.contains("://") {
+        endpoint.to_owned()
+    } else {
+        format!("{scheme}://{endpoint}")
+    };
+    let bad = |e: &dyn std::fmt::Display| {
+        Error::client(
+            ErrorCode::BadArguments,
+            format!("bad endpoint {uri:?}: {e}"),
+        )
+    };
+    let parsed: Uri = uri.parse().map_err(|e| bad(&e))?;
+    let authority = parsed
+        .authority()
+        .cloned()
+        .ok_or_else(|| bad(&"no host:port"))?;
+    if authority.port_u16().is_none() {
+        return Err(bad(&"no port"));
+    }
+    match (parsed.scheme_str(), tls) {
+        (Some("http"), None) => Ok(Target {
+            authority,
+            tls: None,
+        }),
+        (Some("https"), Some((config, domain))) => {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = domain.clone().unwrap_or_else(|| host.to_owned());
+            let name = ServerName::try_from(name).map_err(|e| bad(&e))?;
+            Ok(Target {
+                authority,
+                tls: Some((config.clone(), name)),
+            })
+        }
+        (Some("http"), Some(_)) => Err(bad(&"TLS options need an https:// endpoint")),
+        (Some("https"), None) => Err(bad(&"an https:// endpoint needs TLS options")),
+        _ => Err(bad(&"the scheme must be http:// or https://")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_host_port_gets_http() {
+        let target = target_of("127.0.0.1:7181", None).expect("valid");
+        assert_eq!(target.authority.as_str(), "127.0.0.1:7181");
+        assert!(target.tls.is_none());
+        let target = target_of(crate::client::DEFAULT_ENDPOINT, None).expect("valid");
+        assert_eq!(target.authority.port_u16(), Some(7181));
+    }
+
+    #[test]
+    fn bad_endpoints_are_bad_arguments() {
+        for bad in [
+            "http://bad host:1",
+            "http://127.0.0.1",
+            "https://127.0.0.1:7181",
+            "ftp://127.0.0.1:7181",
+        ] {
+            let err = target_of(bad, None).expect_err(bad);
+            assert_eq!(err.code(), ErrorCode::BadArguments, "{bad}");
+            assert!(err.message().contains(bad), "{err:?}");
+        }
+        let err = link_to(" , ", &ConnectOptions::default(), true).expect_err("empty list");
+        assert_eq!(err.code(), ErrorCode::BadArguments);
+    }
+
+    #[test]
+    fn tls_means_https_and_readable_files() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let ca = dir.path().join("ca.pem");
+        let key = dir.path().join("key.pem");
+        let issued = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("ca");
+        std::fs::write(&ca, issued.cert.pem()).expect("write");
+        std::fs::write(&key, issued.signing_key.serialize_pem()).expect("write");
+        let with_ca = ConnectOptions {
+            tls: Some(crate::TlsOptions::with_ca(&ca)),
+        };
+        let ends = targets_of("127.0.0.1:7181, https://localhost:7182", &with_ca).expect("ok");
+        let name = |t: &Target| t.tls.as_ref().expect("TLS").1.clone();
+        let named = |n: &str| ServerName::try_from(n.to_owned()).expect("a name");
+        assert_eq!(name(&ends[0]), named("127.0.0.1"));
+        assert_eq!(name(&ends[1]), named("localhost"));
+        let renamed = ConnectOptions {
+            tls: Some(crate::TlsOptions {
+                domain: Some("concord.example".into()),
+                ..crate::TlsOptions::with_ca(&ca)
+            }),
+        };
+        let ends = targets_of("127.0.0.1:7181", &renamed).expect("ok");
+        assert_eq!(name(&ends[0]), named("concord.example"));
+        let plain = targets_of("http://127.0.0.1:7181", &with_ca).expect_err("http with TLS");
+        assert_eq!(plain.code(), ErrorCode::BadArguments);
+        let missing = ConnectOptions {
+            tls: Some(crate::TlsOptions::with_ca(dir.path().join("nope.pem"))),
+        };
+        let err = targets_of("127.0.0.1:1", &missing).expect_err("no CA file");
+        assert_eq!(err.code(), ErrorCode::BadArguments);
+        assert!(err.message().contains("nope.pem"), "{err:?}");
+        let half = ConnectOptions {
+            tls: Some(crate::TlsOptions {
+                cert_file: Some(ca.clone()),
+                ..crate::TlsOptions::with_ca(&ca)
+            }),
+        };
+        assert!(
+            targets_of("127.0.0.1:1", &half).is_err(),
+            "cert without key"
+        );
+        let whole = ConnectOptions {
+            tls: Some(crate::TlsOptions::with_ca(&ca).identity(&ca, &key)),
+        };
+        targets_of("127.0.0.1:1", &whole).expect("cert with its key");
+    }
+
+    /// A dial goes through the list from where the last left off, skipping servers
+    /// that do not answer, and fails only when none does.
+    #[tokio::test]
+    async fn a_dial_moves_along_the_list() {
+        let up = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let up_port = up.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = up.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut conn) = h2::server::handshake(tcp).await {
+                        while conn.accept().await.is_some() {}
+                    }
+                });
+            }
+        });
+        // Port 1 on loopback: nothing listens there.
+        let list = format!("127.0.0.1:1,127.0.0.1:{up_port}");
+        let targets = Arc::new(targets_of(&list, &ConnectOptions::default()).expect("ok"));
+        for start in 0..2 {
+            let next = Arc::new(AtomicUsize::new(start));
+            dial(targets.clone(), next.clone())
+                .await
+                .expect("one answers");
+            assert_eq!(next.load(Ordering::Relaxed) % 2, 0, "from {start}");
+        }
+        let down = Arc::new(targets_of("127.0.0.1:1", &ConnectOptions::default()).expect("ok"));
+        let err = dial(down, Arc::default()).await.expect_err("none answers");
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+}
