@@ -12,7 +12,8 @@
 #   env: WORKLOADS (default write,read), CLIENTS (default 1,16,64), ROUNDS
 #        (default 7), NODES (default 1: one server of each build; 3: an ensemble of
 #        each, by scripts/ensemble.sh, its leader last in the endpoint list),
-#        KEEP_SCRATCH=1 keeps the scratch folder.
+#        KEEP_SCRATCH=1 keeps the scratch folder, BENCH_ARGS adds arguments to
+#        every concord-bench run (`--system concord-sdk`: through the Rust SDK).
 #
 # Starts both on 127.0.0.1 (before from port 17191, after from 17291), runs each
 # build's bench once against its own servers per round, the order swapped every
@@ -63,7 +64,7 @@ run() {  # run before|after WORKLOAD CLIENTS
   if [ "$1" = after ]; then dir=$after endpoints=$after_endpoints pids=$after_pids; fi
   "$dir/concord-bench" --endpoints "$endpoints" --server-pids "$pids" --nodes "$nodes" \
     --workloads "$2" --clients "$3" --duration-s $duration --warmup-s $warmup \
-    --out "$scratch/results-$1.jsonl" > /dev/null
+    --out "$scratch/results-$1.jsonl" ${BENCH_ARGS:-} > /dev/null
 }
 
 alternate_rounds before after

@@ -30,6 +30,8 @@ use workloads::{Op, RunConfig};
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
 enum System {
     Concord,
+    /// Concord through its Rust SDK (write, read and create workloads).
+    ConcordSdk,
     Zookeeper,
     Etcd,
 }
@@ -157,6 +159,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
     match args.system {
         System::Concord => run::<drivers::concord::Concord>(&args).await?,
+        System::ConcordSdk => run::<drivers::concord_sdk::ConcordSdk>(&args).await?,
         #[cfg(feature = "zookeeper")]
         System::Zookeeper => run::<drivers::zookeeper::ZooKeeper>(&args).await?,
         #[cfg(feature = "etcd")]

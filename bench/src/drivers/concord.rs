@@ -12,7 +12,7 @@ use futures::StreamExt;
 use tokio::task::JoinHandle;
 
 use super::direct;
-use super::{BenchError, Driver, EventStream, Result};
+use super::{next_endpoint, BenchError, Driver, EventStream, Result};
 use concord_direct::Direct;
 
 /// Requested session TTL for ephemerals and locks.
@@ -86,13 +86,10 @@ impl Concord {
 impl Driver for Concord {
     const NAME: &'static str = "concord";
 
-    /// Each connection goes to the next server of the list in turn, so clients spread
-    /// over an ensemble as ZooKeeper's and etcd's do (followers forward writes).
     async fn connect(endpoints: &str) -> Result<Self> {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let list: Vec<&str> = endpoints.split(',').collect();
-        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len();
-        let channel = direct::connect(list[i]).await.map_err(err)?;
+        let channel = direct::connect(next_endpoint(endpoints))
+            .await
+            .map_err(err)?;
         Ok(Self {
             tree: pb::tree_client::TreeClient::new(channel.clone()),
             channel,

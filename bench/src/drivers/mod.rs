@@ -10,6 +10,7 @@ use std::future::Future;
 use futures::stream::BoxStream;
 
 pub mod concord;
+pub mod concord_sdk;
 pub mod direct;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -34,6 +35,15 @@ pub enum BenchError {
     /// A workload's own failure (bad arguments, a watcher that never saw its event).
     #[error("{0}")]
     Workload(String),
+}
+
+/// The server of the comma-separated `endpoints` that the next connection goes to:
+/// each in turn, so that clients spread over an ensemble as ZooKeeper's and etcd's do
+/// (followers forward writes).
+pub fn next_endpoint(endpoints: &str) -> &str {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let list: Vec<&str> = endpoints.split(',').collect();
+    list[NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % list.len()]
 }
 
 /// Shorthand for driver results.
