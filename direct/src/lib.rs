@@ -293,10 +293,9 @@ impl http_body::Body for Received {
     }
 }
 
-/// For tests of gRPC clients against a bare h2 server (this crate's, the server's
-/// forwarding link's).
-#[cfg(any(test, feature = "testing"))]
-pub mod testing {
+/// For this crate's tests of gRPC clients against a bare h2 server.
+#[cfg(test)]
+mod testing {
     use bytes::Bytes;
 
     /// Answers a call with an empty message and status OK.

@@ -192,11 +192,21 @@ mod tests {
         let with_ca = ConnectOptions {
             tls: Some(crate::TlsOptions::with_ca(&ca)),
         };
-        let ends = targets_of("127.0.0.1:7181, https://localhost:7182", &with_ca).expect("ok");
+        let ends = targets_of(
+            "127.0.0.1:7181, https://localhost:7182, [::1]:7183",
+            &with_ca,
+        )
+        .expect("ok");
         let name = |t: &Target| t.tls.as_ref().expect("TLS").1.clone();
         let named = |n: &str| ServerName::try_from(n.to_owned()).expect("a name");
         assert_eq!(name(&ends[0]), named("127.0.0.1"));
         assert_eq!(name(&ends[1]), named("localhost"));
+        assert_eq!(
+            name(&ends[2]),
+            named("::1"),
+            "an IPv6 host without its brackets"
+        );
+        assert_eq!(ends[2].authority.as_str(), "[::1]:7183");
         let renamed = ConnectOptions {
             tls: Some(crate::TlsOptions {
                 domain: Some("concord.example".into()),
