@@ -78,3 +78,22 @@ async fn t36_abandoned_watches_are_unregistered_at_once() {
     started(&mut again).await;
     wait_watch_count(&server, 1, "a new watch on the old connection").await;
 }
+
+/// The Rust SDK's watch, dropped, cancels its stream (its connection, shared with the
+/// client's other calls, stays open): the server unregisters it at once.
+#[tokio::test]
+async fn t36_a_dropped_sdk_watch_is_unregistered_at_once() {
+    let server = Server::start(ServerOptions::default());
+    let client = concord::Client::connect(server.endpoint()).await.unwrap();
+    let options = concord::WatchOptions {
+        progress_interval_ms: u32::MAX,
+        ..concord::WatchOptions::path("/")
+    };
+    let watch = client.watch(options.clone()).await.unwrap();
+    wait_watch_count(&server, 1, "the SDK's watch registered").await;
+    drop(watch);
+    wait_watch_count(&server, 0, "the dropped SDK watch unregistered").await;
+    // The client's connection went on: a new watch registers on it.
+    let _again = client.watch(options).await.unwrap();
+    wait_watch_count(&server, 1, "a new watch on the same client").await;
+}
