@@ -203,10 +203,14 @@ impl tower_service::Service<http::Request<Body>> for Direct {
                     }
                 }
             }
-            let mut send = send.ready().await?;
+            // Until h2 has taken the headers nothing of the request has left: a
+            // connection that no longer takes requests (closed, or told to go away)
+            // fails the call as never sent, which a caller may safely try again.
+            let mut send = send.ready().await.map_err(never_sent)?;
             let eos_with_headers = ended && ready_now.is_empty();
-            let (response, mut stream) =
-                send.send_request(http::Request::from_parts(head, ()), eos_with_headers)?;
+            let (response, mut stream) = send
+                .send_request(http::Request::from_parts(head, ()), eos_with_headers)
+                .map_err(never_sent)?;
             let last = ready_now.len().saturating_sub(1);
             for (i, data) in ready_now.into_iter().enumerate() {
                 stream.send_data(data, ended && i == last)?;
@@ -220,6 +224,13 @@ impl tower_service::Service<http::Request<Body>> for Direct {
             }))
         })
     }
+}
+
+/// A call's failure before any of it was handed to h2, as tonic's mark of a request
+/// that never left (`tonic::ConnectError`), which the SDK's and the forwarder's
+/// error classes read as "not sent".
+fn never_sent(e: h2::Error) -> BoxError {
+    Box::new(tonic::ConnectError(Box::new(e)))
 }
 
 /// Sends the rest of a body that was not ready when its call was made (a client
@@ -469,6 +480,31 @@ mod tests {
             .await
             .expect("a report within 10 s")
             .expect("the server runs")
+    }
+
+    /// A call on a connection the server has closed fails as never sent (tonic's
+    /// `ConnectError` in its source chain), so that it is safe to send again.
+    #[tokio::test]
+    async fn a_call_on_a_closed_connection_is_never_sent() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            conn.graceful_shutdown();
+            while conn.accept().await.is_some() {}
+        });
+        let direct = Direct::connect(authority, None, None).await.unwrap();
+        assert!(closes(&direct).await, "the server's close was not seen");
+        let mut cluster = pb::cluster_client::ClusterClient::new(direct);
+        let status = cluster.status(pb::StatusRequest {}).await.unwrap_err();
+        let mut source = std::error::Error::source(&status);
+        let mut never_sent = false;
+        while let Some(e) = source {
+            never_sent |= e.downcast_ref::<tonic::ConnectError>().is_some();
+            source = e.source();
+        }
+        assert!(never_sent, "{status:?}");
     }
 
     /// Waits up to 10 s for `direct` to report its connection closed.
