@@ -56,9 +56,10 @@ pub(crate) fn link_to(
     }
     // Drawn at random, many clients of one list spread over the ensemble, as
     // ZooKeeper's and kazoo's clients shuffle their connection strings.
-    let first = match randomize {
-        true => std::collections::hash_map::RandomState::new().hash_one(0u8) as usize,
-        false => 0,
+    let first = if randomize {
+        std::collections::hash_map::RandomState::new().hash_one(0u8) as usize
+    } else {
+        0
     };
     let next = Arc::new(AtomicUsize::new(first % targets.len()));
     let targets = Arc::new(targets);
