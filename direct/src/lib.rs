@@ -62,7 +62,7 @@ pub struct Direct {
     scheme: Scheme,
     authority: Authority,
     /// Set once the connection's task ended (closed by either side, broken, or a
-    /// keep-alive ping unanswered).
+    /// keep-alive ping unanswered), or a call found it going away.
     closed: Arc<AtomicBool>,
 }
 
@@ -133,7 +133,8 @@ impl Direct {
         })
     }
 
-    /// Whether the connection has ended: calls on it fail; make a new one.
+    /// Whether the connection takes no more calls (it ended, or a call found it told
+    /// to go away while its streams finish): make a new one.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }
@@ -181,6 +182,7 @@ impl tower_service::Service<http::Request<Body>> for Direct {
             head.uri = uri;
         }
         let send = self.send.clone();
+        let closed = self.closed.clone();
         Box::pin(async move {
             // The frames of the body that are ready now (a few at most) go out with
             // the headers.
@@ -204,13 +206,21 @@ impl tower_service::Service<http::Request<Body>> for Direct {
                 }
             }
             // Until h2 has taken the headers nothing of the request has left: a
-            // connection that no longer takes requests (closed, or told to go away)
-            // fails the call as never sent, which a caller may safely try again.
-            let mut send = send.ready().await.map_err(never_sent)?;
+            // connection that no longer takes requests (closed, or told to go away
+            // while its streams finish) fails the call as never sent, which a caller
+            // may safely try again, and is closed for new calls from then on, so that
+            // a `Link` dials another at once.
+            let refused = |e: h2::Error| {
+                if e.is_go_away() || e.is_io() {
+                    closed.store(true, Ordering::Release);
+                }
+                never_sent(e)
+            };
+            let mut send = send.ready().await.map_err(refused)?;
             let eos_with_headers = ended && ready_now.is_empty();
             let (response, mut stream) = send
                 .send_request(http::Request::from_parts(head, ()), eos_with_headers)
-                .map_err(never_sent)?;
+                .map_err(refused)?;
             let last = ready_now.len().saturating_sub(1);
             for (i, data) in ready_now.into_iter().enumerate() {
                 stream.send_data(data, ended && i == last)?;
@@ -498,13 +508,70 @@ mod tests {
         assert!(closes(&direct).await, "the server's close was not seen");
         let mut cluster = pb::cluster_client::ClusterClient::new(direct);
         let status = cluster.status(pb::StatusRequest {}).await.unwrap_err();
-        let mut source = std::error::Error::source(&status);
-        let mut never_sent = false;
+        assert!(connect_error_in(&status), "{status:?}");
+    }
+
+    /// A connection told to go away while one of its calls goes on takes no more
+    /// calls: the first it refuses marks it closed, so that a `Link` dials anew
+    /// rather than waiting for the old one to drain.
+    #[tokio::test]
+    async fn a_connection_going_away_is_closed_for_new_calls() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let authority: Authority = listener.local_addr().unwrap().to_string().parse().unwrap();
+        let (took, taken) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            // The first call is held open, unanswered, while the server goes away
+            // (so the connection stays up until the client gives that call up).
+            let held = conn.accept().await;
+            let _ = took.send(());
+            conn.graceful_shutdown();
+            while conn.accept().await.is_some() {}
+            drop(held);
+        });
+        let direct = Direct::connect(authority, None, None).await.unwrap();
+        let mut held = pb::cluster_client::ClusterClient::new(direct.clone());
+        let pending = tokio::spawn(async move { held.status(pb::StatusRequest {}).await });
+        tokio::time::timeout(Duration::from_secs(10), taken)
+            .await
+            .expect("the server took the first call within 10 s")
+            .unwrap();
+        let mut cluster = pb::cluster_client::ClusterClient::new(direct.clone());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no call refused in 10 s"
+            );
+            // A call sent before the going-away reached the client is refused by
+            // the server (a reset stream): try again.
+            let status = cluster.status(pb::StatusRequest {}).await.unwrap_err();
+            if connect_error_in(&status) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            !pending.is_finished(),
+            "the held call ended: the connection closed"
+        );
+        assert!(
+            direct.is_closed(),
+            "still open for calls after refusing one"
+        );
+    }
+
+    /// Whether `status` has tonic's `ConnectError` (never sent) in its source chain.
+    fn connect_error_in(status: &tonic::Status) -> bool {
+        let mut source = std::error::Error::source(status);
         while let Some(e) = source {
-            never_sent |= e.downcast_ref::<tonic::ConnectError>().is_some();
+            if e.downcast_ref::<tonic::ConnectError>().is_some() {
+                return true;
+            }
             source = e.source();
         }
-        assert!(never_sent, "{status:?}");
+        false
     }
 
     /// Waits up to 10 s for `direct` to report its connection closed.
