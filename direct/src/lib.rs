@@ -40,9 +40,11 @@ use rustls::pki_types::ServerName;
 use tonic::body::Body;
 
 mod link;
+mod target;
 mod tls;
 
 pub use link::Link;
+pub use target::target;
 pub use tls::client_tls;
 
 /// Frames of a request body sent with its headers at most; the rest follow from a
@@ -237,10 +239,23 @@ impl tower_service::Service<http::Request<Body>> for Direct {
 }
 
 /// A call's failure before any of it was handed to h2, as tonic's mark of a request
-/// that never left (`tonic::ConnectError`), which the SDK's and the forwarder's
-/// error classes read as "not sent".
+/// that never left (`tonic::ConnectError`): see `was_never_sent`.
 fn never_sent(e: h2::Error) -> BoxError {
     Box::new(tonic::ConnectError(Box::new(e)))
+}
+
+/// Whether a failed call certainly never left this process: a `tonic::ConnectError`
+/// in its source chain (a failed dial, or a connection that no longer took calls).
+/// The SDK's and the forwarder's error classes read it as "not sent".
+pub fn was_never_sent(status: &tonic::Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Sends the rest of a body that was not ready when its call was made (a client
@@ -508,7 +523,7 @@ mod tests {
         assert!(closes(&direct).await, "the server's close was not seen");
         let mut cluster = pb::cluster_client::ClusterClient::new(direct);
         let status = cluster.status(pb::StatusRequest {}).await.unwrap_err();
-        assert!(connect_error_in(&status), "{status:?}");
+        assert!(was_never_sent(&status), "{status:?}");
     }
 
     /// A connection told to go away while one of its calls goes on takes no more
@@ -547,7 +562,7 @@ mod tests {
             // A call sent before the going-away reached the client is refused by
             // the server (a reset stream): try again.
             let status = cluster.status(pb::StatusRequest {}).await.unwrap_err();
-            if connect_error_in(&status) {
+            if was_never_sent(&status) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -560,18 +575,6 @@ mod tests {
             direct.is_closed(),
             "still open for calls after refusing one"
         );
-    }
-
-    /// Whether `status` has tonic's `ConnectError` (never sent) in its source chain.
-    fn connect_error_in(status: &tonic::Status) -> bool {
-        let mut source = std::error::Error::source(status);
-        while let Some(e) = source {
-            if e.downcast_ref::<tonic::ConnectError>().is_some() {
-                return true;
-            }
-            source = e.source();
-        }
-        false
     }
 
     /// Waits up to 10 s for `direct` to report its connection closed.

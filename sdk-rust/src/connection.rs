@@ -23,8 +23,7 @@ use std::time::Duration;
 
 use concord_direct::{BoxError, Direct, Link, Tls};
 use concord_proto::v1::ErrorCode;
-use http::uri::{Authority, Uri};
-use rustls::pki_types::ServerName;
+use http::uri::Authority;
 
 use crate::error::Error;
 use crate::tls::{self, ConnectOptions};
@@ -122,35 +121,9 @@ fn target_of(
             format!("bad endpoint {uri:?}: {e}"),
         )
     };
-    let parsed: Uri = uri.parse().map_err(|e| bad(&e))?;
-    let authority = parsed
-        .authority()
-        .cloned()
-        .ok_or_else(|| bad(&"no host:port"))?;
-    if authority.port_u16().is_none() {
-        return Err(bad(&"no port"));
-    }
-    match (parsed.scheme_str(), tls) {
-        (Some("http"), None) => Ok(Target {
-            authority,
-            tls: None,
-        }),
-        (Some("https"), Some((config, domain))) => {
-            let host = authority
-                .host()
-                .trim_start_matches('[')
-                .trim_end_matches(']');
-            let name = domain.clone().unwrap_or_else(|| host.to_owned());
-            let name = ServerName::try_from(name).map_err(|e| bad(&e))?;
-            Ok(Target {
-                authority,
-                tls: Some((config.clone(), name)),
-            })
-        }
-        (Some("http"), Some(_)) => Err(bad(&"TLS options need an https:// endpoint")),
-        (Some("https"), None) => Err(bad(&"an https:// endpoint needs TLS options")),
-        _ => Err(bad(&"the scheme must be http:// or https://")),
-    }
+    let tls = tls.map(|(config, domain)| (config, domain.as_deref()));
+    let (authority, tls) = concord_direct::target(&uri, tls).map_err(|e| bad(&e))?;
+    Ok(Target { authority, tls })
 }
 
 #[cfg(test)]
@@ -199,7 +172,8 @@ mod tests {
         )
         .expect("ok");
         let name = |t: &Target| t.tls.as_ref().expect("TLS").1.clone();
-        let named = |n: &str| ServerName::try_from(n.to_owned()).expect("a name");
+        let named =
+            |n: &str| rustls::pki_types::ServerName::try_from(n.to_owned()).expect("a name");
         assert_eq!(name(&ends[0]), named("127.0.0.1"));
         assert_eq!(name(&ends[1]), named("localhost"));
         assert_eq!(

@@ -11,8 +11,6 @@
 //! [`Error::is_retry_safe`] and [`Error::is_indeterminate`]; see their docs for the exact
 //! rules. This module only classifies: it never retries anything itself.
 
-use std::error::Error as _;
-
 use concord_proto::v1::ErrorCode;
 use tonic::Code;
 
@@ -92,7 +90,7 @@ impl Error {
         if let Some((code, rest)) = code_from_message(message) {
             return Error::new(code, rest.to_string(), status.code(), Origin::Server, call);
         }
-        if was_not_sent(status) {
+        if concord_direct::was_never_sent(status) {
             // Whatever gRPC code carried it, no server was reached.
             let code = ErrorCode::Unavailable;
             return Error::new(
@@ -307,19 +305,6 @@ pub fn code_from_grpc(code: Code) -> ErrorCode {
         Code::Unimplemented => ErrorCode::Unimplemented,
         Code::Internal | Code::Unknown | Code::DataLoss => ErrorCode::Internal,
     }
-}
-
-/// True when the status shows the request never left this process: the connection
-/// it needed could not be made.
-fn was_not_sent(status: &tonic::Status) -> bool {
-    let mut source = status.source();
-    while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 #[cfg(test)]

@@ -12,8 +12,6 @@
 use std::sync::{Arc, OnceLock};
 
 use concord_direct::Direct;
-use http::uri::Uri;
-use rustls::pki_types::ServerName;
 
 /// TLS for every connection of this process, set once by main before any connects.
 static TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
@@ -30,25 +28,9 @@ pub fn use_tls(
 
 /// Connects to `endpoint` (`http://host:port`, or `https://` once `use_tls` ran).
 pub async fn connect(endpoint: &str) -> Result<Direct, String> {
-    let uri: Uri = endpoint.parse().map_err(|e| format!("{endpoint}: {e}"))?;
-    let authority = uri
-        .authority()
-        .cloned()
-        .ok_or_else(|| format!("{endpoint}: no host:port"))?;
-    let tls = match (uri.scheme_str(), TLS.get()) {
-        (Some("https"), Some(config)) => {
-            let name = ServerName::try_from(authority.host().to_owned())
-                .map_err(|e| format!("{endpoint}: {e}"))?;
-            Some((config.clone(), name))
-        }
-        (Some("http"), None) => None,
-        (scheme, tls) => {
-            return Err(format!(
-                "{endpoint}: scheme {scheme:?} with TLS {}",
-                if tls.is_some() { "on" } else { "off" }
-            ))
-        }
-    };
+    let tls = TLS.get().map(|config| (config, None));
+    let (authority, tls) =
+        concord_direct::target(endpoint, tls).map_err(|e| format!("{endpoint}: {e}"))?;
     Direct::connect(authority, tls, None)
         .await
         .map_err(|e| format!("{endpoint}: {e}"))

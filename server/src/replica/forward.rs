@@ -604,24 +604,12 @@ fn classify(leader: ServerId, status: &Status) -> Failed {
         status.code(),
         Code::FailedPrecondition | Code::PermissionDenied | Code::InvalidArgument
     );
-    if refused || never_sent(status) {
+    // A request that never left: no connection to the leader could be made.
+    if refused || concord_direct::was_never_sent(status) {
         Failed::NotSent(why)
     } else {
         Failed::Unknown(why)
     }
-}
-
-/// True when the request never left this server: no connection to the leader could
-/// be made (the forward link reports a failed dial as a `tonic::ConnectError`).
-fn never_sent(status: &Status) -> bool {
-    let mut source = std::error::Error::source(status);
-    while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
-            return true;
-        }
-        source = err.source();
-    }
-    false
 }
 
 /// A failed read index or keep-alive call, as the client of this server should see
