@@ -124,11 +124,11 @@ class _Driver:
         self.driver = driver
         retry = concord.Retry(max_tries=5, delay=0.001, max_delay=0.002)
         if driver == "aio":
-            self.core = concord.aio.Client(hosts, retry=retry)
+            self.core = concord.aio.Client(hosts, retry=retry, randomize_hosts=False)
             self.core._endpoint = lambda: None  # type: ignore[method-assign,assignment,return-value]
             self.sync: concord.Client | None = None
         else:
-            self.sync = concord.Client(hosts, retry=retry)
+            self.sync = concord.Client(hosts, retry=retry, randomize_hosts=False)
             self.core = self.sync.aio
             self.sync._calls._endpoint = lambda: None  # type: ignore[method-assign,assignment,return-value]
 

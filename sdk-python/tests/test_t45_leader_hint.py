@@ -82,10 +82,10 @@ def test_not_leader_goes_to_the_named_leader_first(server: Server) -> None:
     async def main() -> None:
         servers, (first, second), addrs = await _refusers(server.addr, 2)
         try:
-            async with concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY) as c:
+            async with concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY, randomize_hosts=False) as c:
                 pass  # starting a session goes through the hint too
             assert first.calls and not second.calls, (first.calls, second.calls)
-            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY)
+            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY, randomize_hosts=False)
             try:
                 assert await c.exists("/") is not None
                 assert c._current == 2 and len(first.calls) == 2 and not second.calls
@@ -102,7 +102,7 @@ def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, ro
     async def main() -> None:
         servers, (first, second), addrs = await _refusers(server.addr, 2)
         try:
-            c = concord.aio.Client(",".join(addrs + [server.addr]))
+            c = concord.aio.Client(",".join(addrs + [server.addr]), randomize_hosts=False)
             try:
                 async with c.watch(root) as events:
                     async with concord.aio.Client(server.addr) as writer:
@@ -125,7 +125,9 @@ def test_a_keep_alive_refused_not_leader_reopens_on_the_named_leader(server: Ser
         try:
             # The session opens through the first host (it forwards the Open); its
             # KeepAlive stream there is refused, naming the real server.
-            async with concord.aio.Client(",".join(addrs + [server.addr]), session_timeout=2.0) as c:
+            async with concord.aio.Client(
+                ",".join(addrs + [server.addr]), session_timeout=2.0, randomize_hosts=False
+            ) as c:
                 assert c._current == 0 and c.state is concord.State.CONNECTED
 
                 async def moved() -> bool:
@@ -149,7 +151,7 @@ def test_not_leader_without_a_usable_hint_moves_to_the_next_host(server: Server)
         # address): the next host of the list, then the next.
         servers, (first, second), addrs = await _refusers("127.0.0.1:1", 2)
         try:
-            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY)
+            c = concord.aio.Client(",".join(addrs + [server.addr]), retry=RETRY, randomize_hosts=False)
             try:
                 assert await c.exists("/") is not None
                 assert len(first.calls) == 1 and len(second.calls) == 1
@@ -181,3 +183,15 @@ def test_leader_hint_parsing() -> None:
     assert other.leader_hint is None
     c = concord.aio.Client("a:1,[::1]:7181,b")
     assert c._host_index("[::1]:7181") == 1 and c._host_index("B:7181") == 2 and c._host_index("c:1") is None
+
+
+def test_randomize_hosts_starts_clients_over_the_whole_list() -> None:
+    # kazoo's randomize_hosts: clients given one list spread over it; False: the first.
+    hosts = "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3"
+    assert {concord.aio.Client(hosts)._current for _ in range(200)} == {0, 1, 2}
+    assert {concord.aio.Client(hosts, randomize_hosts=False)._current for _ in range(20)} == {0}
+    synced = concord.Client(hosts, randomize_hosts=False)
+    try:
+        assert synced.aio._current == 0
+    finally:
+        synced.close()

@@ -89,6 +89,7 @@ def test_the_leader_killed_the_client_goes_on_with_its_session(ensemble: Ensembl
         session_timeout=5.0,
         call_timeout=2.0,
         retry=concord.Retry(deadline=20.0, max_delay=0.5),
+        randomize_hosts=False,
     )
     c.add_listener(listener)
     try:

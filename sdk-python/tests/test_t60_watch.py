@@ -331,7 +331,13 @@ def test_a_dead_host_of_the_list_is_skipped_and_next_times_out(server: Server, r
         assert ev.kind is EventKind.CREATED
         cancel(w)
 
-    run_with(kind, f"127.0.0.1:{free_port()},{server.addr}", body, retry=concord.Retry(deadline=10.0))
+    run_with(
+        kind,
+        f"127.0.0.1:{free_port()},{server.addr}",
+        body,
+        retry=concord.Retry(deadline=10.0),
+        randomize_hosts=False,
+    )
 
 
 def test_a_watch_moves_to_another_server_when_its_server_dies() -> None:
@@ -367,7 +373,7 @@ def test_a_watch_moves_to_another_server_when_its_server_dies() -> None:
 
         run_with(
             "aio", hosts, body, session_timeout=5.0, call_timeout=2.0,
-            retry=concord.Retry(deadline=20.0, max_delay=0.5),
+            retry=concord.Retry(deadline=20.0, max_delay=0.5), randomize_hosts=False,
         )
     finally:
         ensemble.kill()

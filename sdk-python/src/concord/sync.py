@@ -171,6 +171,7 @@ class Client:
         retry: Retry | None = None,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
+        randomize_hosts: bool = True,
     ) -> None:
         self._aio = aio.Client(
             hosts,
@@ -179,6 +180,7 @@ class Client:
             retry=retry,
             call_timeout=call_timeout,
             suspend_share=suspend_share,
+            randomize_hosts=randomize_hosts,
         )
         self._io = _LoopThread()
         self._calls = _BlockingCalls(self._aio, self._io)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import operator
+import random
 import threading
 import time
 import weakref
@@ -144,7 +145,10 @@ class Client:
     (seconds) the session asks for (the server clamps it to its range); ``retry`` the
     policy for retry-safe failures (None: each call is sent once); ``call_timeout`` the
     longest one attempt of a call may take (None: no deadline); ``suspend_share`` the
-    share of the TTL without an answered ping after which the state is SUSPENDED.
+    share of the TTL without an answered ping after which the state is SUSPENDED;
+    ``randomize_hosts`` starts the client at a host of the list drawn at random (as
+    kazoo's does), so that many clients given one list spread over the ensemble, and
+    False at the first. Either way it moves on in list order.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class Client:
         retry: Retry | None = None,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
+        randomize_hosts: bool = True,
     ) -> None:
         self.hosts = parse_hosts(hosts)
         self.session_timeout = session_timeout
@@ -165,7 +170,7 @@ class Client:
         self.suspend_share = suspend_share
         self._endpoints: list[_Endpoint] = []
         #: Index of the endpoint calls go to now.
-        self._current = 0
+        self._current = random.randrange(len(self.hosts)) if randomize_hosts else 0
         #: The newest zxid an answer reflected; reads ask for at least it.
         self._seen = 0
         self._seen_lock = threading.Lock()
