@@ -16,7 +16,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
 use tonic::body::Body;
@@ -35,9 +35,11 @@ pub struct Link {
 struct Inner {
     /// Makes a connection; bounded in time by its owner.
     dial: Box<dyn Fn() -> DialFuture + Send + Sync>,
-    /// The connection, once made; replaced when closed or given up. The lock is held
-    /// while dialling, so calls meanwhile wait for the same dial.
-    connection: tokio::sync::Mutex<Option<Direct>>,
+    /// The connection, once made; replaced when closed or given up. Held only to
+    /// read or swap it, never across an await.
+    connection: Mutex<Option<Direct>>,
+    /// Held while dialling, so calls meanwhile wait for the same dial.
+    dialling: tokio::sync::Mutex<()>,
 }
 
 impl fmt::Debug for Link {
@@ -57,7 +59,8 @@ impl Link {
         Link {
             inner: Arc::new(Inner {
                 dial: Box::new(move || Box::pin(dial())),
-                connection: tokio::sync::Mutex::new(None),
+                connection: Mutex::new(None),
+                dialling: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -65,25 +68,46 @@ impl Link {
     /// The open connection, dialled first if there is none. A failed dial is a
     /// `tonic::ConnectError`: a call that met it was never sent.
     pub async fn connected(&self) -> Result<Direct, BoxError> {
-        let mut connection = self.inner.connection.lock().await;
-        if let Some(open) = connection.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(open.clone());
+        if let Some(open) = self.open() {
+            return Ok(open);
+        }
+        let _dialling = self.inner.dialling.lock().await;
+        // A dial that ended while this call waited for it serves this call too.
+        if let Some(open) = self.open() {
+            return Ok(open);
         }
         let dialled = (self.inner.dial)()
             .await
             .map_err(|e| -> BoxError { Box::new(tonic::ConnectError(e)) })?;
-        *connection = Some(dialled.clone());
+        *self.connection() = Some(dialled.clone());
         Ok(dialled)
     }
 
     /// Stops using `unresponsive` for new calls (its server keeps the connection
     /// open but stopped answering): the next call dials again. Calls already on it
-    /// go on. Does nothing when the link has already moved to another connection.
-    pub async fn abandon(&self, unresponsive: &Direct) {
-        let mut connection = self.inner.connection.lock().await;
+    /// go on. Does nothing when the link has already moved to another connection,
+    /// and never waits for a dial in progress.
+    pub fn abandon(&self, unresponsive: &Direct) {
+        let mut connection = self.connection();
         if connection.as_ref().is_some_and(|c| c.same(unresponsive)) {
             *connection = None;
         }
+    }
+
+    /// The connection if it is still open.
+    fn open(&self) -> Option<Direct> {
+        self.connection()
+            .as_ref()
+            .filter(|c| !c.is_closed())
+            .cloned()
+    }
+
+    fn connection(&self) -> MutexGuard<'_, Option<Direct>> {
+        // Nothing panics while holding it; a poisoned lock still holds a valid value.
+        self.inner
+            .connection
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -187,14 +211,59 @@ mod tests {
         let link = link_to(authority);
         let first = link.connected().await.unwrap();
         assert!(link.connected().await.unwrap().same(&first));
-        link.abandon(&first).await;
+        link.abandon(&first);
         let second = link.connected().await.unwrap();
         assert!(!second.same(&first), "the abandoned connection was reused");
-        link.abandon(&first).await;
+        link.abandon(&first);
         assert!(link.connected().await.unwrap().same(&second));
         let mut client = pb::cluster_client::ClusterClient::new(link.clone());
         client.status(pb::StatusRequest {}).await.unwrap();
         assert_eq!(connections(&mut accepted), 2);
+    }
+
+    /// Giving a connection up while the next one is being dialled (to a server
+    /// that takes its time) returns at once; the dial goes on and serves the call.
+    #[tokio::test]
+    async fn abandon_does_not_wait_for_a_dial_in_progress() {
+        let (authority, _accepted) = server(usize::MAX).await;
+        let dials = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let link = {
+            let (dials, gate) = (dials.clone(), gate.clone());
+            Link::new(move || {
+                let (authority, gate) = (authority.clone(), gate.clone());
+                let nth = dials.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if nth > 0 {
+                        gate.notified().await;
+                    }
+                    Direct::connect(authority, None, None).await
+                }
+            })
+        };
+        let first = link.connected().await.unwrap();
+        link.abandon(&first);
+        let call = tokio::spawn({
+            let link = link.clone();
+            async move { link.connected().await }
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while dials.load(Ordering::SeqCst) < 2 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the second dial never began"
+            );
+            tokio::task::yield_now().await;
+        }
+        link.abandon(&first);
+        gate.notify_one();
+        let second = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the dial ended")
+            .unwrap()
+            .unwrap();
+        assert!(!second.same(&first));
+        assert!(link.connected().await.unwrap().same(&second));
     }
 
     /// A failed dial reaches the caller as a `tonic::ConnectError`, directly and

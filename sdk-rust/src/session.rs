@@ -452,7 +452,7 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
         Ok(Ok(resp)) => resp.into_inner(),
         Ok(Err(status)) => return end_of(read_err(status), false),
         Err(_) => {
-            link.abandon(&connection).await;
+            link.abandon(&connection);
             return StreamEnd::Silent;
         }
     };
@@ -468,7 +468,7 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
                 }
             }
             () = sleep_until(deadline) => {
-                link.abandon(&connection).await;
+                link.abandon(&connection);
                 return StreamEnd::Silent;
             }
             msg = responses.message() => match msg {
