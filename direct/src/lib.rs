@@ -238,10 +238,11 @@ impl tower_service::Service<http::Request<Body>> for Direct {
     }
 }
 
-/// A call's failure before any of it was handed to h2, as tonic's mark of a request
-/// that never left (`tonic::ConnectError`): see `was_never_sent`.
-fn never_sent(e: h2::Error) -> BoxError {
-    Box::new(tonic::ConnectError(Box::new(e)))
+/// A call's failure before any of it left (a failed dial, or a connection that no
+/// longer took it), as tonic's mark of a request that never left
+/// (`tonic::ConnectError`): see `was_never_sent`.
+pub(crate) fn never_sent(e: impl Into<BoxError>) -> BoxError {
+    Box::new(tonic::ConnectError(e.into()))
 }
 
 /// Whether a failed call certainly never left this process: a `tonic::ConnectError`

@@ -76,9 +76,7 @@ impl Link {
         if let Some(open) = self.open() {
             return Ok(open);
         }
-        let dialled = (self.inner.dial)()
-            .await
-            .map_err(|e| -> BoxError { Box::new(tonic::ConnectError(e)) })?;
+        let dialled = (self.inner.dial)().await.map_err(crate::never_sent)?;
         *self.connection() = Some(dialled.clone());
         Ok(dialled)
     }

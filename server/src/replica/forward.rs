@@ -604,7 +604,8 @@ fn classify(leader: ServerId, status: &Status) -> Failed {
         status.code(),
         Code::FailedPrecondition | Code::PermissionDenied | Code::InvalidArgument
     );
-    // A request that never left: no connection to the leader could be made.
+    // A request that never left: no connection to the leader could be made, or the
+    // one there no longer took calls.
     if refused || concord_direct::was_never_sent(status) {
         Failed::NotSent(why)
     } else {
