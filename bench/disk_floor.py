@@ -5,7 +5,8 @@ under a write's latency, to set beside a server's own commit time
 
 For each shape, COUNT commits of one small record, each followed by fdatasync:
   append, preallocated   one pwrite at the end of what was written, into a file
-                         allocated beforehand (as ZooKeeper's and etcd's logs)
+                         filled with zeros beforehand (as ZooKeeper preallocates
+                         its log)
   append, growing        one write at the end of a file that grows with it
   8 pages, scattered     eight 4 KiB pwrites at offsets across 64 MiB (the shape of
                          a redb commit seen with strace: its header, the log's leaf
@@ -26,6 +27,19 @@ import time
 
 PAGE = 4096
 SPAN = 64 << 20
+
+
+def zero_filled(path, size):
+    """A file of `size` zero bytes written out and synced: its blocks are allocated
+    and initialized, as ZooKeeper's log is after it preallocates, and as the pages of
+    a redb file are once written. (`posix_fallocate` would leave ext4's extents
+    unwritten, so that each first write into one also changes the file's metadata.)"""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    chunk = bytes(1 << 20)
+    for offset in range(0, size, len(chunk)):
+        os.pwrite(fd, chunk[: size - offset], offset)
+    os.fsync(fd)
+    return fd
 
 
 def timed(count, commit):
@@ -49,9 +63,7 @@ def main():
     rng = random.Random(1)
     rows = []
     try:
-        fd = os.open(os.path.join(scratch, "prealloc"), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.posix_fallocate(fd, 0, max(SPAN, args.count * args.record_bytes))
-        os.fsync(fd)
+        fd = zero_filled(os.path.join(scratch, "prealloc"), max(SPAN, args.count * args.record_bytes))
 
         def append_prealloc(i):
             os.pwrite(fd, record, i * args.record_bytes)
@@ -69,9 +81,7 @@ def main():
         rows.append(("append, growing", timed(args.count, append_growing)))
         os.close(fd)
 
-        fd = os.open(os.path.join(scratch, "pages"), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.posix_fallocate(fd, 0, SPAN)
-        os.fsync(fd)
+        fd = zero_filled(os.path.join(scratch, "pages"), SPAN)
 
         def scattered_pages(_):
             for _ in range(8):
