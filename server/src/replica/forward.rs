@@ -775,8 +775,7 @@ impl Forward for ForwardService {
         for (w, traceparent) in writes.iter_mut().zip(&request.traceparent) {
             w.trace = WriteTrace::from_traceparent(traceparent);
         }
-        // All queued before any is awaited, so they share a proposal batch.
-        let results = join_all(writes.into_iter().map(|w| replica.submit_local(w))).await;
+        let results = replica.submit_local_batch(writes).await;
         let outcomes = results
             .into_iter()
             .map(|r| match r {

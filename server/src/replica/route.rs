@@ -220,11 +220,42 @@ impl Replica {
     /// Hands a write to this server's own pipeline (Zab proposes it if this server
     /// leads; otherwise it is refused as NotLeader).
     pub(super) async fn submit_local(&self, write: Write) -> Result<Committed, ReplicaError> {
+        self.queue_local(write).await?.await
+    }
+
+    /// Hands every write of a batch to this server's own pipeline before awaiting any
+    /// outcome, so that they share a proposal batch; their outcomes in order. Only
+    /// the outcomes' small futures wait together, not a `submit_local` future each
+    /// (over a KiB apiece: a forwarded batch of 256 put hundreds of KiB on the heap).
+    pub(super) async fn submit_local_batch(
+        &self,
+        writes: Vec<Write>,
+    ) -> Vec<Result<Committed, ReplicaError>> {
+        let mut queued = Vec::with_capacity(writes.len());
+        for write in writes {
+            queued.push(self.queue_local(write).await);
+        }
+        let mut outcomes = Vec::with_capacity(queued.len());
+        for outcome in queued {
+            outcomes.push(match outcome {
+                Ok(outcome) => outcome.await,
+                Err(e) => Err(e),
+            });
+        }
+        outcomes
+    }
+
+    /// Queues `write` for the pipeline once it has its share of the byte budget;
+    /// gives its outcome to await.
+    async fn queue_local(
+        &self,
+        write: Write,
+    ) -> Result<impl std::future::Future<Output = Result<Committed, ReplicaError>>, ReplicaError>
+    {
         let (reply, rx) = oneshot::channel();
-        let stopped = || ReplicaError::Unavailable("the write pipeline has stopped".into());
         let bytes = pipeline::admit(&self.shared.proposal_bytes, &write)
             .await
-            .ok_or_else(stopped)?;
+            .ok_or_else(pipeline_stopped)?;
         let proposal = pipeline::Proposal {
             write,
             caller: pipeline::Reply::new(reply, bytes),
@@ -233,7 +264,11 @@ impl Replica {
             .proposals
             .send(proposal)
             .await
-            .map_err(|_| stopped())?;
-        rx.await.map_err(|_| stopped())?
+            .map_err(|_| pipeline_stopped())?;
+        Ok(async move { rx.await.map_err(|_| pipeline_stopped())? })
     }
+}
+
+fn pipeline_stopped() -> ReplicaError {
+    ReplicaError::Unavailable("the write pipeline has stopped".into())
 }

@@ -836,3 +836,38 @@ async fn a_group_commit_batch_closes_at_its_byte_bound() {
     fill_batch(&mut rx, &mut batch, 2, 1 << 20);
     assert_eq!(batch.len(), 2);
 }
+
+#[tokio::test]
+async fn a_forwarded_batch_is_answered_in_its_order() {
+    use super::forward::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let r = Replica::start(&config(dir.path())).await.unwrap();
+    let write = |path: &str| Write {
+        session_id: 0,
+        request_id: 0,
+        fence: None,
+        op: create(path),
+        checked_at: 0,
+        trace: None,
+    };
+    let before = r.read(|t| t.last_zxid());
+    let batch = vec![write("/a"), write("/a"), write("/b")];
+    let outcomes = tokio::time::timeout(Duration::from_secs(10), r.submit_local_batch(batch))
+        .await
+        .unwrap();
+    let committed: Vec<super::Committed> = outcomes.into_iter().map(Result::unwrap).collect();
+    let zxids: Vec<Zxid> = committed.iter().map(|c| c.zxid).collect();
+    assert!(zxids[0] > before, "{zxids:?}");
+    assert_eq!(zxids, vec![zxids[0], zxids[0] + 1, zxids[0] + 2]);
+    assert!(committed[0].result.is_ok());
+    assert!(
+        matches!(
+            committed[1].result,
+            Err(crate::tree::TreeError::NodeExists { .. })
+        ),
+        "{:?}",
+        committed[1].result
+    );
+    assert!(committed[2].result.is_ok());
+    r.shutdown();
+}
