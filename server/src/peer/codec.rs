@@ -16,17 +16,22 @@ pub const FORMAT_V1: u8 = 1;
 /// (`Frame.protocol`). 1: the first (a frame without the field, from an older
 /// server, reads as 0, which means 1). 2: ACKEPOCH names the epoch it answers
 /// (`LearnerMsg::AckEpoch`), and a leader's stream messages the epoch of the
-/// leadership that opened the stream (`Message::ToLearner`).
-pub const PROTOCOL: u32 = 2;
+/// leadership that opened the stream (`Message::ToLearner`). 3: a learner also
+/// answers its leader's pings at once, outside its stream (`Message::Alive`).
+pub const PROTOCOL: u32 = 3;
 
-/// Turns `msg` into what a server speaking peer `protocol` decodes: for protocol 1,
-/// an ACKEPOCH and a leader's stream message without their epochs. Every other
-/// message is the same in both.
-pub fn downgrade(msg: Message, protocol: u32) -> Message {
-    if protocol >= 2 {
-        return msg;
+/// Turns `msg` into what a server speaking peer `protocol` decodes, or None if it
+/// has no such message: below protocol 3, `Alive` (that server counts its learners
+/// heard by their stream alone); for protocol 1, an ACKEPOCH and a leader's stream
+/// message without their epochs. Every other message is the same in all.
+pub fn downgrade(msg: Message, protocol: u32) -> Option<Message> {
+    if let Message::Alive { .. } = msg {
+        return (protocol >= 3).then_some(msg);
     }
-    match msg {
+    if protocol >= 2 {
+        return Some(msg);
+    }
+    Some(match msg {
         Message::ToLeader {
             session,
             seq,
@@ -50,7 +55,7 @@ pub fn downgrade(msg: Message, protocol: u32) -> Message {
             session, seq, body, ..
         } => Message::ToLearnerV1 { session, seq, body },
         other => other,
-    }
+    })
 }
 
 /// A payload that is not something this server understands.
@@ -160,6 +165,7 @@ mod tests {
             observer: true,
         });
         all.push(Message::Reset { session: 4 });
+        all.push(Message::Alive { session: 5 });
         let leader = [
             LeaderMsg::NewEpoch { epoch: 4 },
             LeaderMsg::Sync(SyncKind::Diff { from: 10 }),
@@ -209,7 +215,7 @@ mod tests {
     #[test]
     fn every_variant_round_trips() {
         let all = every_message();
-        assert_eq!(all.len(), 22);
+        assert_eq!(all.len(), 23);
         for msg in all {
             let bytes = encode(&msg);
             assert_eq!(bytes[0], FORMAT_V1);
@@ -354,6 +360,7 @@ mod tests {
             !matches!(
                 m,
                 Message::ToLearnerV1 { .. }
+                    | Message::Alive { .. }
                     | Message::ToLeader {
                         body: LearnerMsg::AckEpochV1 { .. },
                         ..
@@ -363,8 +370,9 @@ mod tests {
         let mut count = 0;
         for msg in sent_by_2 {
             let kept = downgrade(msg.clone(), PROTOCOL);
-            assert_eq!(kept, msg, "protocol 2 keeps it");
-            let down = downgrade(msg.clone(), 0);
+            assert_eq!(kept, Some(msg.clone()), "protocol {PROTOCOL} keeps it");
+            assert_eq!(downgrade(msg.clone(), 2), Some(msg.clone()), "so does 2");
+            let down = downgrade(msg.clone(), 0).unwrap();
             let bytes = encode(&down);
             let old = as_v1(&msg);
             assert_eq!(bytes[1..], postcard::to_allocvec(&old).unwrap(), "{msg:?}");
@@ -373,5 +381,17 @@ mod tests {
             count += 1;
         }
         assert_eq!(count, 20);
+    }
+
+    /// `Alive` goes only to a server that speaks protocol 3: older ones would not
+    /// decode it (and count their learners heard by their streams alone).
+    #[test]
+    fn alive_is_sent_only_from_protocol_3() {
+        let alive = Message::Alive { session: 5 };
+        assert_eq!(downgrade(alive.clone(), 3), Some(alive.clone()));
+        for older in [0, 1, 2] {
+            assert_eq!(downgrade(alive.clone(), older), None, "protocol {older}");
+        }
+        assert_eq!(decode::<Message>(&encode(&alive)).unwrap(), alive);
     }
 }

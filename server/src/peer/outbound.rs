@@ -198,7 +198,9 @@ fn frames(shared: Arc<Shared>, peer: Arc<Peer>) -> impl Stream<Item = Frame> + S
                 Counters::add(&shared.counters.sent, sent);
                 return Some((stream::iter(batch), None));
             }
-            let msg = codec::downgrade(msg, peer.protocol.load(Ordering::Relaxed));
+            let Some(msg) = codec::downgrade(msg, peer.protocol.load(Ordering::Relaxed)) else {
+                continue;
+            };
             let payload = codec::encode(&msg);
             if payload.len() > shared.config.message_bytes_max {
                 tracing::warn!(peer = peer.id, bytes = payload.len(), "message too large");

@@ -301,7 +301,7 @@ async fn t40_strangers_and_garbage_are_refused() {
 /// `msg` as a member receives it that has opened no stream to its sender, so has
 /// announced no protocol: in protocol 1's form (`codec::downgrade`).
 fn unannounced(msg: Message) -> Message {
-    codec::downgrade(msg, 0)
+    codec::downgrade(msg, 0).expect("a message protocol 1 has")
 }
 
 /// A SNAP carrying `bytes` of snapshot.

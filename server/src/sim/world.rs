@@ -436,7 +436,11 @@ impl World {
             return;
         }
         if self.opts.protocol_1.contains(&from) || self.opts.protocol_1.contains(&to) {
-            msg = crate::peer::downgrade(msg, 1);
+            // Alive is not sent to a server of protocol 1, nor by one (it has none).
+            let Some(down) = crate::peer::downgrade(msg, 1) else {
+                return;
+            };
+            msg = down;
             if matches!(
                 msg,
                 Message::ToLearnerV1 { .. }
@@ -604,5 +608,6 @@ fn msg_code(msg: &Message) -> u64 {
         Message::ToLearner { seq, .. } | Message::ToLearnerV1 { seq, .. } => 30 + seq,
         Message::ToLeader { seq, .. } => 40 + seq,
         Message::Reset { .. } => 50,
+        Message::Alive { session } => 60 ^ session,
     }
 }

@@ -95,6 +95,19 @@ impl Node {
         }
     }
 
+    /// Leader: a learner heard a `Ping` on its stream `session`, whatever its log
+    /// still has to make durable: it counts as heard from (its stream's sequence is
+    /// not touched).
+    pub(crate) fn on_alive(&mut self, from: ServerId, session: u64) {
+        let now = self.now;
+        let State::Leading(l) = &mut self.state else {
+            return;
+        };
+        if let Some(h) = l.learners.get_mut(&from).filter(|h| h.session == session) {
+            h.last_heard = now;
+        }
+    }
+
     fn on_learner_body(&mut self, from: ServerId, session: u64, body: LearnerMsg) {
         let State::Leading(l) = &mut self.state else {
             return;

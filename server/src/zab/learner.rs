@@ -187,6 +187,8 @@ impl Node {
             }
             LeaderMsg::Ping { round } => {
                 if phase > FollowPhase::Registering {
+                    let (leader, session) = (f.leader, f.session);
+                    self.out.send(leader, Message::Alive { session });
                     self.send_leader(LearnerMsg::PingAck { round });
                 }
                 true

@@ -173,6 +173,12 @@ pub enum Message {
         seq: u64,
         body: LeaderMsg,
     },
+    /// A learner heard its leader's `Ping` on stream `session` (peer protocol 3).
+    /// Sent at once, outside the stream's sequence: its `PingAck` (which carries the
+    /// read-index round) waits, as everything on the stream does, until the log is
+    /// durable up to what the learner was sent, and a stalled disk must not make a
+    /// live learner look silent to its leader.
+    Alive { session: u64 },
 }
 
 impl Message {

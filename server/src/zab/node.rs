@@ -196,6 +196,7 @@ impl Node {
                 self.on_leader_msg(from, session, None, seq, body)
             }
             Message::Reset { session } => self.on_reset(from, session),
+            Message::Alive { session } => self.on_alive(from, session),
         }
     }
 

@@ -205,6 +205,32 @@ fn acks_wait_for_fsync_and_commit_waits_for_a_quorum() {
     assert_eq!(h.applied[&leader], vec![z]);
 }
 
+/// Followers whose disks stall for longer than the sync limit still answer their
+/// leader's pings at once (`Message::Alive`, outside their streams, where the
+/// PingAck waits behind the append as every message does): the leader keeps its
+/// quorum and its leadership, and the write commits once a disk catches up.
+#[test]
+fn a_leader_keeps_followers_whose_disks_stall_past_the_sync_limit() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    let followers: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    h.slow_disk = followers.clone();
+    let z = h.nodes.get_mut(&leader).unwrap().propose(txn(1)).unwrap();
+    let limit = Config::new(leader, vec![1, 2, 3], vec![]).sync_limit_ticks as usize;
+    h.ticks(3 * limit);
+    assert_eq!(h.leader(), Some(leader), "the leader stepped down");
+    for &f in &followers {
+        assert_eq!(h.nodes[&f].status().role, Role::Following);
+    }
+    assert!(h.applied[&leader].is_empty(), "no quorum durable yet");
+    h.slow_disk.clear();
+    let n = *h.held[&followers[0]].last().unwrap();
+    h.nodes.get_mut(&followers[0]).unwrap().persisted(n);
+    h.settle();
+    assert_eq!(h.applied[&leader], vec![z]);
+}
+
 /// The leader reports each learner's sync state and lag (`learner_progress`): none
 /// behind once settled, a follower with a slow disk behind by what it has not made
 /// durable.
