@@ -100,6 +100,14 @@ impl Admitted {
     }
 }
 
+/// Why a write fails once the pipeline has stopped (callers see Unavailable).
+const STOPPED: &str = "the write pipeline has stopped";
+
+/// The error of a write handed to a pipeline that has stopped.
+pub(super) fn stopped() -> ReplicaError {
+    ReplicaError::Unavailable(STOPPED.into())
+}
+
 /// Waits for `write`'s share of the budget; None once the pipeline has stopped.
 pub(super) async fn admit(budget: &ProposalBytes, write: &Write) -> Option<Admitted> {
     let bytes = crate::zab::log::op_bytes(&write.op)
@@ -425,7 +433,7 @@ impl Pipeline {
         }
         // Stopping: waiting callers and queued proposals are dropped unanswered,
         // so callers see Unavailable.
-        self.engine.stop("the write pipeline has stopped");
+        self.engine.stop(STOPPED);
         shared.proposal_bytes.permits.close();
         if let Some(peers) = &self.engine.host.peers {
             peers.shutdown().await;

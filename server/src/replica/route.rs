@@ -255,7 +255,7 @@ impl Replica {
         let (reply, rx) = oneshot::channel();
         let bytes = pipeline::admit(&self.shared.proposal_bytes, &write)
             .await
-            .ok_or_else(pipeline_stopped)?;
+            .ok_or_else(pipeline::stopped)?;
         let proposal = pipeline::Proposal {
             write,
             caller: pipeline::Reply::new(reply, bytes),
@@ -264,11 +264,7 @@ impl Replica {
             .proposals
             .send(proposal)
             .await
-            .map_err(|_| pipeline_stopped())?;
-        Ok(async move { rx.await.map_err(|_| pipeline_stopped())? })
+            .map_err(|_| pipeline::stopped())?;
+        Ok(async move { rx.await.map_err(|_| pipeline::stopped())? })
     }
-}
-
-fn pipeline_stopped() -> ReplicaError {
-    ReplicaError::Unavailable("the write pipeline has stopped".into())
 }
