@@ -123,6 +123,13 @@ const REGRESSIONS: &[(u64, u64, &str)] = &[
          took its earlier stream's late messages in place of the new stream's (it \
          skipped committed txns)",
     ),
+    (
+        26_957,
+        1000,
+        "an observer followed a leader of an older epoch, paused since while later \
+         epochs committed txns the observer applied: its TRUNC cut them, and the \
+         observer stopped on the broken invariant",
+    ),
 ];
 
 #[test]

@@ -183,11 +183,18 @@ impl Node {
 
     /// Learner: NEWEPOCH from the leader I registered with.
     pub(crate) fn on_new_epoch(&mut self, epoch: u32) -> bool {
-        // Observers never vote, so they promise nothing: they follow any epoch, and
-        // their ack never counts.
+        // Observers never vote, so they promise nothing and their ack never counts;
+        // but neither follows a leader of an epoch older than the history it has
+        // (one paused or cut off while later epochs went on would TRUNC what it
+        // applied since).
         let observer = matches!(&self.state, State::Learning(f) if f.observer);
-        if !observer && epoch < self.accepted_epoch {
-            // That leader is behind what I promised: elect again.
+        let floor = if observer {
+            self.current_epoch
+        } else {
+            self.accepted_epoch
+        };
+        if epoch < floor {
+            // That leader is behind what I promised or follow already: elect again.
             self.enter_looking();
             return true;
         }

@@ -767,5 +767,43 @@ fn a_learner_that_finds_two_leaderships_on_one_stream_registers_again() {
     );
 }
 
+#[test]
+fn an_observer_does_not_follow_a_leader_of_an_older_epoch() {
+    // Found by the simulator (seed 26957 with 1000 chaos ticks). Leader 3 of epoch
+    // 4 was paused for 54 ticks; meanwhile 2 led epochs 5 and 6, and observer 4
+    // applied their commits. On resuming, 3 still said it led epoch 4; 4 registered
+    // with it, took its NEWEPOCH (an observer promised nothing) and got a TRUNC
+    // that would cut the txns of epoch 5 it had applied, and stopped.
+    let session = 0xb5e4;
+    let mut n = Node::new(
+        Config::new(4, vec![1, 2, 3], vec![4]),
+        Restored {
+            current_epoch: 6,
+            ..Restored::default()
+        },
+        4,
+    )
+    .unwrap();
+    n.state = State::Learning(learner::Learner::new(3, session, true, n.now));
+    n.step(
+        3,
+        Message::ToLearner {
+            session,
+            epoch: 4,
+            seq: 1,
+            body: LeaderMsg::NewEpoch { epoch: 4 },
+        },
+    );
+    assert_eq!(n.status().role, Role::Looking, "it followed epoch 4");
+    let r = n.ready();
+    assert!(
+        !r.messages
+            .iter()
+            .any(|e| matches!(e.msg, Message::ToLeader { .. })),
+        "it acked epoch 4: {:?}",
+        r.messages
+    );
+}
+
 #[path = "resync_tests.rs"]
 mod resync;
