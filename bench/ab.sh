@@ -13,7 +13,13 @@
 #        (default 7), NODES (default 1: one server of each build; 3: an ensemble of
 #        each, by scripts/ensemble.sh, its leader last in the endpoint list),
 #        KEEP_SCRATCH=1 keeps the scratch folder, BENCH_ARGS adds arguments to
-#        every concord-bench run (`--system concord-sdk`: through the Rust SDK).
+#        every concord-bench run (`--system concord-sdk`: through the Rust SDK),
+#        SLOW_FSYNC_US (NODES above 1) delays every fsync and fdatasync of server 2
+#        of each ensemble by that many microseconds, by strace's fault injection: a
+#        follower on a slower disk, the one a one-client point writes through (the
+#        bench's setup connection takes the first endpoint, its client the second;
+#        a fresh ensemble's leader is server N, and the run stops if server 2
+#        leads). Server 2's CPU is then left out of the server CPU.
 #
 # Starts both on 127.0.0.1 (before from port 17191, after from 17291), runs each
 # build's bench once against its own servers per round, the order swapped every
@@ -52,10 +58,47 @@ leader_last() {  # leader_last DIR PORT BIN_DIR: prints the reordered $endpoints
   tr , '\n' <<<"$endpoints" | grep -vx "$leader_endpoint" | tr '\n' , ; echo "$leader_endpoint"
 }
 
-CONCORD_BIN=$before/concord start_concord "$scratch/before" "$nodes" 17191
+bin_of() {  # bin_of DIR SIDE: the folder whose `concord` starts SIDE's servers
+  if [ -z "${SLOW_FSYNC_US:-}" ] || [ "$nodes" = 1 ]; then echo "$1"; return; fi
+  command -v strace >/dev/null || { echo "SLOW_FSYNC_US needs strace" >&2; exit 2; }
+  local d=$scratch/bin-$2
+  mkdir -p "$d"
+  ln -sf "$1/concordctl" "$d/concordctl"
+  # Server i is started with concord-i.toml (scripts/ensemble.sh). strace leaves
+  # its tracee running when it is stopped, so the server is stopped by itself.
+  sed -e "s|@BIN@|$1|g" -e "s|@DELAY@|$SLOW_FSYNC_US|g" > "$d/concord" <<'EOF'
+#!/usr/bin/env bash
+case "$*" in
+  *concord-2.toml*)
+    strace -f --seccomp-bpf -o /dev/null -e trace=fsync,fdatasync \
+      -e inject=fsync:delay_enter=@DELAY@ -e inject=fdatasync:delay_enter=@DELAY@ \
+      "@BIN@/concord" "$@" &
+    tracer=$!
+    trap 'pkill -TERM -P $tracer' TERM INT
+    wait $tracer; wait $tracer ;;
+  *) exec "@BIN@/concord" "$@" ;;
+esac
+EOF
+  chmod +x "$d/concord"
+  echo "$d"
+}
+before_bin=$(bin_of "$before" before)
+after_bin=$(bin_of "$after" after)
+
+# Server 2 must be a follower for SLOW_FSYNC_US to mean what it says.
+slow_one_follows() {  # slow_one_follows DIR PORT BIN_DIR
+  [ -n "${SLOW_FSYNC_US:-}" ] && [ "$nodes" -gt 1 ] || return 0
+  ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null |
+    awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{l=s} END{exit l == 2}' ||
+    { echo "server 2 leads in $1: SLOW_FSYNC_US would slow the leader" >&2; exit 1; }
+}
+
+CONCORD_BIN=$before_bin/concord start_concord "$scratch/before" "$nodes" 17191
+slow_one_follows "$scratch/before" 17191 "$before_bin"
 [ "$nodes" -gt 1 ] && endpoints=$(leader_last "$scratch/before" 17191 "$before")
 before_endpoints=$endpoints before_pids=$(echo $pids | tr ' ' ,)
-CONCORD_BIN=$after/concord start_concord "$scratch/after" "$nodes" 17291
+CONCORD_BIN=$after_bin/concord start_concord "$scratch/after" "$nodes" 17291
+slow_one_follows "$scratch/after" 17291 "$after_bin"
 [ "$nodes" -gt 1 ] && endpoints=$(leader_last "$scratch/after" 17291 "$after")
 after_endpoints=$endpoints after_pids=$(echo $pids | tr ' ' ,)
 

@@ -276,9 +276,10 @@ impl<H: Host> Engine<H> {
         self.node.peer_lost(from);
     }
 
-    /// Readies up to `number` are durable.
+    /// Readies up to `number` are durable (a snapshot waiting for the log may go).
     pub(crate) fn persisted(&mut self, number: u64) {
         self.node.persisted(number);
+        self.maybe_snapshot();
     }
 
     /// One tick of the core's clock. A leader that steps down for want of a quorum
@@ -569,18 +570,29 @@ impl<H: Host> Engine<H> {
     }
 
     /// Asks the host for a snapshot of the applied tree if one is due (and none is
-    /// being written: that one's compaction asks again).
+    /// being written: that one's compaction asks again). Committed txns are applied
+    /// before this server's own log has them durable, and a snapshot must not be
+    /// above the log's durable end (`Node::durable_log_zxid`): until the log reaches
+    /// the applied state, applies are held at it, and the snapshot is taken once it
+    /// has (`persisted` asks again).
     fn maybe_snapshot(&mut self) {
         if !self.snapshot_policy.due() {
             return;
         }
         // The engine is the tree's only writer: this is the applied state.
-        let tree = self
-            .readable
-            .tree
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let tree = {
+            let tree = self
+                .readable
+                .tree
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            let durable = tree.last_zxid() <= self.node.durable_log_zxid();
+            self.node.hold_applies_at_durable(!durable);
+            if !durable {
+                return;
+            }
+            tree.clone()
+        };
         if self.host.snapshot(tree) {
             self.snapshot_policy.requested();
         }

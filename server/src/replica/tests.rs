@@ -628,6 +628,75 @@ pub(crate) async fn slow_follower(configs: &[Config], what: Stall, closed: bool)
     }
 }
 
+/// A follower applies committed txns before its own fsync of them ends, but a
+/// snapshot of its applied state must not be above its log's durable end (storage
+/// would take it for one installed over an emptied log, and refuse the appends still
+/// in flight). With its fsyncs stalled and a snapshot due every 3 txns, it holds
+/// its applies at the durable end instead of snapshotting; once the disk goes on,
+/// it applies everything, snapshots, and keeps following.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_waits_for_the_log_to_be_durable_up_to_it() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let configs: Vec<Config> = patient_byte_budgets(&dirs)
+        .into_iter()
+        .map(|c| Config {
+            snapshot_every_txns: 3,
+            ..c
+        })
+        .collect();
+    let SlowFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+    } = slow_follower(&configs, Stall::Fsyncs, false).await;
+    stall.send_replace(true);
+    let mut last = 0;
+    for i in 0..10 {
+        last = leader
+            .submit(0, 0, create(&format!("/n{i}")))
+            .await
+            .unwrap()
+            .zxid;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.committed_zxid() < last {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower never heard of the commits"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        slow.applied_zxid() < last,
+        "applies were not held while a snapshot waited for the log"
+    );
+    assert_eq!(
+        slow.role(),
+        crate::zab::Role::Following,
+        "the follower stopped"
+    );
+    stall.send_replace(false);
+    slow.wait_applied(last, Duration::from_secs(20))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while slow.storage().snapshots().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshot written"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after = leader.submit(0, 0, create("/after")).await.unwrap();
+    slow.wait_applied(after.zxid, Duration::from_secs(20))
+        .await
+        .unwrap();
+    for r in replicas.iter().chain([&slow]) {
+        r.shutdown();
+    }
+}
+
 /// A follower whose own snapshot is stalled (a slow disk) stops reading its leader
 /// once its in-memory log is full, instead of appending every proposal it is sent;
 /// the leader and the other follower go on meanwhile, and once the snapshot is

@@ -106,7 +106,8 @@ impl StorageReplay {
     }
 
     /// The next matching batches after what was returned, up to `until`, stopping
-    /// once they pass `bytes_max`. `through == until` when the replay reached it.
+    /// once they pass `bytes_max` or at the end of the durable log. `through == until`
+    /// when the replay reached it.
     /// Cancel-safe: a read cut short is finished by the next call (whose `until` and
     /// `bytes_max` it then ignores).
     pub(crate) async fn next_chunk(
@@ -178,10 +179,12 @@ fn chunk_blocking(
                 oldest_zxid: log_start,
             });
         }
+        // A txn is applied, and its events published, once a quorum has it durable,
+        // which may be before this server's own log has it: the chunk ends where the
+        // log does, and the next one reads on.
         let Some(first) = txns.first() else {
-            return Err(WatchError::Storage(format!(
-                "the log ends at {cursor:#x}, before {until:#x}"
-            )));
+            out.through = cursor.max(after);
+            return Ok(out);
         };
         if first.zxid > until {
             break;

@@ -37,7 +37,9 @@
 //!   4. `status`: the role changed. A leader that stops serving must fail its
 //!      waiting callers as "outcome unknown" (their txns may still commit);
 //!   5. `fatal`: stop serving.
-//! - after saving a snapshot of the applied tree at zxid z:
+//! - a snapshot of the applied tree at zxid z is taken only once
+//!   `node.durable_log_zxid()` ≥ z (meanwhile `node.hold_applies_at_durable(true)`
+//!   lets the log catch up); after saving it:
 //!   `node.compact(z)` (learners behind z then get SNAP, which the core sends
 //!   without its bytes: the transport reads them from storage as it sends it).
 //!
@@ -90,9 +92,11 @@
 //! - Streams are logical (session + sequence numbers, see `message.rs`) rather than
 //!   TCP connections, so the transport may lose, duplicate and reorder; a gap makes
 //!   the learner register again and be re-synchronized.
-//! - The leader commits its history at establishment and never applies a txn that
-//!   is not durable locally; learners and the leader hand out committed txns only
-//!   up to what their own log has made durable.
+//! - The leader commits its history at establishment. Committed txns are handed
+//!   out at once, also above what this server's own log has made durable (they are
+//!   durable on a quorum; ZooKeeper's servers apply them so too), except while the
+//!   runtime holds them at the durable end for a snapshot, which must not be above
+//!   it (`Node::hold_applies_at_durable`).
 //! - A restarted server's tree is its snapshot only; log entries above it are
 //!   applied when a leader says they are committed (ZooKeeper replays the whole log
 //!   and relies on TRUNC to fix it).

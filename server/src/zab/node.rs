@@ -63,6 +63,9 @@ pub struct Node {
     pub(crate) committed: Zxid,
     /// The highest zxid handed out in `Ready::committed` (or installed by snapshot).
     pub(crate) applied_out: Zxid,
+    /// Hand out committed txns only up to what this server's own log has durable
+    /// (`hold_applies_at_durable`): set while the runtime waits to snapshot.
+    pub(crate) applies_held_at_durable: bool,
     /// The highest accepted epoch a voter reported: a new epoch must exceed it, or
     /// that voter could never join.
     pub(crate) epoch_floor: u32,
@@ -122,6 +125,7 @@ impl Node {
             durable,
             committed: start,
             applied_out: start,
+            applies_held_at_durable: false,
             epoch_floor: 0,
             round: 0,
             decided: (super::Vote::default(), 0),
@@ -229,13 +233,33 @@ impl Node {
 
     /// The runtime wrote a snapshot of its applied state at `zxid` to storage: older
     /// log entries are no longer kept here (learners behind it get SNAP, whose bytes
-    /// the transport reads from storage). Ignored unless `zxid` has been applied.
+    /// the transport reads from storage). Ignored unless `zxid` has been applied and
+    /// the log is durable up to it.
     /// Returns the entries taken out (`Log::compact`), for the caller to free.
     pub fn compact(&mut self, zxid: Zxid) -> Covered {
-        if zxid > self.applied_out {
+        if zxid > self.applied_out || zxid > self.durable.log_zxid {
             return Covered::default();
         }
         self.log.compact(zxid).unwrap_or_default()
+    }
+
+    /// The log is durable here up to this zxid. Committed txns are handed out before
+    /// it reaches them (a quorum has them durable), so a snapshot of the applied
+    /// state must wait for it: storage takes a snapshot above the log's durable end
+    /// for one installed over an emptied log.
+    pub fn durable_log_zxid(&self) -> Zxid {
+        self.durable.log_zxid
+    }
+
+    /// While `hold` is true, committed txns are handed out only up to the log's
+    /// durable end, so that it catches up with the applied state (the runtime holds
+    /// them so while a snapshot waits for it; under a steady load the applied state
+    /// could otherwise stay ahead of it at every turn).
+    pub fn hold_applies_at_durable(&mut self, hold: bool) {
+        self.applies_held_at_durable = hold;
+        if !hold {
+            self.release_committed();
+        }
     }
 
     /// Everything to do since the last call.
@@ -415,9 +439,14 @@ impl Node {
         true
     }
 
-    /// Hands out txns that are both committed and durable here, in order.
+    /// Hands out committed txns, in order. Committed means durable on a quorum, so,
+    /// as in ZooKeeper, they are applied whether or not this server's own log has
+    /// them durable yet, unless applies are held (`hold_applies_at_durable`).
     pub(crate) fn release_committed(&mut self) {
-        let up_to = self.committed.min(self.durable.log_zxid);
+        let mut up_to = self.committed.min(self.log.last_zxid());
+        if self.applies_held_at_durable {
+            up_to = up_to.min(self.durable.log_zxid);
+        }
         if up_to <= self.applied_out {
             return;
         }

@@ -77,7 +77,7 @@ pub struct Ready {
     pub messages: Vec<Envelope>,
     /// Durable changes, in order.
     pub persist: Vec<PersistOp>,
-    /// Txns now committed and durable here, in zxid order: apply them.
+    /// Txns now committed (durable on a quorum), in zxid order: apply them.
     pub committed: Vec<Txn>,
     /// The new status, if it changed.
     pub status: Option<Status>,

@@ -205,6 +205,47 @@ fn acks_wait_for_fsync_and_commit_waits_for_a_quorum() {
     assert_eq!(h.applied[&leader], vec![z]);
 }
 
+/// A txn durable on a quorum is applied on every server at its COMMIT, also on one
+/// whose own disk has not made it durable yet (as in ZooKeeper): the leader when its
+/// two followers made the quorum, a follower when the leader and the other one did.
+/// While applies are held at the log's durable end (`hold_applies_at_durable`, as
+/// when a snapshot waits for the log), a committed txn waits for the disk again.
+#[test]
+fn a_committed_txn_is_applied_before_this_servers_own_fsync() {
+    let mut h = Harness::new(&[1, 2, 3], &[]);
+    h.ticks(3);
+    let leader = h.leader().unwrap();
+    let followers: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    h.slow_disk = vec![leader];
+    let z1 = h.nodes.get_mut(&leader).unwrap().propose(txn(1)).unwrap();
+    h.settle();
+    assert!(h.nodes[&leader].durable_log_zxid() < z1);
+    for id in [1, 2, 3] {
+        assert_eq!(h.applied[&id], vec![z1], "server {id}");
+    }
+    let n = *h.held[&leader].last().unwrap();
+    h.nodes.get_mut(&leader).unwrap().persisted(n);
+    let slow = followers[0];
+    h.slow_disk = vec![slow];
+    let z2 = h.nodes.get_mut(&leader).unwrap().propose(txn(2)).unwrap();
+    h.settle();
+    assert!(h.nodes[&slow].durable_log_zxid() < z2);
+    assert_eq!(h.applied[&slow], vec![z1, z2]);
+
+    h.nodes
+        .get_mut(&slow)
+        .unwrap()
+        .hold_applies_at_durable(true);
+    let z3 = h.nodes.get_mut(&leader).unwrap().propose(txn(3)).unwrap();
+    h.settle();
+    assert_eq!(h.applied[&leader], vec![z1, z2, z3], "committed");
+    assert_eq!(h.applied[&slow], vec![z1, z2], "held at the durable end");
+    let n = *h.held[&slow].last().unwrap();
+    h.nodes.get_mut(&slow).unwrap().persisted(n);
+    h.settle();
+    assert_eq!(h.applied[&slow], vec![z1, z2, z3]);
+}
+
 /// Followers whose disks stall for longer than the sync limit still answer their
 /// leader's pings at once (`Message::Alive`, outside their streams, where the
 /// PingAck waits behind the append as every message does): the leader keeps its
