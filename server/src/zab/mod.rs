@@ -33,7 +33,9 @@
 //!      loop continues, as long as Readies are persisted in order and
 //!      `persisted` is called in order;
 //!   3. apply `committed` in order to the tree; answer the callers waiting on those
-//!      zxids (the leader: its own proposals), fire watches;
+//!      zxids (the leader: its own proposals), fire watches. Committed txns come
+//!      out as soon as a quorum has them durable, also above this server's own
+//!      durable log end, as in ZooKeeper (but see snapshots below);
 //!   4. `status`: the role changed. A leader that stops serving must fail its
 //!      waiting callers as "outcome unknown" (their txns may still commit);
 //!   5. `fatal`: stop serving.
@@ -92,11 +94,7 @@
 //! - Streams are logical (session + sequence numbers, see `message.rs`) rather than
 //!   TCP connections, so the transport may lose, duplicate and reorder; a gap makes
 //!   the learner register again and be re-synchronized.
-//! - The leader commits its history at establishment. Committed txns are handed
-//!   out at once, also above what this server's own log has made durable (they are
-//!   durable on a quorum; ZooKeeper's servers apply them so too), except while the
-//!   runtime holds them at the durable end for a snapshot, which must not be above
-//!   it (`Node::hold_applies_at_durable`).
+//! - The leader commits its history at establishment.
 //! - A restarted server's tree is its snapshot only; log entries above it are
 //!   applied when a leader says they are committed (ZooKeeper replays the whole log
 //!   and relies on TRUNC to fix it).
