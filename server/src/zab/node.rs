@@ -233,11 +233,10 @@ impl Node {
 
     /// The runtime wrote a snapshot of its applied state at `zxid` to storage: older
     /// log entries are no longer kept here (learners behind it get SNAP, whose bytes
-    /// the transport reads from storage). Ignored unless `zxid` has been applied and
-    /// the log is durable up to it.
+    /// the transport reads from storage). Ignored unless `zxid` has been applied.
     /// Returns the entries taken out (`Log::compact`), for the caller to free.
     pub fn compact(&mut self, zxid: Zxid) -> Covered {
-        if zxid > self.applied_out || zxid > self.durable.log_zxid {
+        if zxid > self.applied_out {
             return Covered::default();
         }
         self.log.compact(zxid).unwrap_or_default()
@@ -256,8 +255,9 @@ impl Node {
     /// them so while a snapshot waits for it; under a steady load the applied state
     /// could otherwise stay ahead of it at every turn).
     pub fn hold_applies_at_durable(&mut self, hold: bool) {
+        let lifted = self.applies_held_at_durable && !hold;
         self.applies_held_at_durable = hold;
-        if !hold {
+        if lifted {
             self.release_committed();
         }
     }

@@ -104,6 +104,17 @@ impl Harness {
         any
     }
 
+    /// The disk of `id` makes durable every Ready it was holding.
+    fn persist_held(&mut self, id: ServerId) {
+        let n = *self.held[&id].last().unwrap();
+        self.nodes.get_mut(&id).unwrap().persisted(n);
+    }
+
+    /// The voters of `voters` other than `leader`.
+    fn followers(voters: &[ServerId], leader: ServerId) -> Vec<ServerId> {
+        voters.iter().copied().filter(|&id| id != leader).collect()
+    }
+
     /// Delivers until quiet.
     fn settle(&mut self) {
         for _ in 0..10_000 {
@@ -199,8 +210,7 @@ fn acks_wait_for_fsync_and_commit_waits_for_a_quorum() {
     h.settle();
     assert!(h.applied[&leader].is_empty(), "no quorum durable yet");
     assert!(h.nodes[&leader].committed_zxid() < z);
-    let n = *h.held[&1].last().unwrap();
-    h.nodes.get_mut(&1).unwrap().persisted(n);
+    h.persist_held(1);
     h.settle();
     assert_eq!(h.applied[&leader], vec![z]);
 }
@@ -215,7 +225,7 @@ fn a_committed_txn_is_applied_before_this_servers_own_fsync() {
     let mut h = Harness::new(&[1, 2, 3], &[]);
     h.ticks(3);
     let leader = h.leader().unwrap();
-    let followers: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    let followers = Harness::followers(&[1, 2, 3], leader);
     h.slow_disk = vec![leader];
     let z1 = h.nodes.get_mut(&leader).unwrap().propose(txn(1)).unwrap();
     h.settle();
@@ -223,8 +233,7 @@ fn a_committed_txn_is_applied_before_this_servers_own_fsync() {
     for id in [1, 2, 3] {
         assert_eq!(h.applied[&id], vec![z1], "server {id}");
     }
-    let n = *h.held[&leader].last().unwrap();
-    h.nodes.get_mut(&leader).unwrap().persisted(n);
+    h.persist_held(leader);
     let slow = followers[0];
     h.slow_disk = vec![slow];
     let z2 = h.nodes.get_mut(&leader).unwrap().propose(txn(2)).unwrap();
@@ -240,8 +249,7 @@ fn a_committed_txn_is_applied_before_this_servers_own_fsync() {
     h.settle();
     assert_eq!(h.applied[&leader], vec![z1, z2, z3], "committed");
     assert_eq!(h.applied[&slow], vec![z1, z2], "held at the durable end");
-    let n = *h.held[&slow].last().unwrap();
-    h.nodes.get_mut(&slow).unwrap().persisted(n);
+    h.persist_held(slow);
     h.settle();
     assert_eq!(h.applied[&slow], vec![z1, z2, z3]);
 }
@@ -255,7 +263,7 @@ fn a_leader_keeps_followers_whose_disks_stall_past_the_sync_limit() {
     let mut h = Harness::new(&[1, 2, 3], &[]);
     h.ticks(3);
     let leader = h.leader().unwrap();
-    let followers: Vec<ServerId> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+    let followers = Harness::followers(&[1, 2, 3], leader);
     h.slow_disk = followers.clone();
     let z = h.nodes.get_mut(&leader).unwrap().propose(txn(1)).unwrap();
     let limit = Config::new(leader, vec![1, 2, 3], vec![]).sync_limit_ticks as usize;
@@ -266,8 +274,7 @@ fn a_leader_keeps_followers_whose_disks_stall_past_the_sync_limit() {
     }
     assert!(h.applied[&leader].is_empty(), "no quorum durable yet");
     h.slow_disk.clear();
-    let n = *h.held[&followers[0]].last().unwrap();
-    h.nodes.get_mut(&followers[0]).unwrap().persisted(n);
+    h.persist_held(followers[0]);
     h.settle();
     assert_eq!(h.applied[&leader], vec![z]);
 }
