@@ -128,3 +128,58 @@ async fn a_watch_resumes_on_a_follower_whose_fsync_is_stalled() {
         r.shutdown();
     }
 }
+
+/// The same follower, with a history ring of two txns: what it applied while its
+/// fsync was stalled left the ring before it was durable in its log, so a watch
+/// resumed from before it replays from storage up to the log's durable end and then
+/// waits for the disk, instead of ending ("replay stuck", which ended the watch with
+/// an error before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_replayed_from_storage_waits_for_a_stalled_fsync() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut configs = patient_byte_budgets(&dirs);
+    configs[2].watch_history_txns_max = 2;
+    let SlowFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+    } = slow_follower(&configs, Stall::Fsyncs, false).await;
+    stall.send_replace(true);
+    let seen = leader.submit(0, 0, create("/seen")).await.unwrap();
+    let mut created = Vec::new();
+    for path in ["/a", "/b", "/c", "/d"] {
+        let c = leader.submit(0, 0, create(path)).await.unwrap();
+        created.push((path.to_owned(), c.zxid));
+    }
+    let last = created[created.len() - 1].1;
+    slow.wait_applied(last, Duration::from_secs(20))
+        .await
+        .expect("the follower applies what is committed while its disk is stalled");
+    assert!(
+        slow.hub().oldest_resumable_zxid() > seen.zxid,
+        "the ring no longer reaches back to the resume point"
+    );
+    let mut stream = stream_of(resume_on(&slow, seen.zxid)).await;
+    // Nothing can come while the disk is stalled; an error must not either.
+    let stalled = tokio::time::timeout(Duration::from_millis(300), async {
+        while let Some(msg) = stream.next().await {
+            let msg = msg.expect("no error while the disk is stalled");
+            if let Some(pb::watch_response::Msg::Event(e)) = msg.msg {
+                panic!("an event before the disk went on: {e:?}");
+            }
+        }
+    })
+    .await;
+    assert!(
+        stalled.is_err(),
+        "the stream ended while the disk was stalled"
+    );
+    stall.send_replace(false);
+    for want in created {
+        assert_eq!(next_created(&mut stream).await, want);
+    }
+    for r in replicas.iter().chain([&slow]) {
+        r.shutdown();
+    }
+}

@@ -229,40 +229,83 @@ pub(crate) fn save_snapshot(storage: &dyn Storage, tree: &DataTree) -> Result<us
 /// Test-only ways to stall a replica's disk. A replica started inside
 /// `SNAPSHOTS.scope(gate, ..)` hands its snapshot requests to a relay that holds each
 /// one while `gate` reads true (the pipeline sees the snapshot as pending, as with a
-/// slow disk); one started inside `FSYNCS.scope(gate, ..)` hears that its writes are
-/// durable only while `gate` reads false (its fsyncs seem to take as long as the
-/// gate is closed). Task-local, so tests running at once do not meet.
+/// slow disk); one started inside `FSYNCS.scope(gate, ..)` has its log appends wait
+/// while `gate` reads true (its fsyncs seem to take as long as the gate is closed). Task-local, so tests running at once do not meet.
 #[cfg(test)]
 pub(super) mod stall {
+    use std::sync::Arc;
+
     use tokio::sync::{mpsc, watch};
 
-    use crate::replica::persist::Done;
     use crate::replica::pipeline::SnapshotJob;
+    use crate::storage::{Storage, StorageError};
+    use crate::txn::{Txn, Zxid};
 
     tokio::task_local! {
         /// While it reads true, snapshot requests wait before they are written.
         pub(in crate::replica) static SNAPSHOTS: watch::Receiver<bool>;
-        /// While it reads true, the pipeline hears of no finished fsync.
+        /// While it reads true, log appends wait before they write.
         pub(in crate::replica) static FSYNCS: watch::Receiver<bool>;
     }
 
-    /// `done` itself outside a `FSYNCS` scope; inside one, a receiver that gets
-    /// `done`'s newest value whenever the gate reads false.
-    pub(in crate::replica) fn fsyncs(done: Done) -> Done {
-        let Ok(mut gate) = FSYNCS.try_with(Clone::clone) else {
-            return done;
+    /// `storage` itself outside a `FSYNCS` scope; inside one, the same storage whose
+    /// appends wait while the gate reads true, before they write anything: the log
+    /// neither has them nor says they are durable until the gate opens (or its
+    /// sender is gone).
+    pub(in crate::replica) fn appends(storage: Arc<dyn Storage>) -> Arc<dyn Storage> {
+        let Ok(gate) = FSYNCS.try_with(Clone::clone) else {
+            return storage;
         };
-        let (tx, rx) = watch::channel(done.borrow().clone());
-        tokio::spawn(async move {
-            let mut done = done;
-            while done.changed().await.is_ok() {
-                let _ = gate.wait_for(|stalled| !stalled).await;
-                if tx.send(done.borrow_and_update().clone()).is_err() {
-                    return;
-                }
-            }
-        });
-        rx
+        Arc::new(StalledAppends {
+            inner: storage,
+            gate,
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    struct StalledAppends {
+        inner: Arc<dyn Storage>,
+        gate: watch::Receiver<bool>,
+        /// The persister's thread is not a runtime's: it waits on the gate here.
+        runtime: tokio::runtime::Handle,
+    }
+
+    impl Storage for StalledAppends {
+        fn append(&self, txns: &[Txn]) -> Result<(), StorageError> {
+            let mut gate = self.gate.clone();
+            let _ = self.runtime.block_on(gate.wait_for(|stalled| !stalled));
+            self.inner.append(txns)
+        }
+        fn last_zxid(&self) -> Result<Zxid, StorageError> {
+            self.inner.last_zxid()
+        }
+        fn read_after(&self, after: Zxid, max: usize) -> Result<Vec<Txn>, StorageError> {
+            self.inner.read_after(after, max)
+        }
+        fn truncate_after(&self, zxid: Zxid) -> Result<(), StorageError> {
+            self.inner.truncate_after(zxid)
+        }
+        fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
+            self.inner.save_snapshot(zxid, data)
+        }
+        fn snapshots(&self) -> Result<Vec<Zxid>, StorageError> {
+            self.inner.snapshots()
+        }
+        fn load_snapshot(&self, zxid: Zxid) -> Result<Vec<u8>, StorageError> {
+            self.inner.load_snapshot(zxid)
+        }
+        fn purge(&self, keep: usize) -> Result<(), StorageError> {
+            self.inner.purge(keep)
+        }
+        fn log_start(&self) -> Result<Zxid, StorageError> {
+            self.inner.log_start()
+        }
+        fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError> {
+            self.inner.get_u64(key)
+        }
+        fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError> {
+            self.inner.set_u64(key, value)
+        }
     }
 
     /// `jobs` itself outside a `SNAPSHOTS` scope; inside one, a channel fed from

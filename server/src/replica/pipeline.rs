@@ -419,6 +419,7 @@ impl Pipeline {
                         Ok(number) => {
                             self.engine.host.fsynced(number);
                             self.engine.persisted(number);
+                            shared.hub.note_log_durable(self.engine.node().durable_log_zxid());
                         }
                         Err(e) => {
                             shared.set_fatal(format!("log append failed: {e}"));

@@ -437,6 +437,8 @@ fn launch(
         .map_err(|e| StartError::Recovery(format!("zab: {e}")))?;
     let metrics = Arc::new(crate::telemetry::Metrics::new(storage.commit_seconds()));
     let storage: Arc<dyn Storage> = storage;
+    #[cfg(test)]
+    let storage = housekeeping::stall::appends(storage);
     let observe = super::persist::Observe {
         metrics: metrics.clone(),
         slow: Duration::from_millis(config.fsync_warn_threshold_ms),
@@ -511,8 +513,6 @@ fn launch(
     let (snap_tx, snap_rx) = mpsc::channel(1);
     #[cfg(test)]
     let snap_rx = housekeeping::stall::relay(snap_rx);
-    #[cfg(test)]
-    let persisted_rx = housekeeping::stall::fsyncs(persisted_rx);
     let (compacted_tx, compacted_rx) = mpsc::channel(1);
     let shell = Shell::new(
         shared.clone(),

@@ -213,9 +213,11 @@ impl WatchFeed {
             last_delivered_zxid: self.cursor,
         })?;
         if chunk.batches.is_empty() && chunk.through <= before && !chunk.fired {
-            return Err(WatchError::Storage(format!(
-                "replay stuck at {before:#x} before {until:#x}"
-            )));
+            // The replay is at the end of this server's durable log, and the ring no
+            // longer holds what comes next (applied before this server's own fsync
+            // of it ended, then pushed out): wait for the disk, then read on.
+            drop(charge);
+            return self.hub.log_durable_past(before).await;
         }
         self.cursor = chunk.through;
         let fired = chunk.fired;

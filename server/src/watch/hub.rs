@@ -155,6 +155,9 @@ pub(crate) struct Shared {
     progress: tokio::sync::watch::Sender<Zxid>,
     /// Permits for replays from storage (`replays_max`).
     replays: Arc<tokio::sync::Semaphore>,
+    /// How far this server's own log is durable, as its replica says: a replay
+    /// from storage reads no further, and waits on it.
+    log_durable: tokio::sync::watch::Sender<Zxid>,
 }
 
 /// Fans applied txns' events out to watches. Cheap to clone (one Arc).
@@ -194,6 +197,7 @@ impl WatchHub {
                 state: Mutex::new(state),
                 progress,
                 replays: Arc::new(tokio::sync::Semaphore::new(config.replays_max.max(1))),
+                log_durable: tokio::sync::watch::Sender::new(start_zxid),
             }),
         }
     }
@@ -333,6 +337,36 @@ impl WatchHub {
         self.shared.progress.subscribe()
     }
 
+    /// This server's own log is durable up to `zxid` (after each of its fsyncs). A
+    /// txn is applied, and published, once a quorum has it durable, which may be
+    /// before this server's own log has it.
+    pub fn note_log_durable(&self, zxid: Zxid) {
+        self.shared.log_durable.send_if_modified(|durable| {
+            let moved = *durable != zxid;
+            *durable = zxid;
+            moved
+        });
+    }
+
+    /// Returns once this server's own log is durable past `zxid`; Err(Closed) if the
+    /// hub shuts down first. Cancel-safe.
+    pub(crate) async fn log_durable_past(&self, zxid: Zxid) -> Result<(), WatchError> {
+        let mut durable = self.shared.log_durable.subscribe();
+        loop {
+            // Seen before `closed` is read: a shutdown after it wakes `changed`.
+            let past = *durable.borrow_and_update() > zxid;
+            if lock(&self.shared.state).closed {
+                return Err(WatchError::Closed);
+            }
+            if past {
+                return Ok(());
+            }
+            if durable.changed().await.is_err() {
+                return Err(WatchError::Closed);
+            }
+        }
+    }
+
     /// A consistent snapshot of the hub's counters.
     pub fn stats(&self) -> WatchStats {
         let st = lock(&self.shared.state);
@@ -371,6 +405,8 @@ impl WatchHub {
     /// new ones. Dropping the last hub clone does the same.
     pub fn shutdown(&self) {
         lock(&self.shared.state).close();
+        // Wakes replays waiting for the log (`log_durable_past`).
+        self.shared.log_durable.send_modify(|_| {});
     }
 }
 

@@ -641,3 +641,36 @@ async fn resynchronize_ends_every_watch_and_restarts_the_history() {
     assert_eq!(next_batch(&mut after).await.zxid, 51);
     assert_eq!(hub.published_zxid(), 51);
 }
+
+/// A replay from storage that reached the end of this server's durable log waits
+/// until the log is durable past where it stands, and ends when the hub shuts down.
+#[tokio::test]
+async fn a_wait_for_the_durable_log_ends_past_it_or_at_shutdown() {
+    let hub = hub(8, 8);
+    let past = |zxid| {
+        let hub = hub.clone();
+        tokio::spawn(async move { hub.log_durable_past(zxid).await })
+    };
+    // One runtime thread: a yield lets the waiter run until it waits.
+    let waiting = past(6);
+    tokio::task::yield_now().await;
+    hub.note_log_durable(6);
+    tokio::task::yield_now().await;
+    assert!(
+        !waiting.is_finished(),
+        "the log is durable up to 6, not past it"
+    );
+    hub.note_log_durable(7);
+    let done = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+    assert_eq!(done.expect("woken in time").unwrap(), Ok(()));
+    assert_eq!(hub.log_durable_past(6).await, Ok(()), "already past");
+    let waiting = past(7);
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    hub.shutdown();
+    let done = tokio::time::timeout(Duration::from_secs(10), waiting).await;
+    assert_eq!(
+        done.expect("woken in time").unwrap(),
+        Err(WatchError::Closed)
+    );
+}

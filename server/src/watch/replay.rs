@@ -181,7 +181,8 @@ fn chunk_blocking(
         }
         // A txn is applied, and its events published, once a quorum has it durable,
         // which may be before this server's own log has it: the chunk ends where the
-        // log does, and the next one reads on.
+        // log does, and the next one reads on (the feed waits for the log if it
+        // must, `WatchHub::log_durable_past`).
         let Some(first) = txns.first() else {
             out.through = cursor.max(after);
             return Ok(out);
