@@ -75,6 +75,77 @@ async fn t85_a_session_outlives_the_servers_it_talked_to() {
     assert!(gone.stat.is_none());
 }
 
+/// A client whose server is cut off from the other two (both ways, so the server
+/// has no leader) moves to another within its silence limit: the cut-off server
+/// holds its keep-alive answers while no leader hears it. Its session lives on, its
+/// ephemeral with it, and its writes go through again. (The server answered the
+/// pings from its own table: the client stayed, and its session expired on the
+/// leader's clock; found by t94's Bridge fault, with every client on a server of
+/// the cut-off pair.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
+    const TTL_MS: i64 = 4000;
+    let ensemble = Ensemble::start_proxied(3, ServerOptions::server_defaults());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let cut = (0..3).find(|&i| i != leader).unwrap();
+    let others: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
+    // The cut-off server first in the list, and taken first.
+    let list: Vec<String> = [cut]
+        .iter()
+        .chain(&others)
+        .map(|&i| ensemble.servers[i].endpoint())
+        .collect();
+    let client = Client::builder()
+        .endpoints(list)
+        .randomize_hosts(false)
+        .connect()
+        .await
+        .unwrap();
+    let session = client.open_session(TTL_MS).await.unwrap();
+    let options = CreateOptions {
+        session_id: session.id(),
+        ..CreateOptions::mode(CreateMode::Ephemeral)
+    };
+    client.create("/eph", "mine", options).await.unwrap();
+    let proxies = ensemble.proxies.as_ref().unwrap();
+    for &j in &others {
+        proxies.cut(cut, j, true);
+        proxies.cut(j, cut, true);
+    }
+    let cut_at = Instant::now();
+    // Writes go through once the client has moved (before, they fail retry-safe, or
+    // with their outcome unknown when the cut came while one was on its way).
+    let mut n = 0;
+    loop {
+        n += 1;
+        match client
+            .create(&format!("/w{n}"), "x", CreateOptions::default())
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => assert!(e.is_retry_safe() || e.is_indeterminate(), "{e}"),
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_millis(3 * TTL_MS as u64),
+            "no write went through in three TTLs"
+        );
+    }
+    // Two TTLs on, the session still holds its ephemeral, as the leader sees it.
+    tokio::time::sleep_until((cut_at + Duration::from_millis(2 * TTL_MS as u64)).into()).await;
+    let witness = Client::connect(ensemble.servers[leader].endpoint())
+        .await
+        .unwrap();
+    let eph = witness
+        .exists("/eph", ReadOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        eph.stat.is_some(),
+        "the session expired while its client stayed on the cut-off server"
+    );
+    drop(session);
+}
+
 /// Runs `call` until it succeeds or fails in a way that is not safe to retry.
 async fn retried<T, F, Fut>(mut call: F) -> T
 where

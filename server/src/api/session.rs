@@ -188,7 +188,12 @@ impl Session for SessionService {
         tokio::spawn(async move {
             while let Some(ping) = pings.next().await {
                 let reply = match ping {
-                    Ok(p) => answer_ping(&replica, &caller, &p).await,
+                    // A ping held for a leader ends with the stream (the client gave
+                    // it up, perhaps for another server).
+                    Ok(p) => tokio::select! {
+                        reply = answer_ping(&replica, &caller, &p) => reply,
+                        () = tx.closed() => break,
+                    },
                     Err(status) => Err(status),
                 };
                 let failed = reply.is_err();
@@ -283,6 +288,13 @@ impl Session for SessionService {
 /// Answers one ping of `caller`'s KeepAlive stream. A server behind the client's
 /// view must not call its session expired (it may only not have applied the
 /// session's Open yet), nor decide whose it is: it waits for both.
+///
+/// Nor may it answer while it has no leader that hears from it: the session lives
+/// on the leader's clock, which such a server's touches do not reach. The answer
+/// waits for a leader, so the client, hearing nothing, gives this server up for
+/// another in its list within its silence limit (half the TTL), where a ZooKeeper
+/// server without a quorum closes its clients' connections. An answer given
+/// anyway kept the client on a cut-off server until its session expired.
 pub(super) async fn answer_ping(
     replica: &Replica,
     caller: &Caller,
@@ -290,6 +302,7 @@ pub(super) async fn answer_ping(
 ) -> Result<pb::KeepAliveResponse, Status> {
     ready_for_read(replica, ping.min_zxid, false).await?;
     check_session(replica, caller, ping.session_id, "keep it alive").await?;
+    replica.wait_for_leader().await?;
     Ok(keep_alive_reply(replica, ping.session_id))
 }
 

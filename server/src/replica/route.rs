@@ -41,6 +41,48 @@ async fn changed(rx: Option<&mut watch::Receiver<u64>>) {
     }
 }
 
+/// What may give this server a leader to hand work to, or take it away: its role,
+/// whether it leads an established epoch, and its forwarder's path to the leader.
+struct LeaderChanges {
+    role: watch::Receiver<crate::zab::Role>,
+    serving: watch::Receiver<bool>,
+    heard: Option<watch::Receiver<u64>>,
+    tick: Duration,
+}
+
+impl LeaderChanges {
+    fn of(shared: &Shared) -> LeaderChanges {
+        LeaderChanges {
+            role: shared.role.subscribe(),
+            serving: shared.serving.subscribe(),
+            heard: shared.forwarder.as_ref().map(Forwarder::heard),
+            tick: Duration::from_millis(shared.tick_ms.max(1)),
+        }
+    }
+
+    /// Takes the current values as seen, before they are looked at.
+    fn seen(&mut self) {
+        self.role.borrow_and_update();
+        self.serving.borrow_and_update();
+        if let Some(heard) = self.heard.as_mut() {
+            heard.borrow_and_update();
+        }
+    }
+
+    /// Returns on a change, at the next tick (the leader id may change with no role
+    /// change), or at `until`, whichever comes first.
+    async fn next(&mut self, until: Option<tokio::time::Instant>) {
+        let tick = tokio::time::Instant::now() + self.tick;
+        let wake = until.map_or(tick, |until| until.min(tick));
+        tokio::select! {
+            _ = self.role.changed() => {}
+            _ = self.serving.changed() => {}
+            _ = changed(self.heard.as_mut()) => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
 /// A stretch with no leader to hand writes to (`Shared::leaderless`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Leaderless {
@@ -130,19 +172,12 @@ impl Replica {
         avoid: Option<(u64, u32)>,
         why: &str,
     ) -> Result<Route<'_>, ReplicaError> {
-        let mut role = self.shared.role.subscribe();
-        let mut serving = self.shared.serving.subscribe();
-        let mut heard = self.shared.forwarder.as_ref().map(Forwarder::heard);
-        let tick = Duration::from_millis(self.shared.tick_ms.max(1));
+        let mut changes = LeaderChanges::of(&self.shared);
         loop {
             if self.shared.stop.borrow().is_some() {
                 return Err(ReplicaError::Unavailable("the server is stopping".into()));
             }
-            role.borrow_and_update();
-            serving.borrow_and_update();
-            if let Some(heard) = heard.as_mut() {
-                heard.borrow_and_update();
-            }
+            changes.seen();
             if self.is_leader() {
                 self.shared.leader_found();
                 return Ok(Route::Local);
@@ -182,13 +217,29 @@ impl Replica {
                     why,
                 }));
             }
-            // Re-checked every tick too: the leader id may change with no role change.
-            tokio::select! {
-                _ = role.changed() => {}
-                _ = serving.changed() => {}
-                _ = changed(heard.as_mut()) => {}
-                () = tokio::time::sleep_until(until.min(now + tick)) => {}
+            changes.next(Some(until)).await;
+        }
+    }
+
+    /// Waits until this server has a leader that hears from it: it leads an
+    /// established epoch, or it follows a leader whose path answers (so the session
+    /// touches it forwards arrive). Err(Unavailable) once the server stops.
+    pub async fn wait_for_leader(&self) -> Result<(), ReplicaError> {
+        let mut changes = LeaderChanges::of(&self.shared);
+        loop {
+            if self.shared.stop.borrow().is_some() {
+                return Err(ReplicaError::Unavailable("the server is stopping".into()));
             }
+            changes.seen();
+            if self.is_leader() {
+                return Ok(());
+            }
+            if let Some((forwarder, leader)) = self.forward_target() {
+                if forwarder.reaches(leader) {
+                    return Ok(());
+                }
+            }
+            changes.next(None).await;
         }
     }
 

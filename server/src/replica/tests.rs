@@ -940,3 +940,53 @@ async fn a_forwarded_batch_is_answered_in_its_order() {
     assert!(committed[2].result.is_ok());
     r.shutdown();
 }
+
+/// A server keeps sessions alive only where a leader hears it: the leader and its
+/// followers have one at once; a follower whose leader and other follower are gone
+/// waits (its touches would reach no one) until it stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_leader_that_hears_it_waits_for_one() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let members = three_voters();
+    let mut replicas = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let config = member_config(&members, i, config(dir.path()));
+        replicas.push(Replica::start(&config).await.unwrap());
+    }
+    let leader = leader_of(&replicas).await;
+    let c = leader.submit(0, 0, create("/x")).await.unwrap();
+    for r in &replicas {
+        r.wait_applied(c.zxid, Duration::from_secs(10))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), r.wait_for_leader())
+            .await
+            .expect("a leader that hears this server")
+            .unwrap();
+    }
+    let survivor = replicas.iter().find(|r| !r.is_leader()).unwrap().clone();
+    for r in replicas
+        .iter()
+        .filter(|r| r.server_id() != survivor.server_id())
+    {
+        r.shutdown();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while survivor.role() != crate::zab::Role::Looking {
+        assert!(tokio::time::Instant::now() < deadline, "still following");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let waited = tokio::time::timeout(Duration::from_millis(500), survivor.wait_for_leader()).await;
+    assert!(
+        waited.is_err(),
+        "a leader, with no other server up: {waited:?}"
+    );
+    survivor.shutdown();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), survivor.wait_for_leader())
+        .await
+        .expect("the wait ends when the server stops");
+    assert!(
+        matches!(stopped, Err(super::ReplicaError::Unavailable(_))),
+        "{stopped:?}"
+    );
+}

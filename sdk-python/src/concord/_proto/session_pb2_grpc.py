@@ -96,7 +96,10 @@ class SessionServicer:
         (as of the ping's `min_zxid`) is answered with `expired` set, and the stream
         stays open. A server that has not applied the ping's `min_zxid` yet answers once
         it has; if it cannot within 10 s, the stream ends with TIMEOUT and the client
-        should try another server.
+        should try another server. A server that no leader hears (cut off from the
+        ensemble, or while an election runs) holds its answers until one does: its
+        touches would not reach the leader that expires sessions. A client that hears
+        nothing for a while (the SDKs: half the TTL) should try another server.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
