@@ -3,7 +3,9 @@
 //! to hand writes to, they wait, bounded by `leader_wait_ms_max` counted from when the
 //! leaderless stretch began, then fail with NotLeader (at once once the stretch has
 //! lasted that long). A write the leader certainly did not apply goes to the next
-//! leader; one sent with no answer fails as Indeterminate.
+//! leader; one sent with no answer fails as Indeterminate. `wait_for_leader` waits
+//! the same way, unbounded, for a leader that hears this server (a keep-alive is
+//! answered only then).
 //!
 //! ```text
 //!   submit_routed ─▶ route (wait for a leader, bounded) ─▶ Local: submit_local ─▶ pipeline
