@@ -238,8 +238,8 @@ pub(super) mod stall {
     use tokio::sync::{mpsc, watch};
 
     use crate::replica::pipeline::SnapshotJob;
-    use crate::storage::{Storage, StorageError};
-    use crate::txn::{Txn, Zxid};
+    use crate::storage::{storage_but_append_from, Storage, StorageError};
+    use crate::txn::Txn;
 
     tokio::task_local! {
         /// While it reads true, snapshot requests wait before they are written.
@@ -276,36 +276,7 @@ pub(super) mod stall {
             let _ = self.runtime.block_on(gate.wait_for(|stalled| !stalled));
             self.inner.append(txns)
         }
-        fn last_zxid(&self) -> Result<Zxid, StorageError> {
-            self.inner.last_zxid()
-        }
-        fn read_after(&self, after: Zxid, max: usize) -> Result<Vec<Txn>, StorageError> {
-            self.inner.read_after(after, max)
-        }
-        fn truncate_after(&self, zxid: Zxid) -> Result<(), StorageError> {
-            self.inner.truncate_after(zxid)
-        }
-        fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
-            self.inner.save_snapshot(zxid, data)
-        }
-        fn snapshots(&self) -> Result<Vec<Zxid>, StorageError> {
-            self.inner.snapshots()
-        }
-        fn load_snapshot(&self, zxid: Zxid) -> Result<Vec<u8>, StorageError> {
-            self.inner.load_snapshot(zxid)
-        }
-        fn purge(&self, keep: usize) -> Result<(), StorageError> {
-            self.inner.purge(keep)
-        }
-        fn log_start(&self) -> Result<Zxid, StorageError> {
-            self.inner.log_start()
-        }
-        fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError> {
-            self.inner.get_u64(key)
-        }
-        fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError> {
-            self.inner.set_u64(key, value)
-        }
+        storage_but_append_from!(inner);
     }
 
     /// `jobs` itself outside a `SNAPSHOTS` scope; inside one, a channel fed from

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::persist::{self, PersistJob, Persister};
 use super::Replica;
 use crate::config::Config;
-use crate::storage::{MemStorage, Storage, StorageError};
+use crate::storage::{storage_but_append_from, MemStorage, Storage, StorageError};
 use crate::txn::{zxid_epoch, CreateMode, CreateOp, Txn, TxnOp, Zxid};
 use crate::zab::PersistOp;
 
@@ -42,36 +42,7 @@ impl Storage for Counting {
         self.appends.fetch_add(1, Ordering::SeqCst);
         self.inner.append(txns)
     }
-    fn last_zxid(&self) -> Result<Zxid, StorageError> {
-        self.inner.last_zxid()
-    }
-    fn read_after(&self, after: Zxid, max: usize) -> Result<Vec<Txn>, StorageError> {
-        self.inner.read_after(after, max)
-    }
-    fn truncate_after(&self, zxid: Zxid) -> Result<(), StorageError> {
-        self.inner.truncate_after(zxid)
-    }
-    fn save_snapshot(&self, zxid: Zxid, data: &[u8]) -> Result<(), StorageError> {
-        self.inner.save_snapshot(zxid, data)
-    }
-    fn snapshots(&self) -> Result<Vec<Zxid>, StorageError> {
-        self.inner.snapshots()
-    }
-    fn load_snapshot(&self, zxid: Zxid) -> Result<Vec<u8>, StorageError> {
-        self.inner.load_snapshot(zxid)
-    }
-    fn purge(&self, keep: usize) -> Result<(), StorageError> {
-        self.inner.purge(keep)
-    }
-    fn log_start(&self) -> Result<Zxid, StorageError> {
-        self.inner.log_start()
-    }
-    fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError> {
-        self.inner.get_u64(key)
-    }
-    fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError> {
-        self.inner.set_u64(key, value)
-    }
+    storage_but_append_from!(inner);
 }
 
 fn txn(zxid: Zxid) -> Txn {
@@ -340,6 +311,17 @@ pub(super) fn member_config(members: &[crate::config::Member], i: usize, base: C
     }
 }
 
+/// Three voters, each on its folder of `dirs`, with the tests' `config`.
+async fn start_three(dirs: &[tempfile::TempDir]) -> Vec<Replica> {
+    let members = three_voters();
+    let mut replicas = Vec::new();
+    for (i, dir) in dirs.iter().enumerate() {
+        let config = member_config(&members, i, config(dir.path()));
+        replicas.push(Replica::start(&config).await.unwrap());
+    }
+    replicas
+}
+
 /// The one of `replicas` that leads, once one does (20 s at most).
 pub(super) async fn leader_of(replicas: &[Replica]) -> Replica {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -355,12 +337,7 @@ pub(super) async fn leader_of(replicas: &[Replica]) -> Replica {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_elect_a_leader_and_replicate_its_writes() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = three_voters();
-    let mut replicas = Vec::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let config = member_config(&members, i, config(dir.path()));
-        replicas.push(Replica::start(&config).await.unwrap());
-    }
+    let replicas = start_three(&dirs).await;
     let leader = leader_of(&replicas).await;
     let c = leader.submit(0, 0, create("/x")).await.unwrap();
     assert!(c.result.is_ok(), "{:?}", c.result);
@@ -947,12 +924,7 @@ async fn a_forwarded_batch_is_answered_in_its_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_a_leader_that_hears_it_waits_for_one() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let members = three_voters();
-    let mut replicas = Vec::new();
-    for (i, dir) in dirs.iter().enumerate() {
-        let config = member_config(&members, i, config(dir.path()));
-        replicas.push(Replica::start(&config).await.unwrap());
-    }
+    let replicas = start_three(&dirs).await;
     let leader = leader_of(&replicas).await;
     let c = leader.submit(0, 0, create("/x")).await.unwrap();
     for r in &replicas {

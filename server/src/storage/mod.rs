@@ -69,6 +69,61 @@ pub trait Storage: Send + Sync + 'static {
     fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError>;
 }
 
+/// The `Storage` methods other than `append`, passed on to the field `$inner`: for
+/// test storages that change only what an append does (count it, fail it, or hold
+/// it as a stalled disk would).
+#[cfg(test)]
+macro_rules! storage_but_append_from {
+    ($inner:ident) => {
+        fn last_zxid(&self) -> Result<$crate::txn::Zxid, $crate::storage::StorageError> {
+            self.$inner.last_zxid()
+        }
+        fn read_after(
+            &self,
+            after: $crate::txn::Zxid,
+            max: usize,
+        ) -> Result<Vec<$crate::txn::Txn>, $crate::storage::StorageError> {
+            self.$inner.read_after(after, max)
+        }
+        fn truncate_after(
+            &self,
+            zxid: $crate::txn::Zxid,
+        ) -> Result<(), $crate::storage::StorageError> {
+            self.$inner.truncate_after(zxid)
+        }
+        fn save_snapshot(
+            &self,
+            zxid: $crate::txn::Zxid,
+            data: &[u8],
+        ) -> Result<(), $crate::storage::StorageError> {
+            self.$inner.save_snapshot(zxid, data)
+        }
+        fn snapshots(&self) -> Result<Vec<$crate::txn::Zxid>, $crate::storage::StorageError> {
+            self.$inner.snapshots()
+        }
+        fn load_snapshot(
+            &self,
+            zxid: $crate::txn::Zxid,
+        ) -> Result<Vec<u8>, $crate::storage::StorageError> {
+            self.$inner.load_snapshot(zxid)
+        }
+        fn purge(&self, keep: usize) -> Result<(), $crate::storage::StorageError> {
+            self.$inner.purge(keep)
+        }
+        fn log_start(&self) -> Result<$crate::txn::Zxid, $crate::storage::StorageError> {
+            self.$inner.log_start()
+        }
+        fn get_u64(&self, key: &str) -> Result<Option<u64>, $crate::storage::StorageError> {
+            self.$inner.get_u64(key)
+        }
+        fn set_u64(&self, key: &str, value: u64) -> Result<(), $crate::storage::StorageError> {
+            self.$inner.set_u64(key, value)
+        }
+    };
+}
+#[cfg(test)]
+pub(crate) use storage_but_append_from;
+
 /// Checks the append contract shared by every backend: zxids strictly increase within
 /// the batch and the first exceeds `last`. Err(Misuse) names the offending zxid.
 pub(crate) fn check_append_order(last: Zxid, txns: &[Txn]) -> Result<(), StorageError> {
