@@ -6,7 +6,8 @@
 //!   call ──▶ open connection? ──no──▶ dial (the owner's: which server, TLS, time limit)
 //!              │ yes                    │ failed: tonic::ConnectError (never sent)
 //!              ▼                        ▼
-//!           Direct::call ◀──────── kept until closed or `abandon`ed
+//!           Direct::call ◀──────── kept until closed, `abandon`ed, or given up by
+//!                                  its `generation` (its server refused to serve)
 //! ```
 //!
 //! What it must not do: report a call that may have reached a server as never sent
@@ -16,6 +17,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
@@ -40,6 +42,9 @@ struct Inner {
     connection: Mutex<Option<Direct>>,
     /// Held while dialling, so calls meanwhile wait for the same dial.
     dialling: tokio::sync::Mutex<()>,
+    /// Connections made so far: the current one's number. Changed only with
+    /// `connection` held.
+    generation: AtomicU64,
 }
 
 impl fmt::Debug for Link {
@@ -61,6 +66,7 @@ impl Link {
                 dial: Box::new(move || Box::pin(dial())),
                 connection: Mutex::new(None),
                 dialling: tokio::sync::Mutex::new(()),
+                generation: AtomicU64::new(0),
             }),
         }
     }
@@ -77,7 +83,9 @@ impl Link {
             return Ok(open);
         }
         let dialled = (self.inner.dial)().await.map_err(crate::never_sent)?;
-        *self.connection() = Some(dialled.clone());
+        let mut connection = self.connection();
+        *connection = Some(dialled.clone());
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
         Ok(dialled)
     }
 
@@ -88,6 +96,22 @@ impl Link {
     pub fn abandon(&self, unresponsive: &Direct) {
         let mut connection = self.connection();
         if connection.as_ref().is_some_and(|c| c.same(unresponsive)) {
+            *connection = None;
+        }
+    }
+
+    /// Which connection the link holds: read before a call, it names the one the
+    /// call goes out on (or, if the link dials first, the one before it).
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Stops using connection `generation` for new calls (its server refused to
+    /// serve, having no leader): the next call dials the next server. Does nothing
+    /// when the link has moved to another connection since.
+    pub fn give_up(&self, generation: u64) {
+        let mut connection = self.connection();
+        if self.inner.generation.load(Ordering::Acquire) == generation {
             *connection = None;
         }
     }
@@ -216,6 +240,22 @@ mod tests {
         assert!(link.connected().await.unwrap().same(&second));
         let mut client = pb::cluster_client::ClusterClient::new(link.clone());
         client.status(pb::StatusRequest {}).await.unwrap();
+        assert_eq!(connections(&mut accepted), 2);
+    }
+
+    /// A connection given up by its generation is replaced at the next call; an
+    /// older generation gives up nothing.
+    #[tokio::test]
+    async fn give_up_takes_only_the_generation_named() {
+        let (authority, mut accepted) = server(usize::MAX).await;
+        let link = link_to(authority);
+        let first = link.connected().await.unwrap();
+        let generation = link.generation();
+        link.give_up(generation);
+        let second = link.connected().await.unwrap();
+        assert!(!second.same(&first), "the connection given up was reused");
+        link.give_up(generation);
+        assert!(link.connected().await.unwrap().same(&second));
         assert_eq!(connections(&mut accepted), 2);
     }
 

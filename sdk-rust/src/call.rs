@@ -7,6 +7,9 @@
 //!                         └── retry-safe, or a deduplicated write, within the policy
 //! ```
 //!
+//! A server that answers NOT_LEADER or UNAVAILABLE itself (no leader within its
+//! wait, or stopping) is given up: the next attempt dials the next server.
+//!
 //! What may be retried: any failure [`Error::is_retry_safe`] says is; and, for a
 //! write carrying a session and request id (the server applies it at most once and
 //! answers a retry with the first outcome), also one whose outcome is unknown.
@@ -107,6 +110,7 @@ impl Client {
         let mut first_failure: Option<Instant> = None;
         let mut retry: u32 = 0;
         loop {
+            let generation = self.link().generation();
             let sent = send(self.link().clone(), traced(request.clone()));
             let outcome = match deadline {
                 None => sent.await.map_err(|s| Error::from_status(&s, call.kind)),
@@ -119,6 +123,11 @@ impl Client {
                 Ok(answer) => return Ok(answer.into_inner()),
                 Err(err) => err,
             };
+            if err.server_cannot_serve() {
+                // The next attempt, and the next call, go to another server, as a
+                // ZooKeeper client moves when its server loses its quorum.
+                self.link().give_up(generation);
+            }
             let Some(policy) = settings.retry.as_ref() else {
                 return Err(err);
             };

@@ -6,8 +6,9 @@
 //! ```text
 //!   "a:1,b:2,c:3" ──parse──▶ [Target] ──▶ Link ──first call──▶ dial from a random server (or the first)
 //!                                          │ connection closed (server gone, unanswered
-//!                                          │ keep-alive pings) or abandoned (a session
-//!                                          │ found its server stalled)
+//!                                          │ keep-alive pings), abandoned (a session
+//!                                          │ found its server stalled) or given up (the
+//!                                          │ server answered NOT_LEADER/UNAVAILABLE)
 //!                                          └──next call──▶ dial from the next server on
 //! ```
 //!

@@ -228,6 +228,13 @@ impl Error {
         self.call == CallKind::Write && is_transient(self.code) && !self.server_did_nothing()
     }
 
+    /// True when the server itself answered that it cannot serve now: NOT_LEADER (no
+    /// leader within its wait) or UNAVAILABLE (stopping, say). Another server may.
+    pub(crate) fn server_cannot_serve(&self) -> bool {
+        self.origin == Origin::Server
+            && matches!(self.code, ErrorCode::NotLeader | ErrorCode::Unavailable)
+    }
+
     /// True when the failure is known to have changed nothing on the server for
     /// transient reasons (never sent, or refused with NOT_LEADER).
     fn server_did_nothing(&self) -> bool {

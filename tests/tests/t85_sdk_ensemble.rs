@@ -81,7 +81,8 @@ async fn t85_a_session_outlives_the_servers_it_talked_to() {
 /// ephemeral with it, and its writes go through again. (The server answered the
 /// pings from its own table: the client stayed, and its session expired on the
 /// leader's clock; found by t94's Bridge fault, with every client on a server of
-/// the cut-off pair.)
+/// the cut-off pair.) A client with no session moves at the server's first
+/// NOT_LEADER (it stayed, and every write failed so, for as long as the cut lasted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
     const TTL_MS: i64 = 4000;
@@ -95,12 +96,15 @@ async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
         .chain(&others)
         .map(|&i| ensemble.servers[i].endpoint())
         .collect();
-    let client = Client::builder()
-        .endpoints(list)
-        .randomize_hosts(false)
-        .connect()
-        .await
-        .unwrap();
+    let connect = || {
+        Client::builder()
+            .endpoints(list.clone())
+            .randomize_hosts(false)
+            .connect()
+    };
+    let client = connect().await.unwrap();
+    let plain = connect().await.unwrap();
+    plain.exists("/", ReadOptions::default()).await.unwrap();
     let session = client.open_session(TTL_MS).await.unwrap();
     let options = CreateOptions {
         session_id: session.id(),
@@ -113,22 +117,22 @@ async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
         proxies.cut(j, cut, true);
     }
     let cut_at = Instant::now();
-    // Writes go through once the client has moved (before, they fail retry-safe, or
-    // with their outcome unknown when the cut came while one was on its way).
-    let mut n = 0;
-    loop {
-        n += 1;
-        match client
-            .create(&format!("/w{n}"), "x", CreateOptions::default())
-            .await
-        {
-            Ok(_) => break,
-            Err(e) => assert!(e.is_retry_safe() || e.is_indeterminate(), "{e}"),
+    // Writes go through once each client has moved (before, they fail retry-safe,
+    // or with their outcome unknown when the cut came while one was on its way).
+    for (name, c) in [("with_session", &client), ("without", &plain)] {
+        let mut n = 0;
+        loop {
+            n += 1;
+            let path = format!("/{name}{n}");
+            match c.create(&path, "x", CreateOptions::default()).await {
+                Ok(_) => break,
+                Err(e) => assert!(e.is_retry_safe() || e.is_indeterminate(), "{e}"),
+            }
+            assert!(
+                cut_at.elapsed() < Duration::from_millis(3 * TTL_MS as u64),
+                "no write of the client {name} a session went through in three TTLs"
+            );
         }
-        assert!(
-            cut_at.elapsed() < Duration::from_millis(3 * TTL_MS as u64),
-            "no write went through in three TTLs"
-        );
     }
     // Two TTLs on, the session still holds its ephemeral, as the leader sees it.
     tokio::time::sleep_until((cut_at + Duration::from_millis(2 * TTL_MS as u64)).into()).await;
