@@ -30,12 +30,6 @@ fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
     }
 }
 
-/// A loopback address nobody listens on (bound, then released).
-async fn free_addr() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
-}
-
 /// Binds `addr`, retrying until the deadline (a just-released port may lag).
 async fn bind(addr: SocketAddr) -> TcpListener {
     let start = Instant::now();
@@ -180,7 +174,7 @@ async fn t10_three_servers_every_pair() {
 
 #[tokio::test]
 async fn t20_full_queue_drops_oldest_and_late_peer_gets_the_newest() {
-    let b_addr = free_addr().await;
+    let b_addr = crate::test_env::free_addr();
     let a_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let members = [
         member(1, a_listener.local_addr().unwrap()),

@@ -281,19 +281,13 @@ fn restart_rebuilds_the_tree_from_snapshot_and_log() {
     });
 }
 
-/// A free loopback port (bound then released; good enough for a test).
-fn free_addr() -> std::net::SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
 /// Three voters on free loopback ports.
 pub(super) fn three_voters() -> Vec<crate::config::Member> {
     (1..=3u64)
         .map(|id| crate::config::Member {
             id,
-            client_addr: free_addr().into(),
-            peer_addr: free_addr().into(),
+            client_addr: crate::test_env::free_addr().into(),
+            peer_addr: crate::test_env::free_addr().into(),
             role: crate::config::Role::Voter,
             peer_identity: None,
         })
