@@ -31,10 +31,9 @@ pub(crate) fn free_addr() -> std::net::SocketAddr {
     });
     for _ in 0..COUNT {
         let port = (FIRST + next.fetch_add(1, Ordering::Relaxed) % COUNT) as u16;
-        if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            if let Ok(addr) = l.local_addr() {
-                return addr;
-            }
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return addr;
         }
     }
     panic!("no free port in {FIRST}..{}", FIRST + COUNT);

@@ -230,7 +230,8 @@ pub(crate) fn save_snapshot(storage: &dyn Storage, tree: &DataTree) -> Result<us
 /// `SNAPSHOTS.scope(gate, ..)` hands its snapshot requests to a relay that holds each
 /// one while `gate` reads true (the pipeline sees the snapshot as pending, as with a
 /// slow disk); one started inside `FSYNCS.scope(gate, ..)` has its log appends wait
-/// while `gate` reads true (its fsyncs seem to take as long as the gate is closed). Task-local, so tests running at once do not meet.
+/// while `gate` reads true (its fsyncs seem to take as long as the gate is closed).
+/// Task-local, so tests running at once do not meet.
 #[cfg(test)]
 pub(super) mod stall {
     use std::sync::Arc;

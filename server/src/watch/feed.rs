@@ -208,17 +208,16 @@ impl WatchFeed {
         let until = self.hub.published_zxid();
         let before = replay.through();
         let chunk = replay.next_chunk(until, self.chunk_bytes_max).await?;
-        let bytes = chunk.batches.iter().map(batch_bytes).sum();
-        let charge = self.hub.reserve(bytes).ok_or(WatchError::SlowConsumer {
-            last_delivered_zxid: self.cursor,
-        })?;
         if chunk.batches.is_empty() && chunk.through <= before && !chunk.fired {
             // The replay is at the end of this server's durable log, and the ring no
             // longer holds what comes next (applied before this server's own fsync
             // of it ended, then pushed out): wait for the disk, then read on.
-            drop(charge);
             return self.hub.log_durable_past(before).await;
         }
+        let bytes = chunk.batches.iter().map(batch_bytes).sum();
+        let charge = self.hub.reserve(bytes).ok_or(WatchError::SlowConsumer {
+            last_delivered_zxid: self.cursor,
+        })?;
         self.cursor = chunk.through;
         let fired = chunk.fired;
         self.hold(chunk.batches, charge);
