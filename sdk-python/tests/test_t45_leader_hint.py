@@ -1,10 +1,11 @@
 """NOT_LEADER hints: a server that refuses a call with NOT_LEADER names the leader in
 ``concord-leader-id`` / ``concord-leader-addr``; when that address is one of the
-client's hosts the retry (of a unary call, a watch's open, the session's KeepAlive
-stream) goes there first, else to the next host of the list. A real
-server answers NOT_LEADER only in an ensemble whose follower is cut off from its
-leader one way, so the refusing servers here are fakes (a grpc.aio server that
-refuses every call); the leader is a real server."""
+client's hosts the retry (of a unary call, a watch's open or its resume after the
+stream ended so, the session's KeepAlive stream) goes there first, else to the next
+host of the list. A real server answers NOT_LEADER only in an ensemble (a follower
+cut off from its leader, or a server without a leader for `leader_wait_ms_max`), so
+the refusing servers here are fakes (a grpc.aio server that refuses every call);
+the leader is a real server."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from conftest import Server, eventually
 class _Refuser(grpc.GenericRpcHandler):
     """Answers every call NOT_LEADER, naming ``leader`` (or no address); with
     ``forward_unary``, passes unary calls on to the leader instead (a follower that
-    serves them but refuses the KeepAlive stream)."""
+    serves them but refuses the KeepAlive stream), and a Watch's first message
+    before it refuses (a server that lost its leader with the stream open)."""
 
     def __init__(self, leader: str | None, forward_unary: bool = False) -> None:
         self.leader = leader
@@ -50,7 +52,16 @@ class _Refuser(grpc.GenericRpcHandler):
             assert self._forward is not None
             return await self._forward.unary_unary(method)(request)  # type: ignore[no-any-return]
 
-        if self._forward is not None and not method.endswith(("/Watch", "/KeepAlive")):
+        async def started_then_refuse(request: bytes, context: Any) -> Any:
+            assert self._forward is not None
+            call = self._forward.unary_stream(method)(request)
+            yield await call.read()
+            call.cancel()
+            await refuse(request, context)
+
+        if self._forward is not None and method.endswith("/Watch"):
+            return grpc.unary_stream_rpc_method_handler(started_then_refuse)
+        if self._forward is not None and not method.endswith("/KeepAlive"):
             return grpc.unary_unary_rpc_method_handler(forward)
         if method.endswith("/Watch"):
             return grpc.unary_stream_rpc_method_handler(refuse_stream)
@@ -98,9 +109,14 @@ def test_not_leader_goes_to_the_named_leader_first(server: Server) -> None:
     asyncio.run(main())
 
 
-def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, root: str) -> None:
+@pytest.mark.parametrize("started", [False, True], ids=["refused", "started_then_refused"])
+def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, root: str, started: bool) -> None:
+    """The first host refuses the watch's open, or (``started``) starts the stream and
+    then ends it NOT_LEADER: either way the watch opens, or resumes, on the named
+    leader, not on the host that refused."""
+
     async def main() -> None:
-        servers, (first, second), addrs = await _refusers(server.addr, 2)
+        servers, (first, second), addrs = await _refusers(server.addr, 2, forward_unary=started)
         try:
             c = concord.aio.Client(",".join(addrs + [server.addr]), randomize_hosts=False)
             try:
@@ -109,7 +125,9 @@ def test_a_watch_refused_not_leader_opens_on_the_named_leader(server: Server, ro
                         await writer.create(root, b"x")
                     event = await events.next(timeout=10)
                     assert event is not None and event.path == root
+                    assert events.resumes == (1 if started else 0)
                 assert first.calls == ["/concord.v1.Watch/Watch"] and not second.calls
+                assert c._current == 2
             finally:
                 await c.close()
         finally:

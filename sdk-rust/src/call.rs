@@ -123,11 +123,7 @@ impl Client {
                 Ok(answer) => return Ok(answer.into_inner()),
                 Err(err) => err,
             };
-            if err.server_cannot_serve() {
-                // The next attempt, and the next call, go to another server, as a
-                // ZooKeeper client moves when its server loses its quorum.
-                self.link().give_up(generation);
-            }
+            self.leave_if_cannot_serve(generation, &err);
             let Some(policy) = settings.retry.as_ref() else {
                 return Err(err);
             };
@@ -137,6 +133,16 @@ impl Client {
                 return Err(err);
             }
             tokio::time::sleep(policy.jittered_delay(retry)).await;
+        }
+    }
+
+    /// After `err` from a call on connection `generation` (`Link::generation`): a
+    /// server that said it cannot serve (no leader for a while, or stopping) is
+    /// given up, so the next attempt, and the next call, go to another server, as a
+    /// ZooKeeper client moves when its server loses its quorum.
+    pub(crate) fn leave_if_cannot_serve(&self, generation: u64, err: &Error) {
+        if err.server_cannot_serve() {
+            self.link().give_up(generation);
         }
     }
 }

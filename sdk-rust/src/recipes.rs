@@ -285,7 +285,8 @@ impl Client {
     }
 
     /// A stream of leader changes of election `name`, the current leader first. The
-    /// stream ends with an error when the connection breaks (observe again to go on).
+    /// stream ends with an error when the connection breaks, or when its server has
+    /// had no leader for a while (observe again to go on: on another server then).
     pub async fn observe(
         &self,
         name: &str,
@@ -295,11 +296,20 @@ impl Client {
             election: name.into(),
             progress_interval_ms: 0,
         };
+        let generation = self.link().generation();
         let mut elections = ElectionClient::new(self.link().clone());
-        let resp = elections.observe(req).await.map_err(read_err)?;
+        let resp = elections.observe(req).await.map_err(|status| {
+            let err = read_err(status);
+            self.leave_if_cannot_serve(generation, &err);
+            err
+        })?;
         let client = self.clone();
         Ok(resp.into_inner().map(move |change| {
-            let resp = change.map_err(read_err)?;
+            let resp = change.map_err(|status| {
+                let err = read_err(status);
+                client.leave_if_cannot_serve(generation, &err);
+                err
+            })?;
             Ok(LeaderChange {
                 zxid: zxid(&resp.header),
                 leader: client.leader_of(resp),

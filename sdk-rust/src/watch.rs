@@ -39,8 +39,9 @@ pub struct Watch {
     request: WatchRequest,
     /// How long to keep reconnecting; `None`: the first error ends the watch.
     resume: Option<RetryPolicy>,
-    /// The current stream; `None` between a break and the reconnect.
-    stream: Option<Streaming<WatchResponse>>,
+    /// The current stream, and the client's connection (`Link::generation`) it
+    /// went out on; `None` between a break and the reconnect.
+    stream: Option<(Streaming<WatchResponse>, u64)>,
     /// What was delivered so far, to resume without loss or duplicates.
     cursor: Cursor,
     /// Failures in a row since the last message arrived, and when the first was.
@@ -57,28 +58,49 @@ pub struct Watch {
 impl Client {
     /// Opens a watch. Fails at once if the server refuses it (BAD_PATH, ZXID_COMPACTED,
     /// ...); later failures come out of [`Watch::next`]. With `options.resume` set, the
-    /// watch reconnects after a broken stream and the caller sees each event once.
+    /// watch reconnects after a broken stream and the caller sees each event once,
+    /// and a first stream that fails for a reason a retry may fix (no server
+    /// reached, or one without a leader) is opened again within the same policy.
     pub async fn watch(&self, options: WatchOptions) -> Result<Watch, Error> {
         let request = watch_request(&options);
-        let stream = open(self, request.clone()).await?;
-        Ok(Watch {
+        let mut watch = Watch {
             client: self.clone(),
             cursor: Cursor::new(request.start_zxid, request.initial_snapshot),
             request,
             resume: options.resume,
-            stream: Some(stream),
+            stream: None,
             failures: None,
             done: false,
             resumes: 0,
             last_error: None,
-        })
+        };
+        match open(self, watch.request.clone()).await {
+            Ok(stream) => watch.stream = Some(stream),
+            Err(err) if watch.resume.is_some() && err.is_retry_safe() => {
+                watch.last_error = Some(err);
+                watch.reconnect().await?;
+                watch.resumes = 0;
+            }
+            Err(err) => return Err(err),
+        }
+        Ok(watch)
     }
 }
 
-async fn open(client: &Client, request: WatchRequest) -> Result<Streaming<WatchResponse>, Error> {
+/// Opens a stream, on the connection it returns the generation of.
+async fn open(
+    client: &Client,
+    request: WatchRequest,
+) -> Result<(Streaming<WatchResponse>, u64), Error> {
+    let generation = client.link().generation();
     let mut watch = WatchClient::new(client.link().clone());
-    let resp = watch.watch(request).await.map_err(read_err)?;
-    Ok(resp.into_inner())
+    match watch.watch(request).await.map_err(read_err) {
+        Ok(resp) => Ok((resp.into_inner(), generation)),
+        Err(err) => {
+            client.leave_if_cannot_serve(generation, &err);
+            Err(err)
+        }
+    }
 }
 
 impl Watch {
@@ -92,7 +114,7 @@ impl Watch {
             if self.done {
                 return None;
             }
-            let Some(stream) = self.stream.as_mut() else {
+            let Some((stream, _)) = self.stream.as_mut() else {
                 if let Err(err) = self.reconnect().await {
                     self.done = true;
                     return Some(Err(err));
@@ -159,7 +181,9 @@ impl Watch {
     /// Handles a broken or ended stream: `None` to go on (a reconnect follows), or the
     /// item to yield (the error, or the end of the watch).
     fn on_break(&mut self, err: Error) -> Option<Option<Result<WatchMessage, Error>>> {
-        self.stream = None;
+        if let Some((_, generation)) = self.stream.take() {
+            self.client.leave_if_cannot_serve(generation, &err);
+        }
         // A stream that ends without a status: the server finished it (or restarted).
         let ended_cleanly = err.origin() == Origin::Client;
         if self.request.once && self.cursor.events_delivered > 0 {

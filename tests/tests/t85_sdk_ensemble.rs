@@ -6,8 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use concord::{Client, CreateMode, CreateOptions, ReadOptions};
+use concord::{
+    Client, CreateMode, CreateOptions, ErrorCode, ReadOptions, RetryPolicy, WatchOptions,
+};
 use concord_tests::{Ensemble, ServerOptions};
+use futures::StreamExt;
 
 const LEADER_WAIT: Duration = Duration::from_secs(20);
 
@@ -86,24 +89,9 @@ async fn t85_a_session_outlives_the_servers_it_talked_to() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
     const TTL_MS: i64 = 4000;
-    let ensemble = Ensemble::start_proxied(3, ServerOptions::server_defaults());
-    let leader = ensemble.leader(LEADER_WAIT).await;
-    let cut = (0..3).find(|&i| i != leader).unwrap();
-    let others: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
-    // The cut-off server first in the list, and taken first.
-    let list: Vec<String> = [cut]
-        .iter()
-        .chain(&others)
-        .map(|&i| ensemble.servers[i].endpoint())
-        .collect();
-    let connect = || {
-        Client::builder()
-            .endpoints(list.clone())
-            .randomize_hosts(false)
-            .connect()
-    };
-    let client = connect().await.unwrap();
-    let plain = connect().await.unwrap();
+    let to_cut = ToCut::start().await;
+    let client = to_cut.connect().await;
+    let plain = to_cut.connect().await;
     plain.exists("/", ReadOptions::default()).await.unwrap();
     let session = client.open_session(TTL_MS).await.unwrap();
     let options = CreateOptions {
@@ -111,12 +99,7 @@ async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
         ..CreateOptions::mode(CreateMode::Ephemeral)
     };
     client.create("/eph", "mine", options).await.unwrap();
-    let proxies = ensemble.proxies.as_ref().unwrap();
-    for &j in &others {
-        proxies.cut(cut, j, true);
-        proxies.cut(j, cut, true);
-    }
-    let cut_at = Instant::now();
+    let cut_at = to_cut.cut();
     // Writes go through once each client has moved (before, they fail retry-safe,
     // or with their outcome unknown when the cut came while one was on its way).
     for (name, c) in [("with_session", &client), ("without", &plain)] {
@@ -136,7 +119,7 @@ async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
     }
     // Two TTLs on, the session still holds its ephemeral, as the leader sees it.
     tokio::time::sleep_until((cut_at + Duration::from_millis(2 * TTL_MS as u64)).into()).await;
-    let witness = Client::connect(ensemble.servers[leader].endpoint())
+    let witness = Client::connect(to_cut.ensemble.servers[to_cut.leader].endpoint())
         .await
         .unwrap();
     let eph = witness
@@ -148,6 +131,137 @@ async fn t85_a_client_leaves_a_server_cut_off_from_its_leader() {
         "the session expired while its client stayed on the cut-off server"
     );
     drop(session);
+}
+
+/// A server cut off from the other two stops serving what it holds once it has
+/// had no leader for `leader_wait_ms_max` (ZooKeeper's timeliness: a client's view
+/// is current within a bound, or it sees an outage): its default reads, its watch
+/// streams and its election observers end with NOT_LEADER, and the client goes on
+/// at another server, where it reads the writes made since and its watch resumes
+/// with the event it missed. (The server went on answering from its stale tree for
+/// as long as the cut lasted, and its watch streams sent progress with no events.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_reads_and_watches_leave_a_server_cut_off_from_its_leader() {
+    let to_cut = ToCut::start().await;
+    let servers = &to_cut.ensemble.servers;
+    let client = to_cut.connect().await;
+    let only_cut = Client::connect(servers[to_cut.cut].endpoint())
+        .await
+        .unwrap();
+    let witness = Client::connect(servers[to_cut.leader].endpoint())
+        .await
+        .unwrap();
+    let first = witness
+        .create("/cfg", "v1", CreateOptions::default())
+        .await
+        .unwrap();
+    let read = ReadOptions {
+        min_zxid: first.zxid,
+        ..ReadOptions::default()
+    };
+    let got = client.get("/cfg", read).await.unwrap();
+    assert_eq!(got.data, b"v1");
+    let mut watch = client
+        .watch(WatchOptions {
+            with_data: true,
+            resume: Some(RetryPolicy::default()),
+            ..WatchOptions::path("/cfg")
+        })
+        .await
+        .unwrap();
+    let mut observe = Box::pin(only_cut.observe("e").await.unwrap());
+    assert!(observe.next().await.unwrap().unwrap().leader.is_none());
+
+    let cut_at = to_cut.cut();
+    let changed = witness
+        .set("/cfg", "v2", concord::ANY_VERSION)
+        .await
+        .unwrap();
+    let within = Duration::from_secs(15);
+    // The client's reads see the change once it has left the cut-off server.
+    loop {
+        match client.get("/cfg", ReadOptions::default()).await {
+            Ok(got) if got.data == b"v2" => break,
+            Ok(_) => {}
+            Err(e) => assert!(e.is_retry_safe(), "{e}"),
+        }
+        assert!(
+            cut_at.elapsed() < within,
+            "reads still served from the cut-off server's stale tree"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Its watch resumes elsewhere and delivers the change it missed.
+    let event = tokio::time::timeout_at((cut_at + within).into(), watch.next_event())
+        .await
+        .expect("the watch still waits on the cut-off server")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (event.zxid, event.data.as_slice()),
+        (changed.zxid, &b"v2"[..])
+    );
+    assert!(watch.resumes() >= 1);
+    // The cut-off server itself refuses, and ends its observer's stream.
+    let ended = tokio::time::timeout_at((cut_at + within).into(), observe.next())
+        .await
+        .expect("the observer still follows the cut-off server")
+        .unwrap();
+    let e = ended.expect_err("a change seen on a server without a leader");
+    assert_eq!(e.code(), ErrorCode::NotLeader, "{e}");
+    let e = only_cut
+        .exists("/cfg", ReadOptions::default())
+        .await
+        .expect_err("a read served by a server without a leader");
+    assert_eq!(e.code(), ErrorCode::NotLeader, "{e}");
+}
+
+/// Three servers behind proxies, and the follower `cut` to cut off from the others.
+struct ToCut {
+    ensemble: Ensemble,
+    leader: usize,
+    cut: usize,
+}
+
+impl ToCut {
+    async fn start() -> ToCut {
+        let ensemble = Ensemble::start_proxied(3, ServerOptions::server_defaults());
+        let leader = ensemble.leader(LEADER_WAIT).await;
+        let cut = (0..3).find(|&i| i != leader).unwrap();
+        ToCut {
+            ensemble,
+            leader,
+            cut,
+        }
+    }
+
+    fn others(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..3).filter(|&i| i != self.cut)
+    }
+
+    /// A client of every server, the one to cut first in its list and taken first.
+    async fn connect(&self) -> Client {
+        let list: Vec<String> = std::iter::once(self.cut)
+            .chain(self.others())
+            .map(|i| self.ensemble.servers[i].endpoint())
+            .collect();
+        Client::builder()
+            .endpoints(list)
+            .randomize_hosts(false)
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    /// Cuts the server off from the other two, both ways; when it did.
+    fn cut(&self) -> Instant {
+        let proxies = self.ensemble.proxies.as_ref().unwrap();
+        for j in self.others() {
+            proxies.cut(self.cut, j, true);
+            proxies.cut(j, self.cut, true);
+        }
+        Instant::now()
+    }
 }
 
 /// Runs `call` until it succeeds or fails in a way that is not safe to retry.

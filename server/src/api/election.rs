@@ -172,6 +172,7 @@ impl Election for ElectionService {
         let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = request.into_inner().election;
         let queue = queue_name_in(&view, &name)?;
+        self.recipes.replica().in_touch().await?;
         let (zxid, leader) = self
             .recipes
             .leader(&queue)
@@ -193,6 +194,7 @@ impl Election for ElectionService {
         let interval = (r.progress_interval_ms > 0)
             .then(|| Duration::from_millis(u64::from(r.progress_interval_ms)).max(PROGRESS_MIN));
         let queue = queue_name_in(&view, &name)?;
+        self.recipes.replica().in_touch().await?;
         let mut observer = self
             .recipes
             .observe(&queue)
@@ -203,6 +205,10 @@ impl Election for ElectionService {
         tokio::spawn(async move {
             // The last leader sent, repeated by progress messages.
             let mut last: Option<pb::LeaderInfo> = None;
+            // Without a leader for long, this server's view may be stale: the client
+            // observes from another.
+            let cut_off = replica.cut_off();
+            tokio::pin!(cut_off);
             loop {
                 let quiet = async {
                     match interval {
@@ -215,6 +221,10 @@ impl Election for ElectionService {
                     next = observer.next() => Some(next),
                     () = quiet => None,
                     () = tx.closed() => return,
+                    lost = &mut cut_off => {
+                        let _ = tx.send(Err(lost.into())).await;
+                        return;
+                    }
                 };
                 // A revoked `r` ends the stream at once, with PERMISSION_DENIED.
                 let allowed = replica.read(|t| view.check(t.grants(), view.ns.root(), Perms::READ));
@@ -259,6 +269,7 @@ impl Election for ElectionService {
         let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = request.into_inner().election;
         let queue = queue_name_in(&view, &name)?;
+        self.recipes.replica().in_touch().await?;
         let (zxid, members) = self
             .recipes
             .participants(&queue)

@@ -165,6 +165,7 @@ impl Lock for LockService {
     ) -> Result<Response<pb::HolderResponse>, Status> {
         let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = queue_name_in(&view, &request.into_inner().name)?;
+        self.recipes.replica().in_touch().await?;
         let (zxid, holders) = self
             .recipes
             .lock_holders(&name)
@@ -181,6 +182,7 @@ impl Lock for LockService {
     ) -> Result<Response<pb::WaitersResponse>, Status> {
         let view = queue_view(&self.recipes, &request, Perms::READ)?;
         let name = queue_name_in(&view, &request.into_inner().name)?;
+        self.recipes.replica().in_touch().await?;
         let (zxid, members) = self
             .recipes
             .lock_members(&name)

@@ -44,8 +44,9 @@ pub use convert::Limits;
 /// How long a read waits for `min_zxid` or the read index before TIMEOUT.
 pub(crate) const READ_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Waits until this server can answer a read: applied >= `min_zxid`, and at the
-/// read index when `linearizable`.
+/// Waits until this server can answer a read: in touch with a leader (within
+/// `leader_wait_ms_max` of losing it, `Replica::in_touch`), applied >= `min_zxid`,
+/// and at the read index when `linearizable`.
 pub(crate) async fn ready_for_read(
     replica: &Replica,
     min_zxid: crate::txn::Zxid,
@@ -53,6 +54,8 @@ pub(crate) async fn ready_for_read(
 ) -> Result<(), tonic::Status> {
     if linearizable {
         replica.linearize(READ_WAIT_MAX).await?;
+    } else {
+        replica.in_touch().await?;
     }
     if min_zxid > replica.applied_zxid() {
         replica.wait_applied(min_zxid, READ_WAIT_MAX).await?;

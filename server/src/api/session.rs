@@ -293,8 +293,9 @@ impl Session for SessionService {
 /// on the leader's clock, which such a server's touches do not reach. The answer
 /// waits for a leader, so the client, hearing nothing, gives this server up for
 /// another in its list within its silence limit (half the TTL), where a ZooKeeper
-/// server without a quorum closes its clients' connections. An answer given
-/// anyway kept the client on a cut-off server until its session expired.
+/// server without a quorum closes its clients' connections; once the server has
+/// had no leader for `leader_wait_ms_max`, the answer is NOT_LEADER. An answer
+/// given anyway kept the client on a cut-off server until its session expired.
 pub(super) async fn answer_ping(
     replica: &Replica,
     caller: &Caller,
@@ -302,7 +303,12 @@ pub(super) async fn answer_ping(
 ) -> Result<pb::KeepAliveResponse, Status> {
     ready_for_read(replica, ping.min_zxid, false).await?;
     check_session(replica, caller, ping.session_id, "keep it alive").await?;
-    replica.wait_for_leader().await?;
+    tokio::select! {
+        waited = replica.wait_for_leader() => waited?,
+        // No leader for `leader_wait_ms_max`: NOT_LEADER tells the client to move
+        // before its silence limit would.
+        lost = replica.cut_off() => return Err(lost.into()),
+    }
     Ok(keep_alive_reply(replica, ping.session_id))
 }
 

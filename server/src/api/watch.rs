@@ -113,21 +113,36 @@ impl Watch for WatchService {
                     "start_zxid and initial_snapshot cannot be combined",
                 ))
             }
-            (Some(after), false) => self.resume(spec, after).await?,
-            (None, snapshot) => self.start_at_current(spec, snapshot),
+            (Some(after), false) => {
+                self.replica.in_touch().await?;
+                self.resume(spec, after).await?
+            }
+            (None, snapshot) => {
+                self.replica.in_touch().await?;
+                self.start_at_current(spec, snapshot)
+            }
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_MAX);
         let filter = Filter {
             view: (!view.is_admin()).then_some(view),
             replica: self.replica.clone(),
         };
+        let replica = self.replica.clone();
         tokio::spawn(async move {
             let _permit = permit;
             // The client may go at any time, also while the task waits on an idle
-            // watch: end (and unregister) at once, not at the next send.
+            // watch: end (and unregister) at once, not at the next send. A server
+            // without a leader for long ends the stream (what it sends may be stale):
+            // the client resumes on another server from the last zxid it got.
             tokio::select! {
                 () = stream_watch(start, &filter, r.once, r.with_data, interval, &tx) => {}
                 () = tx.closed() => {}
+                lost = replica.cut_off() => {
+                    tokio::select! {
+                        _ = tx.send(Err(lost.into())) => {}
+                        () = tx.closed() => {}
+                    }
+                }
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))

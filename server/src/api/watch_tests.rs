@@ -1,5 +1,5 @@
 //! Watch resumes on a server that is behind its leader, or behind its own commit
-//! point.
+//! point; what a server without a leader serves.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,8 +13,8 @@ use tonic::{Request, Response, Status};
 
 use super::watch::WatchService;
 use crate::replica::tests::{
-    create, patient_byte_budgets, slow_follower, stalled_follower, SlowFollower, Stall,
-    StalledFollower,
+    create, leader_of, patient_byte_budgets, slow_follower, stalled_follower, start_three,
+    SlowFollower, Stall, StalledFollower,
 };
 use crate::replica::Replica;
 use crate::txn::Zxid;
@@ -182,4 +182,65 @@ async fn a_watch_replayed_from_storage_waits_for_a_stalled_fsync() {
     for r in replicas.iter().chain([&slow]) {
         r.shutdown();
     }
+}
+
+/// A follower whose leader and other follower stop serves from its own tree only
+/// until `leader_wait_ms_max` after it lost its leader: then its watch stream ends
+/// with NOT_LEADER (it sent progress, and nothing else, for as long as it stayed
+/// alone), and reads, keep-alive pings and new watches are refused with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_a_leader_ends_its_watches_and_refuses_reads() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let replicas = start_three(&dirs).await;
+    let leader = leader_of(&replicas).await;
+    let c = leader.submit(0, 0, create("/x")).await.unwrap();
+    let alone = replicas.iter().find(|r| !r.is_leader()).unwrap().clone();
+    alone
+        .wait_applied(c.zxid, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let mut stream = stream_of(resume_on(&alone, c.zxid)).await;
+    for r in replicas
+        .iter()
+        .filter(|r| r.server_id() != alone.server_id())
+    {
+        r.shutdown();
+    }
+    let ended = loop {
+        let msg = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("the stream ends in time")
+            .expect("with an error");
+        match msg {
+            Ok(pb::WatchResponse {
+                msg: Some(pb::watch_response::Msg::Event(e)),
+            }) => panic!("an event with no leader: {e:?}"),
+            Ok(_) => {}
+            Err(status) => break status,
+        }
+    };
+    let not_leader =
+        |status: &Status| status.metadata().get("concord-error-code").unwrap() == "NOT_LEADER";
+    assert!(not_leader(&ended), "{ended:?}");
+    let read = super::ready_for_read(&alone, 0, false).await.unwrap_err();
+    assert!(not_leader(&read), "{read:?}");
+    let ping = pb::KeepAliveRequest {
+        session_id: 1,
+        min_zxid: 0,
+    };
+    let caller = crate::security::Caller {
+        identity: "admin".into(),
+        access: crate::security::Access::Admin,
+    };
+    let refused = super::session::answer_ping(&alone, &caller, &ping)
+        .await
+        .unwrap_err();
+    assert!(not_leader(&refused), "{refused:?}");
+    let opened = resume_on(&alone, c.zxid).await.unwrap();
+    assert!(
+        matches!(&opened, Err(status) if not_leader(status)),
+        "{:?}",
+        opened.map(|_| ())
+    );
+    alone.shutdown();
 }

@@ -16,6 +16,7 @@
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
+mod contact;
 pub(crate) mod engine;
 mod forward;
 mod forward_link;
@@ -140,6 +141,10 @@ struct Shared {
     /// writes fail at once (as a looking ZooKeeper server or etcd's ErrNoLeader do)
     /// instead of each holding its client for the whole wait.
     leaderless: Mutex<Option<route::Leaderless>>,
+    /// Whether this server has a leader, or since when it has had none: what it
+    /// serves from its own state waits for one, for at most `leader_wait` from then
+    /// (`contact.rs`).
+    contact: watch::Sender<contact::Contact>,
     /// The applied tree, the session deadlines and the metrics, which the engine
     /// writes (one txn batch at a time) and the API reads.
     readable: engine::Readable,

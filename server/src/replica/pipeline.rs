@@ -39,6 +39,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::contact::Contact;
 use super::engine::{Caller, Engine, Host, Request};
 use super::forward::Write;
 use super::persist::{Done, PersistJob, Persister};
@@ -300,6 +301,10 @@ impl Host for Shell {
             forwarder.follow(leader.filter(|_| learner), status.serving);
         }
         shared.serving.send_replace(serving);
+        shared.contact.send_if_modified(|contact| {
+            let next = Contact::after(*contact, status);
+            std::mem::replace(contact, next) != next
+        });
     }
 
     fn progress(&mut self, committed: Zxid, log_bytes: u64) {

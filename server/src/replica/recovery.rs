@@ -474,6 +474,7 @@ fn launch(
         tick_ms: config.tick_ms,
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         leaderless: Mutex::new(None),
+        contact: watch::Sender::new(super::contact::Contact::LostAt(started)),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
         log_bytes: AtomicU64::new(0),

@@ -306,7 +306,7 @@ pub(super) fn member_config(members: &[crate::config::Member], i: usize, base: C
 }
 
 /// Three voters, each on its folder of `dirs`, with the tests' `config`.
-async fn start_three(dirs: &[tempfile::TempDir]) -> Vec<Replica> {
+pub(crate) async fn start_three(dirs: &[tempfile::TempDir]) -> Vec<Replica> {
     let members = three_voters();
     let mut replicas = Vec::new();
     for (i, dir) in dirs.iter().enumerate() {
@@ -317,7 +317,7 @@ async fn start_three(dirs: &[tempfile::TempDir]) -> Vec<Replica> {
 }
 
 /// The one of `replicas` that leads, once one does (20 s at most).
-pub(super) async fn leader_of(replicas: &[Replica]) -> Replica {
+pub(crate) async fn leader_of(replicas: &[Replica]) -> Replica {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         if let Some(r) = replicas.iter().find(|r| r.is_leader()) {
@@ -591,6 +591,13 @@ pub(crate) async fn slow_follower(configs: &[Config], what: Stall, closed: bool)
     slow.wait_applied(c.zxid, Duration::from_secs(20))
         .await
         .unwrap();
+    // Synced with its leader too (its ack of NEWLEADER waits for its fsync): a
+    // learner still synchronizing serves no reads.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !super::observe::Standing::of(&slow).synced {
+        assert!(tokio::time::Instant::now() < deadline, "not synced");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     SlowFollower {
         replicas,
         leader,
@@ -914,7 +921,8 @@ async fn a_forwarded_batch_is_answered_in_its_order() {
 
 /// A server keeps sessions alive only where a leader hears it: the leader and its
 /// followers have one at once; a follower whose leader and other follower are gone
-/// waits (its touches would reach no one) until it stops.
+/// waits (its touches would reach no one) until it stops. It serves reads from its
+/// own state until `leader_wait` after it lost its leader, and refuses them then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_a_leader_that_hears_it_waits_for_one() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -929,6 +937,7 @@ async fn a_server_without_a_leader_that_hears_it_waits_for_one() {
             .await
             .expect("a leader that hears this server")
             .unwrap();
+        r.in_touch().await.unwrap();
     }
     let survivor = replicas.iter().find(|r| !r.is_leader()).unwrap().clone();
     for r in replicas
@@ -946,6 +955,21 @@ async fn a_server_without_a_leader_that_hears_it_waits_for_one() {
     assert!(
         waited.is_err(),
         "a leader, with no other server up: {waited:?}"
+    );
+    // Its own state serves reads only for `leader_wait` after it lost its leader.
+    let lost = tokio::time::timeout(Duration::from_secs(10), survivor.cut_off())
+        .await
+        .expect("a server alone is cut off once leader_wait has passed");
+    assert!(
+        matches!(lost, super::ReplicaError::NotLeader { .. }),
+        "{lost:?}"
+    );
+    let read = tokio::time::timeout(Duration::from_secs(1), survivor.in_touch())
+        .await
+        .expect("refused at once, the wait having passed");
+    assert!(
+        matches!(read, Err(super::ReplicaError::NotLeader { .. })),
+        "{read:?}"
     );
     survivor.shutdown();
     let stopped = tokio::time::timeout(Duration::from_secs(10), survivor.wait_for_leader())

@@ -135,7 +135,9 @@ class ElectionServicer:
         the txn that made it); a txn that changes the leader twice shows its end state.
         With progress_interval_ms set, a quiet stream also carries progress messages, so
         that a client can tell a silent (stopped) server from a stable leader.
-        A consumer too slow to keep up is cut off with SLOW_CONSUMER.
+        A consumer too slow to keep up is cut off with SLOW_CONSUMER. A server that has
+        had no leader for leader_wait_ms_max ends the stream with NOT_LEADER (its view
+        may be stale): observe on another server.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -98,8 +98,10 @@ class SessionServicer:
         it has; if it cannot within 10 s, the stream ends with TIMEOUT and the client
         should try another server. A server that no leader hears (cut off from the
         ensemble, or while an election runs) holds its answers until one does: its
-        touches would not reach the leader that expires sessions. A client that hears
-        nothing for a while (the SDKs: half the TTL) should try another server.
+        touches would not reach the leader that expires sessions. Once it has had no
+        leader for leader_wait_ms_max, the stream ends with NOT_LEADER. A client that
+        hears nothing for a while (the SDKs: half the TTL), or hears NOT_LEADER, should
+        try another server.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -35,8 +35,12 @@ class TreeStub:
     Reads are served by the server you call, from its applied tree. Set `min_zxid` to
     wait until that server has applied at least that zxid (read-your-writes across
     servers), or `linearizable` to first learn the leader's commit point (confirmed by
-    a quorum) and wait for it. Writes go through the leader and are answered once they
-    are fsynced on a quorum and applied on the server you call.
+    a quorum) and wait for it. A server that has no leader (an election under way, cut
+    off from the others, just started) holds reads until it has one, for at most
+    leader_wait_ms_max from when it lost it, then answers NOT_LEADER: what it holds may
+    be stale; ask another server (docs/api.md, "Zxids and consistency"). Writes go
+    through the leader and are answered once they are fsynced on a quorum and applied
+    on the server you call.
 
     Namespaces and permissions (docs/security.md): a team member's paths are relative
     to its team's namespace root (the server maps requests, responses and errors), and
@@ -104,8 +108,12 @@ class TreeServicer:
     Reads are served by the server you call, from its applied tree. Set `min_zxid` to
     wait until that server has applied at least that zxid (read-your-writes across
     servers), or `linearizable` to first learn the leader's commit point (confirmed by
-    a quorum) and wait for it. Writes go through the leader and are answered once they
-    are fsynced on a quorum and applied on the server you call.
+    a quorum) and wait for it. A server that has no leader (an election under way, cut
+    off from the others, just started) holds reads until it has one, for at most
+    leader_wait_ms_max from when it lost it, then answers NOT_LEADER: what it holds may
+    be stale; ask another server (docs/api.md, "Zxids and consistency"). Writes go
+    through the leader and are answered once they are fsynced on a quorum and applied
+    on the server you call.
 
     Namespaces and permissions (docs/security.md): a team member's paths are relative
     to its team's namespace root (the server maps requests, responses and errors), and
@@ -237,8 +245,12 @@ class Tree:
     Reads are served by the server you call, from its applied tree. Set `min_zxid` to
     wait until that server has applied at least that zxid (read-your-writes across
     servers), or `linearizable` to first learn the leader's commit point (confirmed by
-    a quorum) and wait for it. Writes go through the leader and are answered once they
-    are fsynced on a quorum and applied on the server you call.
+    a quorum) and wait for it. A server that has no leader (an election under way, cut
+    off from the others, just started) holds reads until it has one, for at most
+    leader_wait_ms_max from when it lost it, then answers NOT_LEADER: what it holds may
+    be stale; ask another server (docs/api.md, "Zxids and consistency"). Writes go
+    through the leader and are answered once they are fsynced on a quorum and applied
+    on the server you call.
 
     Namespaces and permissions (docs/security.md): a team member's paths are relative
     to its team's namespace root (the server maps requests, responses and errors), and

@@ -43,7 +43,9 @@ class WatchStub:
     events not yet sent to it are dropped, and the error message names the last zxid
     it was sent in full, to resume from (`resume with start_zxid=N`). Replays and
     initial snapshots are streamed in bounded pieces, never built whole. A stream whose
-    client has gone is ended by the server at once.
+    client has gone is ended by the server at once. A server that has had no leader for
+    leader_wait_ms_max ends its streams with NOT_LEADER (what it would send may be
+    stale): resume on another server with the last zxid received.
     """
 
     def __init__(self, channel):
@@ -77,7 +79,9 @@ class WatchServicer:
     events not yet sent to it are dropped, and the error message names the last zxid
     it was sent in full, to resume from (`resume with start_zxid=N`). Replays and
     initial snapshots are streamed in bounded pieces, never built whole. A stream whose
-    client has gone is ended by the server at once.
+    client has gone is ended by the server at once. A server that has had no leader for
+    leader_wait_ms_max ends its streams with NOT_LEADER (what it would send may be
+    stale): resume on another server with the last zxid received.
     """
 
     def Watch(self, request, context):
@@ -120,7 +124,9 @@ class Watch:
     events not yet sent to it are dropped, and the error message names the last zxid
     it was sent in full, to resume from (`resume with start_zxid=N`). Replays and
     initial snapshots are streamed in bounded pieces, never built whole. A stream whose
-    client has gone is ended by the server at once.
+    client has gone is ended by the server at once. A server that has had no leader for
+    leader_wait_ms_max ends its streams with NOT_LEADER (what it would send may be
+    stale): resume on another server with the last zxid received.
     """
 
     @staticmethod

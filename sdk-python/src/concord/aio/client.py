@@ -671,6 +671,17 @@ class Client:
         else:
             self._rotate()
 
+    def _leave_after(self, err: ConcordError, index: int) -> None:
+        """A stream on host ``index`` failed with ``err``: calls move on when that host
+        cannot serve them (unreachable, or without a leader for a while: to the
+        leader it named, if listed), unless another failure moved them already."""
+        if self._current != index:
+            return
+        if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
+            self._rotate()
+        elif err.code is ErrorCode.NOT_LEADER:
+            self._after_not_leader(err)
+
     def _host_index(self, addr: str | None) -> int | None:
         """The index in the host list of ``host:port`` ``addr`` (as the server names
         its client address: an IP address, IPv6 in brackets), or None."""

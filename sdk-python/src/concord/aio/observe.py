@@ -176,10 +176,7 @@ class LeaderObserver(QueuedStream[LeaderChange]):
         except grpc.RpcError as e:
             call.cancel()
             err = from_rpc_error(e, write=False)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT) and client._current == index:
-                client._rotate()
-            elif err.code is ErrorCode.NOT_LEADER and client._current == index:
-                client._after_not_leader(err)
+            client._leave_after(err, index)
             raise err from None
         except BaseException:
             call.cancel()
@@ -290,8 +287,7 @@ class LeaderObserver(QueuedStream[LeaderChange]):
             msg = read.result()
         except grpc.RpcError as e:
             err = from_rpc_error(e, write=False)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT) and self._client._current == index:
-                self._client._rotate()
+            self._client._leave_after(err, index)
             raise err from None
         if msg is grpc.aio.EOF:
             raise make_error(ErrorCode.UNAVAILABLE, "the observe stream ended")

@@ -152,10 +152,7 @@ class Watch(QueuedStream[WatchEvent]):
         except grpc.RpcError as e:
             call.cancel()
             err = from_rpc_error(e, write=False)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
-                self._moved_off(index)
-            elif err.code is ErrorCode.NOT_LEADER and client._current == index:
-                client._after_not_leader(err)  # to the leader it named, if listed
+            client._leave_after(err, index)
             raise err from None
         if first is grpc.aio.EOF:
             raise make_error(ErrorCode.UNAVAILABLE, "the watch stream ended before it started")
@@ -259,8 +256,7 @@ class Watch(QueuedStream[WatchEvent]):
             return None, err, False
         except grpc.RpcError as e:
             err = from_rpc_error(e, write=False)
-            if err.origin in (Origin.NOT_SENT, Origin.TRANSPORT):
-                self._moved_off(index)
+            self._client._leave_after(err, index)
             return None, err, False
         if msg is grpc.aio.EOF:
             return None, make_error(ErrorCode.UNAVAILABLE, "the watch stream ended"), True
