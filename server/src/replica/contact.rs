@@ -23,24 +23,25 @@ use tokio::time::Instant;
 use super::{Replica, ReplicaError};
 use crate::zab::{Role, Status};
 
-/// This server's contact with a leader.
+/// This server's contact with a leader (`T`: the clock's instants; the simulator
+/// keeps its own time).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Contact {
+pub(crate) enum Contact<T = Instant> {
     /// It leads an established epoch, or has synced with the leader it follows.
     Leader,
     /// It has had no leader since this instant (lost it, or started).
-    LostAt(Instant),
+    LostAt(T),
 }
 
-impl Contact {
-    /// The contact a core status gives, `previous` the one before it (a stretch
-    /// without a leader keeps its start across statuses without one).
-    pub(super) fn after(previous: Contact, status: &Status) -> Contact {
+impl<T: Copy> Contact<T> {
+    /// The contact a core status gives at `now`, `previous` the one before it (a
+    /// stretch without a leader keeps its start across statuses without one).
+    pub(crate) fn after(previous: Contact<T>, status: &Status, now: T) -> Contact<T> {
         let has_leader = status.role != Role::Looking && status.leader.is_some() && status.serving;
         match (has_leader, previous) {
             (true, _) => Contact::Leader,
             (false, Contact::LostAt(at)) => Contact::LostAt(at),
-            (false, Contact::Leader) => Contact::LostAt(Instant::now()),
+            (false, Contact::Leader) => Contact::LostAt(now),
         }
     }
 }
@@ -119,28 +120,22 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_stretch_without_a_leader_keeps_its_start_until_one_is_synced() {
-        let started = Instant::now();
-        let start = Contact::LostAt(started);
-        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+    #[test]
+    fn a_stretch_without_a_leader_keeps_its_start_until_one_is_synced() {
+        let start: Contact<u64> = Contact::LostAt(0);
         // Elected, or following, but not synced yet: still without a leader.
         let leading = status(Role::Leading, Some(1), false);
-        assert_eq!(Contact::after(start, &leading), start);
+        assert_eq!(Contact::after(start, &leading, 10), start);
         let syncing = status(Role::Following, Some(2), false);
-        assert_eq!(Contact::after(start, &syncing), start);
+        assert_eq!(Contact::after(start, &syncing, 10), start);
         let synced = status(Role::Following, Some(2), true);
-        assert_eq!(Contact::after(start, &synced), Contact::Leader);
+        assert_eq!(Contact::after(start, &synced, 10), Contact::Leader);
         let observing = status(Role::Observing, Some(2), true);
-        assert_eq!(Contact::after(start, &observing), Contact::Leader);
+        assert_eq!(Contact::after(start, &observing, 10), Contact::Leader);
         // Lost: the stretch starts now, and a second status without one keeps it.
         let looking = status(Role::Looking, None, false);
-        let lost = Contact::after(Contact::Leader, &looking);
-        assert_eq!(
-            lost,
-            Contact::LostAt(started + std::time::Duration::from_secs(1))
-        );
-        tokio::time::advance(std::time::Duration::from_secs(1)).await;
-        assert_eq!(Contact::after(lost, &syncing), lost);
+        let lost = Contact::after(Contact::Leader, &looking, 20);
+        assert_eq!(lost, Contact::LostAt(20));
+        assert_eq!(Contact::after(lost, &syncing, 30), lost);
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! What it must not do: speak gRPC, or know how txns change the tree (`tree/` does).
 
-mod contact;
+pub(crate) mod contact;
 pub(crate) mod engine;
 mod forward;
 mod forward_link;

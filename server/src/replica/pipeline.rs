@@ -302,7 +302,7 @@ impl Host for Shell {
         }
         shared.serving.send_replace(serving);
         shared.contact.send_if_modified(|contact| {
-            let next = Contact::after(*contact, status);
+            let next = Contact::after(*contact, status, Instant::now());
             std::mem::replace(contact, next) != next
         });
     }

@@ -21,6 +21,10 @@
 //! - SessionReads: a session's read, served once the server has applied its
 //!   `min_zxid`, sees committed state (Agreement at the read's zxid) no older than
 //!   what the session has seen (`workload.rs`);
+//! - Timeliness (ZooKeeper's): a read, served only by a server in touch with a
+//!   leader (`replica/contact.rs`), sees every write acknowledged more than
+//!   `TIMELINESS_TICKS` before it, unless its server resumed from a pause less than
+//!   `RESUME_NOTICE_TICKS` before (`workload.rs`);
 //! - FencedWrite and EphemeralLifetime, as `applied_state` says.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +44,17 @@ pub(crate) fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 
 pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// How far behind the acknowledged writes a read may be, in ticks: a learner gives
+/// its leader up after `sync_limit_ticks` (5) without hearing it, and stops
+/// serving reads then; the rest is room for message and disk delays.
+pub(crate) const TIMELINESS_TICKS: u64 = 10;
+
+/// How long a server that resumed from a pause may serve its state from before the
+/// pause: its core counts the ticks it runs, not the time it was stopped, so it
+/// notices that its leader or quorum went on without it only `sync_limit_ticks`
+/// after it resumes, as a ZooKeeper server does (`docs/api.md`).
+pub(crate) const RESUME_NOTICE_TICKS: u64 = 7;
+
 /// What the whole ensemble has done so far, for checking.
 #[derive(Debug, Default)]
 pub(crate) struct Checker {
@@ -51,6 +66,9 @@ pub(crate) struct Checker {
     digests: BTreeMap<Zxid, u64>,
     /// Writes acknowledged to clients.
     pub(crate) acked: BTreeSet<Zxid>,
+    /// The newest acknowledged write after each time a newer one was acked:
+    /// (time, zxid), both increasing.
+    acked_by_time: Vec<(u64, Zxid)>,
     /// Every write handed to a server, by request id (all distinct but the
     /// liveness marker's, which is the same write each time).
     proposed: BTreeMap<u64, TxnOp>,
@@ -143,8 +161,31 @@ impl Checker {
         }
     }
 
-    pub(crate) fn on_ack(&mut self, zxid: Zxid) {
+    pub(crate) fn on_ack(&mut self, zxid: Zxid, now: u64) {
         self.acked.insert(zxid);
+        if self
+            .acked_by_time
+            .last()
+            .is_none_or(|&(_, newest)| zxid > newest)
+        {
+            self.acked_by_time.push((now, zxid));
+        }
+    }
+
+    /// Timeliness: server `id`'s read at `now` saw state at `zxid`, which holds
+    /// every write acknowledged up to `TIMELINESS_TICKS` before.
+    pub(crate) fn on_timely_read(&self, id: ServerId, now: u64, zxid: Zxid) -> Result<(), String> {
+        let Some(until) = now.checked_sub(TIMELINESS_TICKS * super::world::TICK) else {
+            return Ok(());
+        };
+        let older = self.acked_by_time.partition_point(|&(at, _)| at <= until);
+        match older.checked_sub(1).map(|i| self.acked_by_time[i]) {
+            Some((at, acked)) if zxid < acked => Err(format!(
+                "Timeliness: server {id} served a read at {now} at zxid {zxid:#x}, \
+                 without write {acked:#x} acknowledged at {at}"
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The newest acknowledged write.

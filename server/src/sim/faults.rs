@@ -168,7 +168,7 @@ impl World {
         if discard {
             s.discard()?;
         }
-        s.restart(seed)?;
+        s.restart(seed, self.now)?;
         let (zxid, digest) = (s.tree().last_zxid(), s.tree().digest());
         self.check.on_digest(id, zxid, digest)?;
         self.drain(id)

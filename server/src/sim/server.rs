@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
+use crate::replica::contact::Contact;
 use crate::replica::engine::{Caller, Engine, Host, Readable, SnapshotPolicy};
 use crate::replica::housekeeping::{save_snapshot, write_snapshot};
 use crate::replica::persist::{self, Observe};
@@ -197,6 +198,9 @@ pub(crate) struct SimServer {
     pub(crate) snapshotting: Option<DataTree>,
     /// The next disk write fails (the server then stops).
     pub(crate) fail_next_write: bool,
+    /// Its contact with a leader, from its statuses (a read is served only with
+    /// one, as `Replica::in_touch` serves it).
+    pub(crate) contact: Contact<u64>,
 }
 
 impl SimServer {
@@ -220,8 +224,9 @@ impl SimServer {
             snapshot_every_txns,
             snapshotting: None,
             fail_next_write: false,
+            contact: Contact::LostAt(0),
         };
-        s.restart(seed)?;
+        s.restart(seed, 0)?;
         Ok(s)
     }
 
@@ -275,9 +280,10 @@ impl SimServer {
         Ok(())
     }
 
-    /// Starts from the disk, as recovery does: the tree is the snapshot, the core
-    /// gets the rest.
-    pub(crate) fn restart(&mut self, seed: u64) -> Result<(), String> {
+    /// Starts from the disk at `now`, as recovery does: the tree is the snapshot,
+    /// the core gets the rest.
+    pub(crate) fn restart(&mut self, seed: u64, now: u64) -> Result<(), String> {
+        self.contact = Contact::LostAt(now);
         let (tree, restored) = recover_from(&self.disk, true).map_err(|e| format!("{e:?}"))?;
         let node = Node::new(self.cfg.clone(), restored, seed).map_err(|e| e.to_string())?;
         let host = SimHost {

@@ -321,7 +321,15 @@ fn the_checker_names_broken_invariants() {
     c.on_established(3, 1).unwrap();
     let e = c.on_established(3, 2).unwrap_err();
     assert!(e.starts_with("Leadership"), "{e}");
-    c.on_ack(make_zxid(1, 9));
+    c.on_ack(make_zxid(1, 9), 0);
     let e = c.check_acked().unwrap_err();
     assert!(e.starts_with("Durability"), "{e}");
+    // A read that misses a write acknowledged long enough before it.
+    let mut c = check::Checker::default();
+    let window = check::TIMELINESS_TICKS * super::world::TICK;
+    c.on_ack(z2, 100);
+    c.on_timely_read(1, 99 + window, z1).unwrap();
+    c.on_timely_read(1, 100 + window, z2).unwrap();
+    let e = c.on_timely_read(1, 100 + window, z1).unwrap_err();
+    assert!(e.starts_with("Timeliness"), "{e}");
 }

@@ -18,7 +18,9 @@
 
 use bytes::Bytes;
 
-use super::world::World;
+use super::check::RESUME_NOTICE_TICKS;
+use super::world::{World, TICK};
+use crate::replica::contact::Contact;
 use crate::replica::Committed;
 use crate::replica::Write;
 use crate::tree::{TreeError, TxnResult};
@@ -170,10 +172,12 @@ impl World {
     /// Client `c` reads at a server it picks (any that is up and running), as a
     /// session moving between servers does: with `min_zxid` = the newest zxid it has
     /// been answered with, so the server serves it only once it has applied that far
-    /// (the API's `ready_for_read` rule; until then the read waits, here: is not
-    /// made). A served read sees the server's applied tree, which must be the
-    /// committed state at its zxid (Agreement, Integrity) and not older than what
-    /// the session has seen (SessionReads).
+    /// and while it is in touch with a leader (the API's `ready_for_read` rule;
+    /// until then the read waits or is refused, here: is not made). A served read
+    /// sees the server's applied tree, which must be the committed state at its zxid
+    /// (Agreement, Integrity), not older than what the session has seen
+    /// (SessionReads), and holding every write acknowledged a while before
+    /// (Timeliness).
     fn session_read(&mut self, c: usize) -> Result<(), String> {
         let up: Vec<ServerId> = self
             .up_ids(true)
@@ -192,12 +196,19 @@ impl World {
             let tree = s.tree();
             (tree.last_zxid(), tree.digest())
         };
-        if zxid < min_zxid {
+        if zxid < min_zxid || s.contact != Contact::Leader {
             self.stats.reads_waited += 1;
             return Ok(());
         }
         self.stats.session_reads += 1;
         self.check.on_digest(id, zxid, digest)?;
+        let resumed_lately = self
+            .paused
+            .get(&id)
+            .is_some_and(|&until| self.now < until + RESUME_NOTICE_TICKS * TICK);
+        if !resumed_lately {
+            self.check.on_timely_read(id, self.now, zxid)?;
+        }
         self.clients[c].seen(zxid);
         Ok(())
     }

@@ -17,6 +17,7 @@ use super::check::{fnv, Checker, FNV_START};
 use super::server::{Outbox, PendingWrite, SimCaller, SimHost, SimServer, TreeChange};
 use super::workload::{Asked, Client, CLIENTS};
 use super::SimOptions;
+use crate::replica::contact::Contact;
 use crate::replica::engine::{Engine, Request};
 use crate::replica::Write;
 use crate::txn::Zxid;
@@ -343,6 +344,9 @@ impl World {
         }
         for (st, serving) in out.statuses {
             self.log(format_args!("{id}: {st:?}"));
+            if let Some(s) = self.servers.get_mut(&id) {
+                s.contact = Contact::after(s.contact, &st, self.now);
+            }
             self.mark(&[self.now, 3, id, st.role as u64, u64::from(st.epoch)]);
             if serving {
                 self.stats.leaders += 1;
@@ -368,7 +372,7 @@ impl World {
             self.write(id, w);
         }
         for (request, committed) in out.acked {
-            self.check.on_ack(committed.zxid);
+            self.check.on_ack(committed.zxid, self.now);
             if request == MARKER_REQUEST {
                 self.marker = Some((id, Some(committed.zxid)));
             }
