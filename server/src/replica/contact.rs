@@ -12,9 +12,18 @@
 //! without hearing it, so what a server serves is at most that plus `leader_wait`
 //! behind the ensemble.
 //!
+//! A server that did not run for a whole sync limit (paused by SIGSTOP, a frozen
+//! VM, starved) is the exception the core cannot see: it counts the ticks it runs,
+//! so it would notice only `sync_limit_ticks` after it resumes that the others went
+//! on without it, and serve its state from before the pause meanwhile. So the
+//! core's word is not taken for that long after such a gap (`Gaps`), and a read
+//! finds the server in touch only if it ticked within the last sync limit.
+//!
 //! ```text
-//!   core status ─▶ pipeline's Host::status ─▶ Shared::contact (Leader | LostAt)
-//!   read ─▶ in_touch(): Leader? serve ─ else wait until LostAt + leader_wait ─▶ NotLeader
+//!   core status, ticks ─▶ pipeline's Shell ─▶ Shared::contact (Leader | LostAt)
+//!                           (Gaps: no Leader for sync_limit + 2 ticks after a gap)
+//!   read ─▶ in_touch(): Leader and ticked lately? serve ─ else wait, at most until
+//!           LostAt + leader_wait ─▶ NotLeader
 //!   stream ─▶ select { .., cut_off() } ─▶ ends with NotLeader
 //! ```
 
@@ -34,15 +43,55 @@ pub(crate) enum Contact<T = Instant> {
 }
 
 impl<T: Copy> Contact<T> {
-    /// The contact a core status gives at `now`, `previous` the one before it (a
-    /// stretch without a leader keeps its start across statuses without one).
-    pub(crate) fn after(previous: Contact<T>, status: &Status, now: T) -> Contact<T> {
+    /// The contact at `now`, `previous` the one before it (a stretch without a
+    /// leader keeps its start): a leader if the core's `status` has one and its
+    /// word is `trusted` (`Gaps::trusted`).
+    pub(crate) fn after(
+        previous: Contact<T>,
+        status: &Status,
+        trusted: bool,
+        now: T,
+    ) -> Contact<T> {
         let has_leader = status.role != Role::Looking && status.leader.is_some() && status.serving;
-        match (has_leader, previous) {
+        match (has_leader && trusted, previous) {
             (true, _) => Contact::Leader,
             (false, Contact::LostAt(at)) => Contact::LostAt(at),
             (false, Contact::Leader) => Contact::LostAt(now),
         }
+    }
+}
+
+/// This server's ticks, to tell when it did not run for a whole sync limit (times
+/// in ms on the replica's clock).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Gaps {
+    last_tick: Option<u64>,
+    distrust_until: u64,
+}
+
+impl Gaps {
+    /// A tick at `now`. One more than `sync_limit` after the last means the server
+    /// did not run meanwhile: the core's word on its leader is not taken for
+    /// `sync_limit` and two ticks more, the time its core needs to notice.
+    pub(crate) fn tick(&mut self, now: u64, sync_limit: u64, tick: u64) {
+        if let Some(last) = self.last_tick.replace(now) {
+            if now.saturating_sub(last) > sync_limit {
+                self.distrust_until = now + sync_limit + 2 * tick;
+            }
+        }
+    }
+
+    /// Whether the core's word on its leader is taken at `now`.
+    pub(crate) fn trusted(&self, now: u64) -> bool {
+        now >= self.distrust_until
+    }
+
+    /// Whether the server ticked within `sync_limit` of `now` (it runs): the
+    /// simulator's check; a replica keeps its last tick in `Shared::ticked_ms`.
+    #[cfg(test)]
+    pub(crate) fn ticked_lately(&self, now: u64, sync_limit: u64) -> bool {
+        self.last_tick
+            .is_some_and(|last| now.saturating_sub(last) <= sync_limit)
     }
 }
 
@@ -51,25 +100,43 @@ impl Replica {
     /// `leader_wait` from when it lost one. Err(NotLeader) after that: what it has
     /// may be stale. Err(Unavailable) once the server stops.
     pub async fn in_touch(&self) -> Result<(), ReplicaError> {
-        if *self.shared.contact.borrow() == Contact::Leader {
+        if *self.shared.contact.borrow() == Contact::Leader && self.ticked_lately() {
             return Ok(());
         }
         let mut contact = self.shared.contact.subscribe();
         let mut stop = self.shared.stop.subscribe();
+        // A leader whose ticks stopped (the server did not run) is waited for as
+        // long as a lost one.
+        let stalled_until = Instant::now() + self.shared.leader_wait;
+        let tick = std::time::Duration::from_millis(self.shared.tick_ms.max(1));
         loop {
             if stop.borrow_and_update().is_some() {
                 return Err(ReplicaError::Unavailable("the server is stopping".into()));
             }
-            let Contact::LostAt(at) = *contact.borrow_and_update() else {
-                return Ok(());
+            let until = match *contact.borrow_and_update() {
+                Contact::Leader if self.ticked_lately() => return Ok(()),
+                Contact::Leader => stalled_until,
+                Contact::LostAt(at) => at + self.shared.leader_wait,
             };
-            let until = at + self.shared.leader_wait;
+            let now = Instant::now();
+            if now >= until {
+                return Err(self.out_of_touch());
+            }
             tokio::select! {
                 _ = contact.changed() => {}
                 _ = stop.changed() => {}
-                () = tokio::time::sleep_until(until) => return Err(self.out_of_touch()),
+                () = tokio::time::sleep_until(until.min(now + tick)) => {}
             }
         }
+    }
+
+    /// Whether the pipeline ticked within the last sync limit (the server runs).
+    fn ticked_lately(&self) -> bool {
+        let ticked = self
+            .shared
+            .ticked_ms
+            .load(std::sync::atomic::Ordering::Acquire);
+        self.shared.now_ms().saturating_sub(ticked) <= self.shared.sync_limit_ms
     }
 
     /// Resolves once this server has been without a leader for `leader_wait`, with
@@ -125,17 +192,44 @@ mod tests {
         let start: Contact<u64> = Contact::LostAt(0);
         // Elected, or following, but not synced yet: still without a leader.
         let leading = status(Role::Leading, Some(1), false);
-        assert_eq!(Contact::after(start, &leading, 10), start);
+        assert_eq!(Contact::after(start, &leading, true, 10), start);
         let syncing = status(Role::Following, Some(2), false);
-        assert_eq!(Contact::after(start, &syncing, 10), start);
+        assert_eq!(Contact::after(start, &syncing, true, 10), start);
         let synced = status(Role::Following, Some(2), true);
-        assert_eq!(Contact::after(start, &synced, 10), Contact::Leader);
+        assert_eq!(Contact::after(start, &synced, true, 10), Contact::Leader);
         let observing = status(Role::Observing, Some(2), true);
-        assert_eq!(Contact::after(start, &observing, 10), Contact::Leader);
+        assert_eq!(Contact::after(start, &observing, true, 10), Contact::Leader);
+        // Synced, but the core's word is not taken (after a gap).
+        assert_eq!(Contact::after(start, &synced, false, 10), start);
+        assert_eq!(
+            Contact::after(Contact::Leader, &synced, false, 15),
+            Contact::LostAt(15)
+        );
         // Lost: the stretch starts now, and a second status without one keeps it.
         let looking = status(Role::Looking, None, false);
-        let lost = Contact::after(Contact::Leader, &looking, 20);
+        let lost = Contact::after(Contact::Leader, &looking, true, 20);
         assert_eq!(lost, Contact::LostAt(20));
-        assert_eq!(Contact::after(lost, &syncing, 30), lost);
+        assert_eq!(Contact::after(lost, &syncing, true, 30), lost);
+    }
+
+    #[test]
+    fn a_gap_in_the_ticks_distrusts_the_core_for_a_sync_limit_and_two_ticks() {
+        let (limit, tick) = (500, 100);
+        let mut gaps = Gaps::default();
+        assert!(!gaps.ticked_lately(0, limit));
+        for now in (0..=1000).step_by(100) {
+            gaps.tick(now, limit, tick);
+            assert!(gaps.trusted(now) && gaps.ticked_lately(now, limit));
+        }
+        // Late ticks, but within the limit: still trusted.
+        gaps.tick(1500, limit, tick);
+        assert!(gaps.trusted(1500));
+        // Stopped for 2.1 s: not running, then distrusted until 700 ms after.
+        assert!(!gaps.ticked_lately(2100, limit));
+        gaps.tick(3600, limit, tick);
+        assert!(gaps.ticked_lately(3600, limit));
+        assert!(!gaps.trusted(3600) && !gaps.trusted(4299));
+        gaps.tick(3700, limit, tick);
+        assert!(gaps.trusted(4300));
     }
 }

@@ -145,6 +145,10 @@ struct Shared {
     /// serves from its own state waits for one, for at most `leader_wait` from then
     /// (`contact.rs`).
     contact: watch::Sender<contact::Contact>,
+    /// When the pipeline last ticked (`now_ms`), for `in_touch`.
+    ticked_ms: AtomicU64,
+    /// `sync_limit_ticks` in ms.
+    sync_limit_ms: u64,
     /// The applied tree, the session deadlines and the metrics, which the engine
     /// writes (one txn batch at a time) and the API reads.
     readable: engine::Readable,

@@ -39,7 +39,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::contact::Contact;
+use super::contact::{Contact, Gaps};
 use super::engine::{Caller, Engine, Host, Request};
 use super::forward::Write;
 use super::persist::{Done, PersistJob, Persister};
@@ -186,6 +186,8 @@ pub(super) struct Shell {
     /// Batches of traced writes sent to the persister and not yet durable, oldest
     /// first (at most `FSYNCS_TRACED_MAX`).
     fsyncs: VecDeque<Fsync>,
+    /// This server's ticks, for when its core's word on its leader is taken.
+    gaps: Gaps,
 }
 
 impl Shell {
@@ -201,7 +203,28 @@ impl Shell {
             snapshots,
             peers,
             fsyncs: VecDeque::new(),
+            gaps: Gaps::default(),
         }
+    }
+
+    /// A tick of the pipeline's clock, before the core's: a gap since the last one
+    /// (the server did not run) makes the core's word on its leader distrusted for
+    /// a while (`contact.rs`).
+    fn ticked(&mut self, status: &Status) {
+        let shared = &self.shared;
+        let now = shared.now_ms();
+        self.gaps.tick(now, shared.sync_limit_ms, shared.tick_ms);
+        shared.ticked_ms.store(now, Ordering::Release);
+        self.publish_contact(status);
+    }
+
+    /// Publishes this server's contact with a leader, from the core's `status`.
+    fn publish_contact(&self, status: &Status) {
+        let trusted = self.gaps.trusted(self.shared.now_ms());
+        self.shared.contact.send_if_modified(|contact| {
+            let next = Contact::after(*contact, status, trusted, Instant::now());
+            std::mem::replace(contact, next) != next
+        });
     }
 
     /// Readies up to `number` are durable here: records their traced writes'
@@ -301,10 +324,7 @@ impl Host for Shell {
             forwarder.follow(leader.filter(|_| learner), status.serving);
         }
         shared.serving.send_replace(serving);
-        shared.contact.send_if_modified(|contact| {
-            let next = Contact::after(*contact, status, Instant::now());
-            std::mem::replace(contact, next) != next
-        });
+        self.publish_contact(status);
     }
 
     fn progress(&mut self, committed: Zxid, log_bytes: u64) {
@@ -403,13 +423,17 @@ impl Pipeline {
             let take_max = self.batch_txns_max.min(room.max(1));
             tokio::select! {
                 _ = stop.wait_for(Option::is_some) => break,
-                _ = interval.tick() => if hear_peers {
-                    if !self.hear_waiting(&mut inputs.peers) {
-                        break;
+                _ = interval.tick() => {
+                    let status = self.engine.node().status();
+                    self.engine.host.ticked(&status);
+                    if hear_peers {
+                        if !self.hear_waiting(&mut inputs.peers) {
+                            break;
+                        }
+                        let unread = inputs.peers.as_ref().map_or(0, InboundRx::waiting);
+                        self.engine.tick(unread);
+                        super::members::publish(&shared, self.engine.node());
                     }
-                    let unread = inputs.peers.as_ref().map_or(0, InboundRx::waiting);
-                    self.engine.tick(unread);
-                    super::members::publish(&shared, self.engine.node());
                 },
                 first = inputs.proposals.recv(), if take => {
                     let Some(first) = first else { break };

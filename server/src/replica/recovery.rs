@@ -475,6 +475,8 @@ fn launch(
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         leaderless: Mutex::new(None),
         contact: watch::Sender::new(super::contact::Contact::LostAt(started)),
+        ticked_ms: AtomicU64::new(0),
+        sync_limit_ms: config.sync_limit_ticks.saturating_mul(config.tick_ms),
         applied: watch::Sender::new(snapshot_zxid),
         committed: AtomicU64::new(snapshot_zxid),
         log_bytes: AtomicU64::new(0),

@@ -23,8 +23,7 @@
 //!   what the session has seen (`workload.rs`);
 //! - Timeliness (ZooKeeper's): a read, served only by a server in touch with a
 //!   leader (`replica/contact.rs`), sees every write acknowledged more than
-//!   `TIMELINESS_TICKS` before it, unless its server resumed from a pause less than
-//!   `RESUME_NOTICE_TICKS` before (`workload.rs`);
+//!   `TIMELINESS_TICKS` before it, also on a server resumed from a pause;
 //! - FencedWrite and EphemeralLifetime, as `applied_state` says.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,12 +47,6 @@ pub(crate) const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 /// its leader up after `sync_limit_ticks` (5) without hearing it, and stops
 /// serving reads then; the rest is room for message and disk delays.
 pub(crate) const TIMELINESS_TICKS: u64 = 10;
-
-/// How long a server that resumed from a pause may serve its state from before the
-/// pause: its core counts the ticks it runs, not the time it was stopped, so it
-/// notices that its leader or quorum went on without it only `sync_limit_ticks`
-/// after it resumes, as a ZooKeeper server does (`docs/api.md`).
-pub(crate) const RESUME_NOTICE_TICKS: u64 = 7;
 
 /// What the whole ensemble has done so far, for checking.
 #[derive(Debug, Default)]

@@ -12,7 +12,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use crate::replica::contact::Contact;
+use super::world::TICK;
+use crate::replica::contact::{Contact, Gaps};
 use crate::replica::engine::{Caller, Engine, Host, Readable, SnapshotPolicy};
 use crate::replica::housekeeping::{save_snapshot, write_snapshot};
 use crate::replica::persist::{self, Observe};
@@ -198,9 +199,10 @@ pub(crate) struct SimServer {
     pub(crate) snapshotting: Option<DataTree>,
     /// The next disk write fails (the server then stops).
     pub(crate) fail_next_write: bool,
-    /// Its contact with a leader, from its statuses (a read is served only with
-    /// one, as `Replica::in_touch` serves it).
+    /// Its contact with a leader, from its statuses and ticks (a read is served only
+    /// with one, and only while it ticks, as `Replica::in_touch` serves it).
     pub(crate) contact: Contact<u64>,
+    pub(crate) gaps: Gaps,
 }
 
 impl SimServer {
@@ -225,6 +227,7 @@ impl SimServer {
             snapshotting: None,
             fail_next_write: false,
             contact: Contact::LostAt(0),
+            gaps: Gaps::default(),
         };
         s.restart(seed, 0)?;
         Ok(s)
@@ -232,6 +235,21 @@ impl SimServer {
 
     pub(crate) fn up(&self) -> bool {
         self.engine.is_some()
+    }
+
+    /// `sync_limit_ticks` in time units.
+    pub(crate) fn sync_limit(&self) -> u64 {
+        self.cfg.sync_limit_ticks * TICK
+    }
+
+    /// Recomputes its contact with a leader at `now` from the core's `status`.
+    pub(crate) fn note_contact(&mut self, status: &Status, now: u64) {
+        self.contact = Contact::after(self.contact, status, self.gaps.trusted(now), now);
+    }
+
+    /// Whether it would serve a read now (`Replica::in_touch`).
+    pub(crate) fn in_touch(&self, now: u64) -> bool {
+        self.contact == Contact::Leader && self.gaps.ticked_lately(now, self.sync_limit())
     }
 
     /// The applied tree.
@@ -284,6 +302,7 @@ impl SimServer {
     /// the core gets the rest.
     pub(crate) fn restart(&mut self, seed: u64, now: u64) -> Result<(), String> {
         self.contact = Contact::LostAt(now);
+        self.gaps = Gaps::default();
         let (tree, restored) = recover_from(&self.disk, true).map_err(|e| format!("{e:?}"))?;
         let node = Node::new(self.cfg.clone(), restored, seed).map_err(|e| e.to_string())?;
         let host = SimHost {

@@ -18,9 +18,7 @@
 
 use bytes::Bytes;
 
-use super::check::RESUME_NOTICE_TICKS;
-use super::world::{World, TICK};
-use crate::replica::contact::Contact;
+use super::world::World;
 use crate::replica::Committed;
 use crate::replica::Write;
 use crate::tree::{TreeError, TxnResult};
@@ -196,19 +194,13 @@ impl World {
             let tree = s.tree();
             (tree.last_zxid(), tree.digest())
         };
-        if zxid < min_zxid || s.contact != Contact::Leader {
+        if zxid < min_zxid || !s.in_touch(self.now) {
             self.stats.reads_waited += 1;
             return Ok(());
         }
         self.stats.session_reads += 1;
         self.check.on_digest(id, zxid, digest)?;
-        let resumed_lately = self
-            .paused
-            .get(&id)
-            .is_some_and(|&until| self.now < until + RESUME_NOTICE_TICKS * TICK);
-        if !resumed_lately {
-            self.check.on_timely_read(id, self.now, zxid)?;
-        }
+        self.check.on_timely_read(id, self.now, zxid)?;
         self.clients[c].seen(zxid);
         Ok(())
     }

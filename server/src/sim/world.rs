@@ -17,7 +17,6 @@ use super::check::{fnv, Checker, FNV_START};
 use super::server::{Outbox, PendingWrite, SimCaller, SimHost, SimServer, TreeChange};
 use super::workload::{Asked, Client, CLIENTS};
 use super::SimOptions;
-use crate::replica::contact::Contact;
 use crate::replica::engine::{Engine, Request};
 use crate::replica::Write;
 use crate::txn::Zxid;
@@ -264,6 +263,14 @@ impl World {
                 if self.paused(id).is_some() {
                     return Ok(());
                 }
+                let now = self.now;
+                if let Some(s) = self.servers.get_mut(&id) {
+                    let limit = s.sync_limit();
+                    s.gaps.tick(now, limit, TICK);
+                    if let Some(status) = s.engine.as_ref().map(|e| e.node().status()) {
+                        s.note_contact(&status, now);
+                    }
+                }
                 if let Some(engine) = self.engine(id) {
                     engine.tick(0);
                     self.drain(id)?;
@@ -344,8 +351,9 @@ impl World {
         }
         for (st, serving) in out.statuses {
             self.log(format_args!("{id}: {st:?}"));
+            let now = self.now;
             if let Some(s) = self.servers.get_mut(&id) {
-                s.contact = Contact::after(s.contact, &st, self.now);
+                s.note_contact(&st, now);
             }
             self.mark(&[self.now, 3, id, st.role as u64, u64::from(st.epoch)]);
             if serving {
