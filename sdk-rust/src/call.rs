@@ -145,6 +145,14 @@ impl Client {
             self.link().give_up(generation);
         }
     }
+
+    /// A stream's failure, from a call on connection `generation`, as a read's
+    /// error; a server that cannot serve is given up (`leave_if_cannot_serve`).
+    pub(crate) fn stream_err(&self, generation: u64, status: tonic::Status) -> Error {
+        let err = crate::client::read_err(status);
+        self.leave_if_cannot_serve(generation, &err);
+        err
+    }
 }
 
 /// A request carrying the caller's trace context: the W3C `traceparent` (and

@@ -15,7 +15,7 @@ use concord_proto::v1::{
 use futures::{Stream, StreamExt};
 
 use crate::call::{Call, Wait};
-use crate::client::{read_err, zxid, Client};
+use crate::client::{zxid, Client};
 use crate::error::Error;
 use crate::types::{Fence, LockEntry, Participant};
 
@@ -298,18 +298,13 @@ impl Client {
         };
         let generation = self.link().generation();
         let mut elections = ElectionClient::new(self.link().clone());
-        let resp = elections.observe(req).await.map_err(|status| {
-            let err = read_err(status);
-            self.leave_if_cannot_serve(generation, &err);
-            err
-        })?;
+        let resp = elections
+            .observe(req)
+            .await
+            .map_err(|status| self.stream_err(generation, status))?;
         let client = self.clone();
         Ok(resp.into_inner().map(move |change| {
-            let resp = change.map_err(|status| {
-                let err = read_err(status);
-                client.leave_if_cannot_serve(generation, &err);
-                err
-            })?;
+            let resp = change.map_err(|status| client.stream_err(generation, status))?;
             Ok(LeaderChange {
                 zxid: zxid(&resp.header),
                 leader: client.leader_of(resp),

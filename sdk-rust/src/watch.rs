@@ -94,13 +94,11 @@ async fn open(
 ) -> Result<(Streaming<WatchResponse>, u64), Error> {
     let generation = client.link().generation();
     let mut watch = WatchClient::new(client.link().clone());
-    match watch.watch(request).await.map_err(read_err) {
-        Ok(resp) => Ok((resp.into_inner(), generation)),
-        Err(err) => {
-            client.leave_if_cannot_serve(generation, &err);
-            Err(err)
-        }
-    }
+    let resp = watch
+        .watch(request)
+        .await
+        .map_err(|status| client.stream_err(generation, status))?;
+    Ok((resp.into_inner(), generation))
 }
 
 impl Watch {

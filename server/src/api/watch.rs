@@ -107,20 +107,15 @@ impl Watch for WatchService {
             0 => PROGRESS_DEFAULT,
             ms => Duration::from_millis(u64::from(ms)).max(PROGRESS_MIN),
         };
-        let start = match (r.start_zxid, r.initial_snapshot) {
-            (Some(_), true) => {
-                return Err(bad_arguments(
-                    "start_zxid and initial_snapshot cannot be combined",
-                ))
-            }
-            (Some(after), false) => {
-                self.replica.in_touch().await?;
-                self.resume(spec, after).await?
-            }
-            (None, snapshot) => {
-                self.replica.in_touch().await?;
-                self.start_at_current(spec, snapshot)
-            }
+        if r.start_zxid.is_some() && r.initial_snapshot {
+            return Err(bad_arguments(
+                "start_zxid and initial_snapshot cannot be combined",
+            ));
+        }
+        self.replica.in_touch().await?;
+        let start = match r.start_zxid {
+            Some(after) => self.resume(spec, after).await?,
+            None => self.start_at_current(spec, r.initial_snapshot),
         };
         let (tx, rx) = mpsc::channel(STREAM_BUFFER_MAX);
         let filter = Filter {

@@ -27,31 +27,24 @@
 //!   stream ─▶ select { .., cut_off() } ─▶ ends with NotLeader
 //! ```
 
-use tokio::time::Instant;
-
 use super::{Replica, ReplicaError};
 use crate::zab::{Role, Status};
 
-/// This server's contact with a leader (`T`: the clock's instants; the simulator
-/// keeps its own time).
+/// This server's contact with a leader. Times are in ms on the replica's clock
+/// (`Replica::now_ms`; the simulator's own time there), as in `Gaps`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Contact<T = Instant> {
+pub(crate) enum Contact {
     /// It leads an established epoch, or has synced with the leader it follows.
     Leader,
-    /// It has had no leader since this instant (lost it, or started).
-    LostAt(T),
+    /// It has had no leader since this time (lost it, or started).
+    LostAt(u64),
 }
 
-impl<T: Copy> Contact<T> {
+impl Contact {
     /// The contact at `now`, `previous` the one before it (a stretch without a
     /// leader keeps its start): a leader if the core's `status` has one and its
     /// word is `trusted` (`Gaps::trusted`).
-    pub(crate) fn after(
-        previous: Contact<T>,
-        status: &Status,
-        trusted: bool,
-        now: T,
-    ) -> Contact<T> {
+    pub(crate) fn after(previous: Contact, status: &Status, trusted: bool, now: u64) -> Contact {
         let has_leader = status.role != Role::Looking && status.leader.is_some() && status.serving;
         match (has_leader && trusted, previous) {
             (true, _) => Contact::Leader,
@@ -105,10 +98,10 @@ impl Replica {
         }
         let mut contact = self.shared.contact.subscribe();
         let mut stop = self.shared.stop.subscribe();
+        let wait = self.leader_wait_ms();
         // A leader whose ticks stopped (the server did not run) is waited for as
         // long as a lost one.
-        let stalled_until = Instant::now() + self.shared.leader_wait;
-        let tick = std::time::Duration::from_millis(self.shared.tick_ms.max(1));
+        let stalled_until = self.shared.now_ms().saturating_add(wait);
         loop {
             if stop.borrow_and_update().is_some() {
                 return Err(ReplicaError::Unavailable("the server is stopping".into()));
@@ -116,18 +109,23 @@ impl Replica {
             let until = match *contact.borrow_and_update() {
                 Contact::Leader if self.ticked_lately() => return Ok(()),
                 Contact::Leader => stalled_until,
-                Contact::LostAt(at) => at + self.shared.leader_wait,
+                Contact::LostAt(at) => at.saturating_add(wait),
             };
-            let now = Instant::now();
+            let now = self.shared.now_ms();
             if now >= until {
                 return Err(self.out_of_touch());
             }
+            let wake = until.min(now.saturating_add(self.shared.tick_ms.max(1)));
             tokio::select! {
                 _ = contact.changed() => {}
                 _ = stop.changed() => {}
-                () = tokio::time::sleep_until(until.min(now + tick)) => {}
+                () = tokio::time::sleep_until(self.shared.instant_at(wake)) => {}
             }
         }
+    }
+
+    fn leader_wait_ms(&self) -> u64 {
+        u64::try_from(self.shared.leader_wait.as_millis()).unwrap_or(u64::MAX)
     }
 
     /// Whether the pipeline ticked within the last sync limit (the server runs).
@@ -151,12 +149,15 @@ impl Replica {
                         std::future::pending::<()>().await;
                     }
                 }
-                Contact::LostAt(at) => tokio::select! {
-                    _ = contact.changed() => {}
-                    () = tokio::time::sleep_until(at + self.shared.leader_wait) => {
-                        return self.out_of_touch();
+                Contact::LostAt(at) => {
+                    let until = self
+                        .shared
+                        .instant_at(at.saturating_add(self.leader_wait_ms()));
+                    tokio::select! {
+                        _ = contact.changed() => {}
+                        () = tokio::time::sleep_until(until) => return self.out_of_touch(),
                     }
-                },
+                }
             }
         }
     }
@@ -189,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_stretch_without_a_leader_keeps_its_start_until_one_is_synced() {
-        let start: Contact<u64> = Contact::LostAt(0);
+        let start = Contact::LostAt(0);
         // Elected, or following, but not synced yet: still without a leader.
         let leading = status(Role::Leading, Some(1), false);
         assert_eq!(Contact::after(start, &leading, true, 10), start);

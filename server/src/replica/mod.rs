@@ -503,6 +503,11 @@ impl Shared {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// The instant `ms` is on the `now_ms` clock.
+    fn instant_at(&self, ms: u64) -> tokio::time::Instant {
+        self.started + Duration::from_millis(ms)
+    }
+
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, SessionTracker> {
         self.readable.sessions()
     }

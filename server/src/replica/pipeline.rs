@@ -220,9 +220,10 @@ impl Shell {
 
     /// Publishes this server's contact with a leader, from the core's `status`.
     fn publish_contact(&self, status: &Status) {
-        let trusted = self.gaps.trusted(self.shared.now_ms());
+        let now = self.shared.now_ms();
+        let trusted = self.gaps.trusted(now);
         self.shared.contact.send_if_modified(|contact| {
-            let next = Contact::after(*contact, status, trusted, Instant::now());
+            let next = Contact::after(*contact, status, trusted, now);
             std::mem::replace(contact, next) != next
         });
     }

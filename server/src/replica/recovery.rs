@@ -474,7 +474,7 @@ fn launch(
         tick_ms: config.tick_ms,
         leader_wait: Duration::from_millis(config.leader_wait_ms_max),
         leaderless: Mutex::new(None),
-        contact: watch::Sender::new(super::contact::Contact::LostAt(started)),
+        contact: watch::Sender::new(super::contact::Contact::LostAt(0)),
         ticked_ms: AtomicU64::new(0),
         sync_limit_ms: config.sync_limit_ticks.saturating_mul(config.tick_ms),
         applied: watch::Sender::new(snapshot_zxid),

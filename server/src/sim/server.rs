@@ -201,8 +201,8 @@ pub(crate) struct SimServer {
     pub(crate) fail_next_write: bool,
     /// Its contact with a leader, from its statuses and ticks (a read is served only
     /// with one, and only while it ticks, as `Replica::in_touch` serves it).
-    pub(crate) contact: Contact<u64>,
-    pub(crate) gaps: Gaps,
+    pub(crate) contact: Contact,
+    gaps: Gaps,
 }
 
 impl SimServer {
@@ -240,6 +240,14 @@ impl SimServer {
     /// `sync_limit_ticks` in time units.
     pub(crate) fn sync_limit(&self) -> u64 {
         self.cfg.sync_limit_ticks * TICK
+    }
+
+    /// A tick at `now`, before the core's (as the pipeline's `Shell::ticked`).
+    pub(crate) fn ticked(&mut self, now: u64) {
+        self.gaps.tick(now, self.sync_limit(), TICK);
+        if let Some(status) = self.engine.as_ref().map(|e| e.node().status()) {
+            self.note_contact(&status, now);
+        }
     }
 
     /// Recomputes its contact with a leader at `now` from the core's `status`.

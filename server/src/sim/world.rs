@@ -265,11 +265,7 @@ impl World {
                 }
                 let now = self.now;
                 if let Some(s) = self.servers.get_mut(&id) {
-                    let limit = s.sync_limit();
-                    s.gaps.tick(now, limit, TICK);
-                    if let Some(status) = s.engine.as_ref().map(|e| e.node().status()) {
-                        s.note_contact(&status, now);
-                    }
+                    s.ticked(now);
                 }
                 if let Some(engine) = self.engine(id) {
                     engine.tick(0);
