@@ -70,13 +70,22 @@ async fn next_created(stream: &mut WatchStream) -> (String, Zxid) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_resumes_on_a_follower_behind_what_the_client_has_seen() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    // Not reading its leader for longer than a sync limit, the follower is out of
+    // touch: the open waits for it to be back, however long the stall took.
+    let configs: Vec<_> = patient_byte_budgets(&dirs)
+        .into_iter()
+        .map(|c| crate::config::Config {
+            leader_wait_ms_max: 60_000,
+            ..c
+        })
+        .collect();
     let StalledFollower {
         replicas,
         leader,
         slow,
         stall,
         last,
-    } = stalled_follower(&patient_byte_budgets(&dirs)).await;
+    } = stalled_follower(&configs).await;
     assert!(slow.committed_zxid() < last, "the follower is behind");
     let opened = resume_on(&slow, last);
     // The open waits for the follower to catch up; let it.

@@ -17,7 +17,10 @@
 //! so it would notice only `sync_limit_ticks` after it resumes that the others went
 //! on without it, and serve its state from before the pause meanwhile. So the
 //! core's word is not taken for that long after such a gap (`Gaps`), and a read
-//! finds the server in touch only if it ticked within the last sync limit.
+//! finds the server in touch only if it ticked within the last sync limit. A
+//! follower that stops reading its peers (back-pressure: its disk behind, or its
+//! log full while its snapshot is written) lets its core's clock stand the same
+//! way, so its ticks count only while it reads them.
 //!
 //! ```text
 //!   core status, ticks ─▶ pipeline's Shell ─▶ Shared::contact (Leader | LostAt)
@@ -74,9 +77,14 @@ impl Gaps {
         }
     }
 
-    /// Whether the core's word on its leader is taken at `now`.
-    pub(crate) fn trusted(&self, now: u64) -> bool {
+    /// Whether the core's word on its leader is taken at `now`: not for a while
+    /// after a gap, nor while the core has not ticked for more than `sync_limit`
+    /// (before its first tick it is).
+    pub(crate) fn trusted(&self, now: u64, sync_limit: u64) -> bool {
         now >= self.distrust_until
+            && self
+                .last_tick
+                .is_none_or(|last| now.saturating_sub(last) <= sync_limit)
     }
 
     /// Whether the server ticked within `sync_limit` of `now` (it runs): the
@@ -217,20 +225,21 @@ mod tests {
     fn a_gap_in_the_ticks_distrusts_the_core_for_a_sync_limit_and_two_ticks() {
         let (limit, tick) = (500, 100);
         let mut gaps = Gaps::default();
-        assert!(!gaps.ticked_lately(0, limit));
+        assert!(!gaps.ticked_lately(0, limit) && gaps.trusted(0, limit));
         for now in (0..=1000).step_by(100) {
             gaps.tick(now, limit, tick);
-            assert!(gaps.trusted(now) && gaps.ticked_lately(now, limit));
+            assert!(gaps.trusted(now, limit) && gaps.ticked_lately(now, limit));
         }
         // Late ticks, but within the limit: still trusted.
         gaps.tick(1500, limit, tick);
-        assert!(gaps.trusted(1500));
-        // Stopped for 2.1 s: not running, then distrusted until 700 ms after.
-        assert!(!gaps.ticked_lately(2100, limit));
+        assert!(gaps.trusted(1500, limit) && gaps.trusted(2000, limit));
+        // No tick for longer than the limit: not trusted meanwhile, then
+        // distrusted until 700 ms after the next.
+        assert!(!gaps.ticked_lately(2100, limit) && !gaps.trusted(2100, limit));
         gaps.tick(3600, limit, tick);
         assert!(gaps.ticked_lately(3600, limit));
-        assert!(!gaps.trusted(3600) && !gaps.trusted(4299));
-        gaps.tick(3700, limit, tick);
-        assert!(gaps.trusted(4300));
+        assert!(!gaps.trusted(3600, limit) && !gaps.trusted(4299, limit));
+        gaps.tick(4000, limit, tick);
+        assert!(!gaps.trusted(4299, limit) && gaps.trusted(4300, limit));
     }
 }

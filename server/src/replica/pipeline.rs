@@ -207,21 +207,27 @@ impl Shell {
         }
     }
 
-    /// A tick of the pipeline's clock, before the core's: a gap since the last one
-    /// (the server did not run) makes the core's word on its leader distrusted for
-    /// a while (`contact.rs`).
-    fn ticked(&mut self, status: &Status) {
+    /// A tick of the pipeline's clock, before the core's if `core_ticks`. A server
+    /// that does not hear its peers (back-pressure, in `Pipeline::run`) lets its
+    /// core's clock stand, so it cannot notice that its leader went: its ticks are
+    /// not counted then. Longer than a sync limit without them, it is out of touch
+    /// (reads wait, streams end after `leader_wait`); and a gap since the last one
+    /// (that, or the server did not run) makes the core's word on its leader
+    /// distrusted for a while after (`contact.rs`).
+    fn ticked(&mut self, status: &Status, core_ticks: bool) {
         let shared = &self.shared;
-        let now = shared.now_ms();
-        self.gaps.tick(now, shared.sync_limit_ms, shared.tick_ms);
-        shared.ticked_ms.store(now, Ordering::Release);
+        if core_ticks {
+            let now = shared.now_ms();
+            self.gaps.tick(now, shared.sync_limit_ms, shared.tick_ms);
+            shared.ticked_ms.store(now, Ordering::Release);
+        }
         self.publish_contact(status);
     }
 
     /// Publishes this server's contact with a leader, from the core's `status`.
     fn publish_contact(&self, status: &Status) {
         let now = self.shared.now_ms();
-        let trusted = self.gaps.trusted(now);
+        let trusted = self.gaps.trusted(now, self.shared.sync_limit_ms);
         self.shared.contact.send_if_modified(|contact| {
             let next = Contact::after(*contact, status, trusted, now);
             std::mem::replace(contact, next) != next
@@ -401,7 +407,8 @@ impl Pipeline {
             // writes come in (their callers wait). A server that does not lead also
             // stops reading its peers (the leader's PROPOSALs: its stream waits) and
             // lets its clock stand, so it does not call a leader it cannot hear
-            // dead; its leader counts it absent meanwhile. A leader keeps hearing
+            // dead; its leader counts it absent meanwhile, and after a sync limit
+            // so does the server itself (`Shell::ticked`). A leader keeps hearing
             // acks and keeps its heartbeats going: its input from peers is small.
             let open = !self.engine.host.persist.over_budget();
             // The same for a server that does not lead while its in-memory log is
@@ -426,7 +433,7 @@ impl Pipeline {
                 _ = stop.wait_for(Option::is_some) => break,
                 _ = interval.tick() => {
                     let status = self.engine.node().status();
-                    self.engine.host.ticked(&status);
+                    self.engine.host.ticked(&status, hear_peers);
                     if hear_peers {
                         if !self.hear_waiting(&mut inputs.peers) {
                             break;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use super::persist::{self, PersistJob, Persister};
-use super::Replica;
+use super::{Replica, ReplicaError};
 use crate::config::Config;
 use crate::storage::{storage_but_append_from, MemStorage, Storage, StorageError};
 use crate::txn::{zxid_epoch, CreateMode, CreateOp, Txn, TxnOp, Zxid};
@@ -718,6 +718,70 @@ async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
     let data = |r: &Replica| r.read(|t| t.get("/big").map(|n| n.data.clone()));
     assert_eq!(data(&slow), data(&leader));
     assert!(!slow.storage().snapshots().unwrap().is_empty());
+    for r in replicas.iter().chain([&slow]) {
+        r.shutdown();
+    }
+}
+
+/// The same follower, no longer reading its leader while its snapshot is stalled,
+/// stops serving from its tree once that has lasted a sync limit: its core's clock
+/// stands meanwhile, so the core cannot notice that its leader went, and what the
+/// follower holds falls further behind with every write. Reads then answer
+/// NotLeader after `leader_wait` and its streams end; once the snapshot is written
+/// it catches up and serves again. (It went on serving reads that lagged by as
+/// long as the snapshot took.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_stops_reading_its_leader_stops_serving_reads() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let configs: Vec<Config> = patient_byte_budgets(&dirs)
+        .into_iter()
+        .map(|c| Config {
+            leader_wait_ms_max: 300,
+            ..c
+        })
+        .collect();
+    let StalledFollower {
+        replicas,
+        leader,
+        slow,
+        stall,
+        last: _,
+    } = stalled_follower(&configs).await;
+    let fresh = leader.submit(0, 0, create("/fresh")).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        match slow.in_touch().await {
+            Err(ReplicaError::NotLeader { .. }) => break,
+            other => {
+                assert!(other.is_ok(), "{other:?}");
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the follower kept serving reads without /fresh for 15 s"
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(slow.read(|t| t.get("/fresh").is_none()), "it is behind");
+    let ended = tokio::time::timeout(Duration::from_secs(5), slow.cut_off()).await;
+    assert!(
+        matches!(ended, Ok(ReplicaError::NotLeader { .. })),
+        "its streams go on: {ended:?}"
+    );
+    // Released: it catches up, then serves again.
+    stall.send_replace(false);
+    slow.wait_applied(fresh.zxid, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while slow.in_touch().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "it never served again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(slow.read(|t| t.get("/fresh").is_some()));
     for r in replicas.iter().chain([&slow]) {
         r.shutdown();
     }

@@ -252,7 +252,12 @@ impl SimServer {
 
     /// Recomputes its contact with a leader at `now` from the core's `status`.
     pub(crate) fn note_contact(&mut self, status: &Status, now: u64) {
-        self.contact = Contact::after(self.contact, status, self.gaps.trusted(now), now);
+        self.contact = Contact::after(
+            self.contact,
+            status,
+            self.gaps.trusted(now, self.sync_limit()),
+            now,
+        );
     }
 
     /// Whether it would serve a read now (`Replica::in_touch`).
