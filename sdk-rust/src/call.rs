@@ -139,10 +139,21 @@ impl Client {
     /// After `err` from a call on connection `generation` (`Link::generation`): a
     /// server that said it cannot serve (no leader for a while, or stopping) is
     /// given up, so the next attempt, and the next call, go to another server, as a
-    /// ZooKeeper client moves when its server loses its quorum.
+    /// ZooKeeper client moves when its server loses its quorum: to the leader it
+    /// named, if that is one of the list (`aim_at_named_leader`), else the next.
     pub(crate) fn leave_if_cannot_serve(&self, generation: u64, err: &Error) {
         if err.server_cannot_serve() {
+            self.aim_at_named_leader(err);
             self.link().give_up(generation);
+        }
+    }
+
+    /// Makes the next dial start at the leader a NOT_LEADER `err` names, when its
+    /// client address is in this client's list exactly as written there (no name
+    /// resolution); otherwise the next dial goes on down the list.
+    pub(crate) fn aim_at_named_leader(&self, err: &Error) {
+        if let Some(addr) = err.leader_hint().and_then(|h| h.client_addr.as_deref()) {
+            self.servers().prefer(addr);
         }
     }
 

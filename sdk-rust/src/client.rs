@@ -22,7 +22,7 @@ use concord_proto::v1::{
 
 use crate::builder::{ClientBuilder, Settings};
 use crate::call::Call;
-use crate::connection::link_to;
+use crate::connection::{link_to, Servers};
 use crate::error::{CallKind, Error};
 use crate::op::Op;
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
@@ -49,6 +49,8 @@ const PAGES_MAX: usize = 1_000_000;
 pub struct Client {
     /// The shared HTTP/2 connection every call and stream goes through.
     link: Link,
+    /// The servers `link` dials, and which one it tries next.
+    servers: Servers,
     /// The newest zxid an answer reflected.
     seen: Arc<AtomicU64>,
     /// Deadline, retries and session defaults, from the builder.
@@ -187,8 +189,10 @@ impl Client {
         options: &ConnectOptions,
         randomize: bool,
     ) -> Result<Client, Error> {
+        let (link, servers) = link_to(list, options, randomize)?;
         Ok(Client {
-            link: link_to(list, options, randomize)?,
+            link,
+            servers,
             seen: Arc::default(),
             settings: Arc::default(),
         })
@@ -232,6 +236,11 @@ impl Client {
     /// here: `LockClient::new(client.link().clone())`.
     pub fn link(&self) -> &Link {
         &self.link
+    }
+
+    /// The servers the link dials.
+    pub(crate) fn servers(&self) -> &Servers {
+        &self.servers
     }
 
     /// Creates a node. Errors: NODE_EXISTS, NO_NODE (parent), NO_CHILDREN_FOR_EPHEMERALS,

@@ -10,6 +10,7 @@
 //!                                          │ found its server stalled) or given up (the
 //!                                          │ server answered NOT_LEADER/UNAVAILABLE)
 //!                                          └──next call──▶ dial from the next server on
+//!                                             (from the leader a NOT_LEADER named, if listed)
 //! ```
 //!
 //! A dial tries each server once, in list order from where the last one left off,
@@ -42,14 +43,38 @@ struct Target {
     tls: Option<Tls>,
 }
 
+/// The servers of a client's list, and which one its next dial tries first. Clones
+/// share them.
+#[derive(Debug, Clone)]
+pub(crate) struct Servers {
+    targets: Arc<Vec<Target>>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Servers {
+    /// Makes the next dial start at the server whose address (`host:port`, as a
+    /// server names its client address in a NOT_LEADER hint) is `addr`, if one of
+    /// the list has it.
+    pub(crate) fn prefer(&self, addr: &str) {
+        let addr = addr.trim();
+        let found = self
+            .targets
+            .iter()
+            .position(|t| t.authority.as_str().eq_ignore_ascii_case(addr));
+        if let Some(index) = found {
+            self.next.store(index, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The link to the servers of `list` (comma-separated endpoints), starting at one
-/// drawn at random when `randomize`, else at the first. Nothing is dialled until the
-/// first call.
+/// drawn at random when `randomize`, else at the first, and those servers. Nothing
+/// is dialled until the first call.
 pub(crate) fn link_to(
     list: &str,
     options: &ConnectOptions,
     randomize: bool,
-) -> Result<Link, Error> {
+) -> Result<(Link, Servers), Error> {
     let targets = targets_of(list, options)?;
     if targets.is_empty() {
         return Err(Error::client(ErrorCode::BadArguments, "no endpoint given"));
@@ -61,9 +86,13 @@ pub(crate) fn link_to(
     } else {
         0
     };
-    let next = Arc::new(AtomicUsize::new(first % targets.len()));
-    let targets = Arc::new(targets);
-    Ok(Link::new(move || dial(targets.clone(), next.clone())))
+    let servers = Servers {
+        next: Arc::new(AtomicUsize::new(first % targets.len())),
+        targets: Arc::new(targets),
+    };
+    let dialled = servers.clone();
+    let link = Link::new(move || dial(dialled.targets.clone(), dialled.next.clone()));
+    Ok((link, servers))
 }
 
 /// Dials the servers in turn from `next` until one answers.

@@ -450,7 +450,7 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
     let call = sessions.keep_alive(ReceiverStream::new(rx));
     let mut responses = match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(resp)) => resp.into_inner(),
-        Ok(Err(status)) => return broken(read_err(status), false, link, &connection),
+        Ok(Err(status)) => return broken(read_err(status), false, client, &connection),
         Err(_) => {
             link.abandon(&connection);
             return StreamEnd::Silent;
@@ -481,7 +481,7 @@ async fn run_stream(client: &Client, id: u64, contact: &Contact) -> StreamEnd {
                     contact.answered();
                 }
                 Ok(None) => return StreamEnd::Broken { answered },
-                Err(status) => return broken(read_err(status), answered, link, &connection),
+                Err(status) => return broken(read_err(status), answered, client, &connection),
             },
         }
     }
@@ -501,15 +501,16 @@ fn end_of(err: Error, answered: bool) -> StreamEnd {
 
 /// How a stream on `connection` ended with `err`. A server that says it cannot
 /// serve (it has had no leader for a while, or is stopping) is given up, so the
-/// next stream goes to another server.
+/// next stream goes to another server: the leader it named, if listed.
 fn broken(
     err: Error,
     answered: bool,
-    link: &concord_direct::Link,
+    client: &Client,
     connection: &concord_direct::Direct,
 ) -> StreamEnd {
     if err.server_cannot_serve() {
-        link.abandon(connection);
+        client.aim_at_named_leader(&err);
+        client.link().abandon(connection);
     }
     end_of(err, answered)
 }

@@ -405,3 +405,68 @@ async fn t42_a_call_past_its_deadline_fails_with_timeout() {
         "the deadline did not apply"
     );
 }
+
+/// A NOT_LEADER naming the leader's client address, as a server without a leader
+/// of its own to serve from may answer.
+fn not_leader_naming(leader_addr: &str) -> tonic::Status {
+    let mut status = concord_status(
+        ErrorCode::NotLeader,
+        tonic::Code::Unavailable,
+        "no leader for 2000 ms: ask another server",
+    );
+    let metadata = status.metadata_mut();
+    metadata.insert("concord-leader-id", "3".parse().expect("ascii"));
+    metadata.insert("concord-leader-addr", leader_addr.parse().expect("ascii"));
+    status
+}
+
+#[tokio::test]
+async fn t43_a_not_leader_sends_the_retry_to_the_leader_it_names_when_listed() {
+    let (a, state_a) = fake::start().await;
+    let (b, state_b) = fake::start().await;
+    let (c, state_c) = fake::start().await;
+    state_c
+        .lock()
+        .expect("lock")
+        .nodes
+        .insert("/a".into(), b"x".to_vec());
+    let named = c.trim_start_matches("http://");
+    let client = Client::builder()
+        .endpoints([a.clone(), b, c.clone()])
+        .randomize_hosts(false)
+        .retry(quick_retries())
+        .connect()
+        .await
+        .expect("connect");
+    state_a
+        .lock()
+        .expect("lock")
+        .fail_next
+        .push_back(not_leader_naming(named));
+    let node = client
+        .get("/a", ReadOptions::default())
+        .await
+        .expect("retried on the leader named");
+    assert_eq!(node.data, b"x");
+    let calls = |s: &fake::Shared| s.lock().expect("lock").calls;
+    assert_eq!(
+        (calls(&state_a), calls(&state_b), calls(&state_c)),
+        (1, 0, 1),
+        "the retry went to the named leader, not to the next server of the list"
+    );
+    // A name that is not in the list: on down the list, to the server after C.
+    state_c
+        .lock()
+        .expect("lock")
+        .fail_next
+        .push_back(not_leader_naming("10.0.0.1:7181"));
+    let err = client
+        .get("/a", ReadOptions::default())
+        .await
+        .expect_err("A has no /a");
+    assert_eq!(err.code(), ErrorCode::NoNode);
+    assert_eq!(
+        (calls(&state_a), calls(&state_b), calls(&state_c)),
+        (2, 0, 2)
+    );
+}
