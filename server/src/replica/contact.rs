@@ -16,15 +16,16 @@
 //! VM, starved) is the exception the core cannot see: it counts the ticks it runs,
 //! so it would notice only `sync_limit_ticks` after it resumes that the others went
 //! on without it, and serve its state from before the pause meanwhile. So the
-//! core's word is not taken for that long after such a gap (`Gaps`), and a read
-//! finds the server in touch only if it ticked within the last sync limit. A
-//! follower that stops reading its peers (back-pressure: its disk behind, or its
-//! log full while its snapshot is written) lets its core's clock stand the same
-//! way, so its ticks count only while it reads them.
+//! core's word is not taken after such a gap until it has run that many ticks and
+//! two more (`Gaps`), and a read finds the server in touch only if it ticked
+//! within the last sync limit. A follower that stops reading its peers
+//! (back-pressure: its disk behind, or its log full while its snapshot is written)
+//! lets its core's clock stand the same way, so its ticks count only while it reads
+//! them.
 //!
 //! ```text
 //!   core status, ticks ─▶ pipeline's Shell ─▶ Shared::contact (Leader | LostAt)
-//!                           (Gaps: no Leader for sync_limit + 2 ticks after a gap)
+//!                           (Gaps: no Leader after a gap until the core ran sync_limit + 2 ticks)
 //!   read ─▶ in_touch(): Leader and ticked lately? serve ─ else wait, at most until
 //!           LostAt + leader_wait ─▶ NotLeader
 //!   stream ─▶ select { .., cut_off() } ─▶ ends with NotLeader
@@ -57,31 +58,36 @@ impl Contact {
     }
 }
 
-/// This server's ticks, to tell when it did not run for a whole sync limit (times
-/// in ms on the replica's clock).
+/// This server's core's ticks, to tell when it did not run for a whole sync limit
+/// (times in ms on the replica's clock).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Gaps {
     last_tick: Option<u64>,
-    distrust_until: u64,
+    /// Ticks the core must still run before its word is taken again.
+    distrusted_ticks: u64,
 }
 
 impl Gaps {
-    /// A tick at `now`. One more than `sync_limit` after the last means the server
-    /// did not run meanwhile: the core's word on its leader is not taken for
-    /// `sync_limit` and two ticks more, the time its core needs to notice.
+    /// A tick of the core at `now`. One more than `sync_limit` after the last means
+    /// the core did not run meanwhile: its word on its leader is not taken until it
+    /// has run `sync_limit` and two ticks more, what it needs to notice that its
+    /// leader went. Counted in its ticks, not in time: a core that stops again
+    /// before (a follower that stops reading its peers once more) has not had them.
     pub(crate) fn tick(&mut self, now: u64, sync_limit: u64, tick: u64) {
         if let Some(last) = self.last_tick.replace(now) {
             if now.saturating_sub(last) > sync_limit {
-                self.distrust_until = now + sync_limit + 2 * tick;
+                self.distrusted_ticks = sync_limit.div_ceil(tick.max(1)) + 2;
+            } else {
+                self.distrusted_ticks = self.distrusted_ticks.saturating_sub(1);
             }
         }
     }
 
-    /// Whether the core's word on its leader is taken at `now`: not for a while
-    /// after a gap, nor while the core has not ticked for more than `sync_limit`
-    /// (before its first tick it is).
+    /// Whether the core's word on its leader is taken at `now`: not after a gap
+    /// until the core has run its ticks, nor while it has not ticked for more than
+    /// `sync_limit` (before its first tick it is).
     pub(crate) fn trusted(&self, now: u64, sync_limit: u64) -> bool {
-        now >= self.distrust_until
+        self.distrusted_ticks == 0
             && self
                 .last_tick
                 .is_none_or(|last| now.saturating_sub(last) <= sync_limit)
@@ -222,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gap_in_the_ticks_distrusts_the_core_for_a_sync_limit_and_two_ticks() {
+    fn a_gap_in_the_ticks_distrusts_the_core_for_a_sync_limit_and_two_of_its_ticks() {
         let (limit, tick) = (500, 100);
         let mut gaps = Gaps::default();
         assert!(!gaps.ticked_lately(0, limit) && gaps.trusted(0, limit));
@@ -233,13 +239,27 @@ mod tests {
         // Late ticks, but within the limit: still trusted.
         gaps.tick(1500, limit, tick);
         assert!(gaps.trusted(1500, limit) && gaps.trusted(2000, limit));
-        // No tick for longer than the limit: not trusted meanwhile, then
-        // distrusted until 700 ms after the next.
+        // No tick for longer than the limit: not trusted meanwhile, nor after the
+        // next until seven more have run.
         assert!(!gaps.ticked_lately(2100, limit) && !gaps.trusted(2100, limit));
         gaps.tick(3600, limit, tick);
-        assert!(gaps.ticked_lately(3600, limit));
-        assert!(!gaps.trusted(3600, limit) && !gaps.trusted(4299, limit));
-        gaps.tick(4000, limit, tick);
-        assert!(!gaps.trusted(4299, limit) && gaps.trusted(4300, limit));
+        assert!(gaps.ticked_lately(3600, limit) && !gaps.trusted(3600, limit));
+        for now in (3700..=4200).step_by(100) {
+            gaps.tick(now, limit, tick);
+            assert!(!gaps.trusted(now, limit), "{now}");
+        }
+        gaps.tick(4300, limit, tick);
+        assert!(gaps.trusted(4300, limit));
+        // A core that stops again soon after a gap (found by the simulator): three
+        // ticks, a stop shorter than the limit, and time alone does not restore it.
+        gaps.tick(6000, limit, tick);
+        for now in [6100, 6200, 6300] {
+            gaps.tick(now, limit, tick);
+        }
+        assert!(!gaps.trusted(6700, limit) && !gaps.trusted(6800, limit));
+        for now in (6700..=7000).step_by(100) {
+            gaps.tick(now, limit, tick);
+        }
+        assert!(gaps.trusted(7000, limit));
     }
 }

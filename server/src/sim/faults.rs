@@ -8,7 +8,7 @@ use super::workload::Asked;
 use super::world::{World, MARKER_REQUEST, TICK};
 use crate::replica::Write;
 use crate::txn::TxnOp;
-use crate::zab::ServerId;
+use crate::zab::{Role, ServerId};
 
 impl World {
     pub(super) fn up_ids(&self, up: bool) -> Vec<ServerId> {
@@ -126,6 +126,34 @@ impl World {
         Ok(())
     }
 
+    /// A running follower or observer, not paused, stops reading its peers for 5
+    /// to 60 ticks (a leader always reads them: the pipeline's back-pressure rule).
+    pub(super) fn deafen(&mut self) {
+        let now = self.now;
+        let candidates: Vec<ServerId> = self
+            .servers
+            .iter()
+            .filter(|(id, s)| {
+                s.engine
+                    .as_ref()
+                    .is_some_and(|e| e.node().status().role != Role::Leading)
+                    && self.paused(**id).is_none()
+                    && self.deaf.get(*id).is_none_or(|&until| until <= now)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let id = candidates[self.rng.deaf.below(candidates.len() as u64) as usize];
+        let ticks = 5 + self.rng.deaf.below(55);
+        self.log(format_args!(
+            "{id} stops reading its peers for {ticks} ticks"
+        ));
+        self.stats.deafened += 1;
+        self.deaf.insert(id, now + ticks * TICK);
+    }
+
     pub(super) fn crash(&mut self, id: ServerId) -> Result<(), String> {
         let torn = self.rng.faults.below(3) as usize;
         self.crash_with(id, torn)
@@ -139,6 +167,7 @@ impl World {
         self.mark(&[self.now, 7, id]);
         self.forget_requests(id);
         self.paused.remove(&id);
+        self.deaf.remove(&id);
         let Some(s) = self.servers.get_mut(&id) else {
             return Ok(());
         };
@@ -179,6 +208,7 @@ impl World {
         self.log(format_args!("heal everything; liveness phase"));
         self.healed = true;
         self.paused.clear();
+        self.deaf.clear();
         for s in self.servers.values_mut() {
             s.fail_next_write = false;
         }

@@ -13,7 +13,8 @@
 //! partitions (symmetric, one-way, isolating the leader, a bridge that alone hears
 //! both sides); crashes that lose what was not made durable (the first pending
 //! write possibly torn), process pauses (no ticks, nothing read, the clock jumps on
-//! resume), disk write errors (the server stops), snapshots written after a delay
+//! resume), followers that stop reading their peers (`SimOptions::deaf_followers`),
+//! disk write errors (the server stops), snapshots written after a delay
 //! (a crash cuts them short, or falls between the save and its purge), discarded
 //! histories; clients with sessions (kept alive, closed, or left to expire, which
 //! the serving leader does every tick), ephemerals, plain writes, Multis, a mutex and
@@ -70,6 +71,12 @@ pub struct SimOptions {
     /// they send and what is sent to them takes protocol 1's form, as the peer
     /// transport makes it (`peer::downgrade`).
     pub protocol_1: Vec<crate::zab::ServerId>,
+    /// Now and then a follower or observer stops reading its peers for 5 to 60
+    /// ticks, as the pipeline's back-pressure makes it (its disk behind, or its log
+    /// full while its snapshot is written): its core hears nothing and does not
+    /// tick meanwhile, while the process runs and is asked for reads. Drawn from a
+    /// stream of its own, so the other faults of a seed stay as they were.
+    pub deaf_followers: bool,
     /// Print every status change and fault.
     pub verbose: bool,
 }
@@ -90,6 +97,7 @@ impl SimOptions {
             liveness_ticks: 150,
             bug: None,
             protocol_1: Vec::new(),
+            deaf_followers: false,
             verbose: false,
         }
     }

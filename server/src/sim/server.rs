@@ -242,9 +242,12 @@ impl SimServer {
         self.cfg.sync_limit_ticks * TICK
     }
 
-    /// A tick at `now`, before the core's (as the pipeline's `Shell::ticked`).
-    pub(crate) fn ticked(&mut self, now: u64) {
-        self.gaps.tick(now, self.sync_limit(), TICK);
+    /// A tick at `now`, before the core's if `core_ticks` (as the pipeline's
+    /// `Shell::ticked`: one that does not read its peers does not count it).
+    pub(crate) fn ticked(&mut self, now: u64, core_ticks: bool) {
+        if core_ticks {
+            self.gaps.tick(now, self.sync_limit(), TICK);
+        }
         if let Some(status) = self.engine.as_ref().map(|e| e.node().status()) {
             self.note_contact(&status, now);
         }

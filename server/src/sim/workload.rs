@@ -186,9 +186,17 @@ impl World {
             return Ok(());
         }
         let id = up[self.rng.workload.below(up.len() as u64) as usize];
-        let min_zxid = self.clients[c].seen;
+        if let Some(zxid) = self.read_at(id, self.clients[c].seen)? {
+            self.clients[c].seen(zxid);
+        }
+        Ok(())
+    }
+
+    /// A read at server `id` by a session that has seen `min_zxid`, checked as
+    /// `session_read` says; the zxid it was served at, None if it was not.
+    pub(super) fn read_at(&mut self, id: ServerId, min_zxid: Zxid) -> Result<Option<Zxid>, String> {
         let Some(s) = self.servers.get(&id) else {
-            return Ok(());
+            return Ok(None);
         };
         let (zxid, digest) = {
             let tree = s.tree();
@@ -196,13 +204,17 @@ impl World {
         };
         if zxid < min_zxid || !s.in_touch(self.now) {
             self.stats.reads_waited += 1;
-            return Ok(());
+            return Ok(None);
         }
         self.stats.session_reads += 1;
         self.check.on_digest(id, zxid, digest)?;
-        self.check.on_timely_read(id, self.now, zxid)?;
-        self.clients[c].seen(zxid);
-        Ok(())
+        let ticks = if self.opts.deaf_followers {
+            super::check::TIMELINESS_TICKS_DEAF
+        } else {
+            super::check::TIMELINESS_TICKS
+        };
+        self.check.on_timely_read(id, self.now, zxid, ticks)?;
+        Ok(Some(zxid))
     }
 
     /// Every client that is not silent keeps its session alive at `leader`.

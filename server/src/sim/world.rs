@@ -44,6 +44,8 @@ pub(super) enum Event {
         incarnation: u64,
     },
     Fault,
+    /// A follower or observer stops reading its peers (`SimOptions::deaf_followers`).
+    Deafen,
     Client,
 }
 
@@ -86,6 +88,8 @@ pub struct Stats {
     /// Processes paused; disk writes that failed (the server stopped); snapshots a
     /// crash cut short.
     pub pauses: u64,
+    /// Times a follower or observer stopped reading its peers.
+    pub deafened: u64,
     pub disk_errors: u64,
     pub snapshots_lost: u64,
     /// Session reads served, and those that waited (the server had not applied
@@ -109,6 +113,8 @@ pub(crate) struct Rngs {
     pub(crate) workload: Rng,
     /// Crashes, restarts, partitions, discards; the servers' own seeds and clocks.
     pub(crate) faults: Rng,
+    /// Which follower stops reading its peers, when, and for how long.
+    pub(crate) deaf: Rng,
 }
 
 impl Rngs {
@@ -119,6 +125,7 @@ impl Rngs {
             disk: stream(2),
             workload: stream(3),
             faults: stream(4),
+            deaf: stream(5),
         }
     }
 }
@@ -142,6 +149,8 @@ pub(crate) struct World {
     pub(super) asked: BTreeMap<u64, (ServerId, Asked, Option<usize>)>,
     /// Paused servers and when each resumes.
     pub(super) paused: BTreeMap<ServerId, u64>,
+    /// Servers that do not read their peers, and when each reads again.
+    pub(super) deaf: BTreeMap<ServerId, u64>,
     /// Read-index requests: (server, id) → newest acked write when asked.
     pub(super) reads: BTreeMap<(ServerId, u64), Zxid>,
     pub(super) disk_delay_max: u64,
@@ -186,6 +195,7 @@ impl World {
             clients: (0..CLIENTS).map(|_| Client::default()).collect(),
             asked: BTreeMap::new(),
             paused: BTreeMap::new(),
+            deaf: BTreeMap::new(),
             reads: BTreeMap::new(),
             healed: false,
             marker: None,
@@ -199,6 +209,9 @@ impl World {
         }
         w.at(20, Event::Fault);
         w.at(5, Event::Client);
+        if w.opts.deaf_followers {
+            w.at(25, Event::Deafen);
+        }
         Ok(w)
     }
 
@@ -264,8 +277,19 @@ impl World {
                     return Ok(());
                 }
                 let now = self.now;
+                // One that does not read its peers lets its core's clock stand.
+                let deaf = self.deaf(id).is_some();
                 if let Some(s) = self.servers.get_mut(&id) {
-                    s.ticked(now);
+                    s.ticked(now, !deaf);
+                }
+                if deaf {
+                    // It still serves: a fresh client (a new session, which has seen
+                    // nothing) reads there now and then, which only Timeliness
+                    // keeps from a stale tree.
+                    if self.rng.deaf.below(2) == 0 {
+                        self.read_at(id, 0)?;
+                    }
+                    return Ok(());
                 }
                 if let Some(engine) = self.engine(id) {
                     engine.tick(0);
@@ -281,6 +305,11 @@ impl World {
                 if self.paused(to).is_some() =>
             {
                 let until = self.paused(to).unwrap_or(self.now);
+                self.at(until - self.now, ev);
+            }
+            // What its peers send waits until it reads again (in its sockets).
+            Event::Deliver { to, .. } if self.deaf(to).is_some() => {
+                let until = self.deaf(to).unwrap_or(self.now);
                 self.at(until - self.now, ev);
             }
             Event::Deliver { from, to, msg } => {
@@ -302,6 +331,13 @@ impl World {
                     self.at(next, Event::Fault);
                 }
             }
+            Event::Deafen => {
+                if !self.healed {
+                    self.deafen();
+                    let next = 20 + self.rng.deaf.below(60);
+                    self.at(next, Event::Deafen);
+                }
+            }
             Event::Client => {
                 self.client()?;
                 let next = 2 + self.rng.workload.below(8);
@@ -317,6 +353,14 @@ impl World {
         let engine = self.servers.get_mut(&id)?.engine.as_mut()?;
         engine.host.now = now;
         Some(engine)
+    }
+
+    /// When server `id` reads its peers again, if it does not now.
+    pub(super) fn deaf(&self, id: ServerId) -> Option<u64> {
+        self.deaf
+            .get(&id)
+            .copied()
+            .filter(|&until| until > self.now)
     }
 
     /// When paused server `id` resumes, if it is paused now.
