@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use super::watch::WatchService;
 use crate::replica::tests::{
     create, leader_of, patient_byte_budgets, slow_follower, stalled_follower, start_three,
-    SlowFollower, Stall, StalledFollower,
+    with_leader_wait, SlowFollower, Stall, StalledFollower,
 };
 use crate::replica::Replica;
 use crate::txn::Zxid;
@@ -72,13 +72,7 @@ async fn a_watch_resumes_on_a_follower_behind_what_the_client_has_seen() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     // Not reading its leader for longer than a sync limit, the follower is out of
     // touch: the open waits for it to be back, however long the stall took.
-    let configs: Vec<_> = patient_byte_budgets(&dirs)
-        .into_iter()
-        .map(|c| crate::config::Config {
-            leader_wait_ms_max: 60_000,
-            ..c
-        })
-        .collect();
+    let configs = with_leader_wait(patient_byte_budgets(&dirs), 60_000);
     let StalledFollower {
         replicas,
         leader,

@@ -479,6 +479,17 @@ pub(crate) fn patient_byte_budgets(dirs: &[tempfile::TempDir]) -> Vec<Config> {
         .collect()
 }
 
+/// `configs`, each with `leader_wait_ms_max` set to `ms`.
+pub(crate) fn with_leader_wait(configs: Vec<Config>, ms: u64) -> Vec<Config> {
+    configs
+        .into_iter()
+        .map(|c| Config {
+            leader_wait_ms_max: ms,
+            ..c
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_joins_after_many_large_writes_syncs_by_snap() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -733,13 +744,7 @@ async fn a_follower_whose_snapshot_is_stalled_keeps_its_log_within_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_that_stops_reading_its_leader_stops_serving_reads() {
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let configs: Vec<Config> = patient_byte_budgets(&dirs)
-        .into_iter()
-        .map(|c| Config {
-            leader_wait_ms_max: 300,
-            ..c
-        })
-        .collect();
+    let configs = with_leader_wait(patient_byte_budgets(&dirs), 300);
     let StalledFollower {
         replicas,
         leader,
