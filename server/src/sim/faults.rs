@@ -138,7 +138,7 @@ impl World {
                     .as_ref()
                     .is_some_and(|e| e.node().status().role != Role::Leading)
                     && self.paused(**id).is_none()
-                    && self.deaf.get(*id).is_none_or(|&until| until <= now)
+                    && self.deaf(**id).is_none()
             })
             .map(|(id, _)| *id)
             .collect();

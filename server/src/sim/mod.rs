@@ -27,8 +27,9 @@
 //! hash.
 //!
 //! What it does not run: the tokio shell around the engine (`replica/pipeline.rs`:
-//! its select loop and back-pressure), the peer transport, forwarding, keep-alives
-//! through followers, and the reaping of containers and TTL nodes.
+//! its select loop and back-pressure, whose effect on a follower, that it stops
+//! reading its peers, `deaf_followers` models), the peer transport, forwarding,
+//! keep-alives through followers, and the reaping of containers and TTL nodes.
 //!
 //! ```text
 //!   seed ─▶ SimOptions::from_seed ─▶ World::run (chaos, heal, liveness) ─▶ Ok(report) | Err(failure)
