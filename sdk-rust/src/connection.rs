@@ -65,6 +65,31 @@ impl Servers {
             self.next.store(index, Ordering::Relaxed);
         }
     }
+
+    /// Dials the servers in turn from `next` until one answers.
+    async fn dial(self) -> Result<Direct, BoxError> {
+        let Servers { targets, next } = self;
+        let mut failures = Vec::new();
+        for _ in 0..targets.len() {
+            // Moved on before the attempt: a dial dropped halfway leaves the next one
+            // to the following server.
+            let target = &targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()];
+            let connect = Direct::connect(
+                target.authority.clone(),
+                target.tls.clone(),
+                Some(KEEPALIVE),
+            );
+            match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+                Ok(Ok(direct)) => return Ok(direct),
+                Ok(Err(e)) => failures.push(format!("{}: {e}", target.authority)),
+                Err(_) => failures.push(format!(
+                    "{}: no connection within {CONNECT_TIMEOUT:?}",
+                    target.authority
+                )),
+            }
+        }
+        Err(format!("no server answered ({})", failures.join("; ")).into())
+    }
 }
 
 /// The link to the servers of `list` (comma-separated endpoints), starting at one
@@ -91,32 +116,8 @@ pub(crate) fn link_to(
         targets: Arc::new(targets),
     };
     let dialled = servers.clone();
-    let link = Link::new(move || dial(dialled.targets.clone(), dialled.next.clone()));
+    let link = Link::new(move || dialled.clone().dial());
     Ok((link, servers))
-}
-
-/// Dials the servers in turn from `next` until one answers.
-async fn dial(targets: Arc<Vec<Target>>, next: Arc<AtomicUsize>) -> Result<Direct, BoxError> {
-    let mut failures = Vec::new();
-    for _ in 0..targets.len() {
-        // Moved on before the attempt: a dial dropped halfway leaves the next one to
-        // the following server.
-        let target = &targets[next.fetch_add(1, Ordering::Relaxed) % targets.len()];
-        let connect = Direct::connect(
-            target.authority.clone(),
-            target.tls.clone(),
-            Some(KEEPALIVE),
-        );
-        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-            Ok(Ok(direct)) => return Ok(direct),
-            Ok(Err(e)) => failures.push(format!("{}: {e}", target.authority)),
-            Err(_) => failures.push(format!(
-                "{}: no connection within {CONNECT_TIMEOUT:?}",
-                target.authority
-            )),
-        }
-    }
-    Err(format!("no server answered ({})", failures.join("; ")).into())
 }
 
 /// The servers of a comma-separated list (one, usually).
@@ -266,13 +267,18 @@ mod tests {
         let targets = Arc::new(targets_of(&list, &ConnectOptions::default()).expect("ok"));
         for start in 0..2 {
             let next = Arc::new(AtomicUsize::new(start));
-            dial(targets.clone(), next.clone())
-                .await
-                .expect("one answers");
+            let servers = Servers {
+                targets: targets.clone(),
+                next: next.clone(),
+            };
+            servers.dial().await.expect("one answers");
             assert_eq!(next.load(Ordering::Relaxed) % 2, 0, "from {start}");
         }
-        let down = Arc::new(targets_of("127.0.0.1:1", &ConnectOptions::default()).expect("ok"));
-        let err = dial(down, Arc::default()).await.expect_err("none answers");
+        let down = Servers {
+            targets: Arc::new(targets_of("127.0.0.1:1", &ConnectOptions::default()).expect("ok")),
+            next: Arc::default(),
+        };
+        let err = down.dial().await.expect_err("none answers");
         assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     }
 }
