@@ -72,11 +72,13 @@ pub struct SimOptions {
     /// they send and what is sent to them takes protocol 1's form, as the peer
     /// transport makes it (`peer::downgrade`).
     pub protocol_1: Vec<crate::zab::ServerId>,
-    /// Now and then a follower or observer stops reading its peers for 5 to 60
-    /// ticks, as the pipeline's back-pressure makes it (its disk behind, or its log
-    /// full while its snapshot is written): its core hears nothing and does not
-    /// tick meanwhile, while the process runs and is asked for reads. Drawn from a
-    /// stream of its own, so the other faults of a seed stay as they were.
+    /// Every 2 to 8 ticks, a follower or observer that still reads stops reading
+    /// its peers for 5 to 60 ticks, as the pipeline's back-pressure makes it (its
+    /// disk behind, or its log full while its snapshot is written): its core hears
+    /// nothing and does not tick meanwhile, while the process runs and is asked
+    /// for reads. Dense on purpose: sparser stops commit more but catch a core
+    /// trusted too soon after a second stop far later (docs/testing.md). Drawn
+    /// from a stream of its own, so the other faults of a seed stay as they were.
     pub deaf_followers: bool,
     /// Print every status change and fault.
     pub verbose: bool,
