@@ -1,15 +1,17 @@
 //! The Rust SDK against a 3-server ensemble, given every server's address: calls are
-//! spread over the servers, reads never go back in time, and a session outlives the
-//! server its keep-alives went to.
+//! spread over the servers, reads never go back in time, a session outlives the
+//! server its keep-alives went to, clients leave a server cut off from its leader,
+//! and a write a follower refuses goes to the leader that follower names.
 
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use concord::{
     Client, CreateMode, CreateOptions, ErrorCode, ReadOptions, RetryPolicy, WatchOptions,
 };
-use concord_tests::{Ensemble, ServerOptions};
+use concord_tests::{code_of, create_at, eventually, Ensemble, ServerOptions};
 use futures::StreamExt;
 
 const LEADER_WAIT: Duration = Duration::from_secs(20);
@@ -214,6 +216,55 @@ async fn t85_reads_and_watches_leave_a_server_cut_off_from_its_leader() {
         .await
         .expect_err("a read served by a server without a leader");
     assert_eq!(e.code(), ErrorCode::NotLeader, "{e}");
+}
+
+/// A follower cut off from its leader one way (its bytes to the leader dropped, the
+/// leader's still arriving) stays in touch but refuses writes with NOT_LEADER, naming
+/// the leader's client address. A client whose list holds that address retries the
+/// write there (NOT_LEADER changed nothing), not at the next server of its list
+/// (the other follower, which would forward it too), and sends its later calls
+/// there as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_write_refused_by_a_follower_goes_to_the_leader_it_names() {
+    let ensemble = Ensemble::start_proxied(3, ServerOptions::server_defaults());
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let cut = (0..3).find(|&i| i != leader).unwrap();
+    let other = (0..3).find(|&i| i != leader && i != cut).unwrap();
+    let servers = &ensemble.servers;
+    ensemble.proxies.as_ref().unwrap().cut(cut, leader, true);
+    // Writes sent before the follower gives up the silent path may still try it.
+    let probes = AtomicU32::new(0);
+    eventually("the cut follower refusing writes", LEADER_WAIT, || async {
+        let n = probes.fetch_add(1, Ordering::Relaxed);
+        let refused = create_at(&servers[cut].endpoint(), &format!("/probe{n}")).await;
+        refused
+            .is_err_and(|s| code_of(&s) == "NOT_LEADER")
+            .then_some(())
+    })
+    .await;
+    let list: Vec<String> = [cut, other, leader]
+        .iter()
+        .map(|&i| servers[i].endpoint())
+        .collect();
+    let client = Client::builder()
+        .endpoints(list)
+        .randomize_hosts(false)
+        .retry(RetryPolicy::default())
+        .connect()
+        .await
+        .unwrap();
+    client
+        .create("/through-the-hint", "v", CreateOptions::default())
+        .await
+        .unwrap();
+    let answering = client.status().await.unwrap();
+    assert_eq!(
+        answering.server_id,
+        leader as u64 + 1,
+        "the client went to server {} instead of the leader, server {}",
+        answering.server_id,
+        leader + 1
+    );
 }
 
 /// Three servers behind proxies, and the follower `cut` to cut off from the others.
