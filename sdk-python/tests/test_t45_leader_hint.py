@@ -4,21 +4,26 @@ client's hosts the retry (of a unary call, a watch's open or its resume after th
 stream ended so, the session's KeepAlive stream) goes there first, else to the next
 host of the list. A real server answers NOT_LEADER only in an ensemble (a follower
 cut off from its leader, or a server without a leader for `leader_wait_ms_max`), so
-the refusing servers here are fakes (a grpc.aio server that refuses every call);
-the leader is a real server."""
+the refusing servers here are mostly fakes (a grpc.aio server that refuses every
+call) before a real leader; the last test cuts a real follower off from its leader
+one way."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
 from typing import Any
 
 import grpc
 import pytest
 
 import concord
+from concord._proto import tree_pb2, tree_pb2_grpc
 from concord.errors import ErrorCode, LeaderHint, from_status
 
-from conftest import Server, eventually
+from conftest import Server, eventually, run_with
+from test_t50_ensemble import SIZE, Ensemble
 
 
 class _Refuser(grpc.GenericRpcHandler):
@@ -213,3 +218,42 @@ def test_randomize_hosts_starts_clients_over_the_whole_list() -> None:
         assert synced.aio._current == 0
     finally:
         synced.close()
+
+
+def _refused_not_leader(addr: str) -> bool:
+    """Whether a create through ``addr`` is refused with NOT_LEADER."""
+    with grpc.insecure_channel(addr) as ch:
+        try:
+            path = f"/probe-{uuid.uuid4().hex[:8]}"
+            tree_pb2_grpc.TreeStub(ch).Create(tree_pb2.CreateRequest(path=path), timeout=5)
+        except grpc.RpcError as err:
+            return dict(err.trailing_metadata() or ()).get("concord-error-code") == "NOT_LEADER"
+    return False
+
+
+def test_a_follower_cut_off_one_way_sends_the_write_to_the_leader_it_names(kind: str) -> None:
+    """A real follower whose bytes to its leader are dropped (the leader's still
+    arrive) stays in touch but refuses writes with NOT_LEADER, naming the leader. A
+    client listing [that follower, the other follower, the leader] retries the write
+    at the leader, not at the other follower (which would forward it too)."""
+    ensemble = Ensemble(proxied=True)
+    try:
+        leader = ensemble.leader(list(range(SIZE)))
+        cut = next(i for i in range(SIZE) if i != leader)
+        other = next(i for i in range(SIZE) if i not in (leader, cut))
+        ensemble.proxies[(cut, leader)].cut.set()
+        # Writes sent before the follower gives up the silent path may still try it.
+        deadline = time.monotonic() + 20
+        while not _refused_not_leader(ensemble.servers[cut].addr):
+            assert time.monotonic() < deadline, "the cut follower never refused a write"
+            time.sleep(0.05)
+        hosts = ",".join(ensemble.servers[i].addr for i in (cut, other, leader))
+
+        async def body(c: Any) -> None:
+            await c.create(f"/hint-{uuid.uuid4().hex[:8]}", b"x")
+            core = c.sync._aio if kind == "sync" else c
+            assert core._current == 2, f"the write went to host {core._current}, not the leader"
+
+        run_with(kind, hosts, body, retry=RETRY, randomize_hosts=False)
+    finally:
+        ensemble.kill()

@@ -3,6 +3,7 @@ hosts and a retry policy goes on reading and writing, and its session lives on."
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Iterator
@@ -19,18 +20,80 @@ from conftest import Server, free_port
 SIZE = 3
 
 
-class Ensemble:
-    """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs)."""
+class OneWayProxy:
+    """A TCP proxy for one peer link, server i dialling server j (as tests/src/proxy.rs):
+    while ``cut`` is set, what i sends is read and dropped (the connection stays open,
+    as in a one-way partition); what j sends back passes."""
 
-    def __init__(self) -> None:
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self.cut = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets: list[socket.socket] = [self._listener]
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                up = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                conn.close()  # the server is down: the dialler tries again
+                continue
+            up.settimeout(None)
+            with self._lock:
+                self._sockets += [conn, up]
+            threading.Thread(target=self._pump, args=(conn, up, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(up, conn, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_dialler: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if not (from_dialler and self.cut.is_set()):
+                    dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            for s in self._sockets:
+                s.close()
+
+
+class Ensemble:
+    """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs);
+    with ``proxied``, server i reaches server j's peer address through ``proxies[(i,
+    j)]`` (its member list names the proxy), so a test can cut one direction of a
+    link."""
+
+    def __init__(self, proxied: bool = False) -> None:
         addrs = [(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}") for _ in range(SIZE)]
-        members = "".join(
-            f'[[members]]\nid = {j + 1}\nclient_addr = "{c}"\npeer_addr = "{p}"\nrole = "voter"\n'
-            for j, (c, p) in enumerate(addrs)
-        )
+        self.proxies: dict[tuple[int, int], OneWayProxy] = {}
         self.servers: list[Server] = []
         try:
+            if proxied:
+                for i in range(SIZE):
+                    for j, (_, peer) in enumerate(addrs):
+                        if i != j:
+                            self.proxies[(i, j)] = OneWayProxy(peer)
             for i, (client, peer) in enumerate(addrs):
+                members = "".join(
+                    f'[[members]]\nid = {j + 1}\nclient_addr = "{c}"\n'
+                    f'peer_addr = "{self.proxies[(i, j)].addr if (i, j) in self.proxies else p}"\n'
+                    'role = "voter"\n'
+                    for j, (c, p) in enumerate(addrs)
+                )
                 config = (
                     f'server_id = {i + 1}\nclient_addr = "{client}"\npeer_addr = "{peer}"\n'
                     f"cluster_id = 7\n{members}"
@@ -54,6 +117,8 @@ class Ensemble:
     def kill(self) -> None:
         for s in self.servers:
             s.kill()
+        for p in self.proxies.values():
+            p.close()
 
 
 def _status(addr: str) -> cluster_pb2.StatusResponse | None:
