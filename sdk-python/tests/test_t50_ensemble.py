@@ -73,9 +73,9 @@ class OneWayProxy:
 
 class Ensemble:
     """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs);
-    with ``proxied``, server i reaches server j's peer address through ``proxies[(i,
-    j)]`` (its member list names the proxy), so a test can cut one direction of a
-    link."""
+    with ``proxied``, server i reaches server j's peer address through
+    ``proxies[(i, j)]`` (its member list names the proxy), so a test can cut one
+    direction of a link."""
 
     def __init__(self, proxied: bool = False) -> None:
         addrs = [(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}") for _ in range(SIZE)]
