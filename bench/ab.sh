@@ -41,7 +41,7 @@ for d in "$before" "$after"; do
 done
 
 scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
-# stop_pids, the EXIT trap, wait_for, alternate_rounds
+# stop_pids, the EXIT trap, wait_for, concord_leader, alternate_rounds
 . bench/lib.sh
 
 # An ensemble's endpoints with its leader last. The bench hands its connections to
@@ -50,9 +50,8 @@ scratch=$(mktemp -d /tmp/concord-ab-bench.XXXXXX)
 # follower has its writes forwarded, one on the leader not): the two sides'
 # elections no longer decide what a one-client point measures.
 leader_last() {  # leader_last DIR PORT BIN_DIR: prints the reordered $endpoints
-  local status leader
-  status=$(ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null)
-  leader=$(awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s; exit}' <<<"$status")
+  local leader
+  leader=$(concord_leader "$1" "$2" "$3")
   [ -n "$leader" ] || { echo "$endpoints"; return; }
   local leader_endpoint=http://127.0.0.1:$(($2 + 10 * (leader - 1)))
   tr , '\n' <<<"$endpoints" | grep -vx "$leader_endpoint" | tr '\n' , ; echo "$leader_endpoint"
@@ -88,8 +87,7 @@ after_bin=$(bin_of "$after" after)
 # Server 2 must be a follower for SLOW_FSYNC_US to mean what it says.
 slow_one_follows() {  # slow_one_follows DIR PORT BIN_DIR
   [ -n "${SLOW_FSYNC_US:-}" ] && [ "$nodes" -gt 1 ] || return 0
-  ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null |
-    awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{l=s} END{exit l == 2}' ||
+  [ "$(concord_leader "$1" "$2" "$3")" != 2 ] ||
     { echo "server 2 leads in $1: SLOW_FSYNC_US would slow the leader" >&2; exit 1; }
 }
 

@@ -59,6 +59,13 @@ start_concord() {  # start_concord DIR N [PORT]: server i on PORT + 10 (i - 1), 
   wait_for 60 grep -q listening "$dir/out"
 }
 
+# Which server (1..N) leads the ensemble scripts/ensemble.sh started in DIR from
+# client port PORT with the binaries in BIN_DIR; empty if none does.
+concord_leader() {  # concord_leader DIR PORT BIN_DIR
+  ENSEMBLE_DIR=$1 BASE_PORT=$2 CONCORD_BIN=$3 scripts/ensemble.sh status 2>/dev/null |
+    awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s; exit}'
+}
+
 zk_mode() {  # zk_mode PORT: prints the server's mode (standalone, leader, follower)
   timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; echo srvr >&3; cat <&3" 2>/dev/null \
     | sed -n 's/^Mode: //p'

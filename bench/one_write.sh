@@ -28,7 +28,7 @@ command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; 
 [ -r /usr/share/java/zookeeper.jar ] || { echo "ZooKeeper is needed (bench/peers.sh installs it)" >&2; exit 2; }
 
 scratch=$(mktemp -d /tmp/concord-one-write.XXXXXX)
-# stop_pids, the EXIT trap, wait_for, start_concord, start_zookeeper, zk_mode
+# stop_pids, the EXIT trap, wait_for, start_concord, concord_leader, start_zookeeper, zk_mode
 . bench/lib.sh
 
 bench() {  # bench SYSTEM ENDPOINT SECONDS WARMUP: prints the result line's p50 (ms)
@@ -54,16 +54,15 @@ mean_since() {  # mean_since "COUNT SUM" "COUNT SUM" LABEL: the mean between the
 
 echo "== Concord: 3 servers, one client writing to the leader"
 start_concord "$scratch/concord" 3 17401
-leader=$(ENSEMBLE_DIR=$scratch/concord BASE_PORT=17401 CONCORD_BIN=$(dirname "$CONCORD_BIN") \
-  scripts/ensemble.sh status | awk '/^server [0-9]+ /{s=$2} /^role = LEADER/{print s; exit}')
+leader=$(concord_leader "$scratch/concord" 17401 "$(dirname "$CONCORD_BIN")")
 [ -n "$leader" ] || { echo "no Concord leader" >&2; exit 1; }
-concord_leader=http://127.0.0.1:$((17401 + 10 * (leader - 1)))
-bench concord "$concord_leader" 5 0 > /dev/null
+leader_endpoint=http://127.0.0.1:$((17401 + 10 * (leader - 1)))
+bench concord "$leader_endpoint" 5 0 > /dev/null
 declare -a before
 for i in 1 2 3; do before[i]=$(so_far "$(metrics $i)" $commits); done
 proposed=$(so_far "$(metrics "$leader")" $proposals)
 for r in $(seq "$rounds"); do
-  echo "round $r: p50 $(bench concord "$concord_leader" 5 1) ms"
+  echo "round $r: p50 $(bench concord "$leader_endpoint" 5 1) ms"
 done
 for i in 1 2 3; do
   role=follower; [ "$i" = "$leader" ] && role=leader
