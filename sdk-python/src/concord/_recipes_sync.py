@@ -332,9 +332,12 @@ class LeaderSelector:
         """The candidates in line, leader first."""
         return self._client._io.run(self._aio.get_participants())
 
-    def close(self) -> None:
-        """Tells take_leadership to stop and resigns."""
-        self._client._io.run(self._aio.close())
+    def close(self, timeout: float | None = _r.CLOSE_WAIT_S) -> bool:
+        """Tells take_leadership to stop (``leadership.is_cancelled()`` becomes true,
+        ``leadership.wait()`` returns), waits until it has returned, then resigns: True.
+        False (and a warning logged) if it still runs after ``timeout`` seconds (None:
+        no limit): the selector stays leader and resigns when it returns."""
+        return self._client._io.run(self._aio.close(timeout))
 
     def __enter__(self) -> LeaderSelector:
         self.start()

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 _FOREVER_S = 1e9
 #: Added to a timed wait's deadline so that the server's TIMEOUT comes first.
 _MARGIN_S = 5.0
+#: How long a LeaderSelector's close() waits, by default, for take_leadership to return.
+CLOSE_WAIT_S = 10.0
 #: First and longest delay between tries of a failed Campaign, Acquire or check.
 _RETRY_MIN_S = 0.02
 _RETRY_MAX_S = 1.0
@@ -958,7 +960,7 @@ class _Base:
     async def _run(self, state: State) -> None:
         raise NotImplementedError
 
-    async def _stop_task(self) -> None:
+    async def _stop_task(self, unclaim: bool = True) -> None:
         _states(self.client).unsubscribe(self._on_state)
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
@@ -967,8 +969,9 @@ class _Base:
                 await task
             except asyncio.CancelledError:
                 pass
-        _unclaim(self._claim)
-        self._claim = None
+        if unclaim:
+            _unclaim(self._claim)
+            self._claim = None
 
     async def _resign_mine(self) -> None:
         if self.client.session_id == self._session_id and not self.client.state.ended:
@@ -1326,6 +1329,10 @@ class LeaderSelector(_Base):
         self._requeue = False
         self._queued = False
         self._leadership: Leadership | None = None
+        #: The task that runs take_leadership now (None: none runs).
+        self._taking: asyncio.Task[Any] | None = None
+        #: close()'s resignation, which waits for take_leadership to return.
+        self._closing: asyncio.Task[None] | None = None
 
     def has_leadership(self) -> bool:
         """Whether ``take_leadership`` runs now (and has not been told to stop)."""
@@ -1376,7 +1383,10 @@ class LeaderSelector(_Base):
                     except Exception:
                         logging.getLogger("concord").exception("a take_leadership function raised")
                     finally:
-                        loop.call_soon_threadsafe(finished)
+                        try:
+                            loop.call_soon_threadsafe(finished)
+                        except RuntimeError:
+                            pass  # the client was closed meanwhile: nobody waits
 
                 threading.Thread(target=in_thread, name="concord-selector", daemon=True).start()
                 # Leadership ends when the function returns, even if cancelled meanwhile.
@@ -1406,7 +1416,7 @@ class LeaderSelector(_Base):
             nonlocal running, take_task, observer
             running = p
             self._leadership = Leadership(p)
-            take_task = self._run_take(self._leadership)
+            take_task = self._taking = self._run_take(self._leadership)
             observer = self._observe_task(p, won_at)
             tasks.append(observer)
             if p.value != self._value:
@@ -1476,6 +1486,7 @@ class LeaderSelector(_Base):
                         stop_take()
                 elif what == "took":
                     ran, running, take_task = running, None, None
+                    self._taking = None
                     if observer is not None:
                         observer.cancel()
                         observer = None
@@ -1510,17 +1521,54 @@ class LeaderSelector(_Base):
         except ConcordError:
             return None
 
-    async def close(self) -> None:
-        """Tells ``take_leadership`` to stop (cancels a task) and resigns. Closing a
-        closed selector does nothing."""
-        if self.state is RecipeState.CLOSED and self._claim is None:
-            return
-        self.state = RecipeState.CLOSED
-        lead = self._leadership
-        if lead is not None:
-            lead._cancel()
-        await self._stop_task()
-        await self._resign_mine()
+    async def close(self, timeout: float | None = CLOSE_WAIT_S) -> bool:
+        """Tells ``take_leadership`` to stop (``leadership.is_cancelled()``; a task is
+        cancelled too), waits until it has returned, and only then resigns: the next
+        leader's take_leadership never starts while this one runs (Curator's rule).
+        True once resigned. If it has not returned within ``timeout`` seconds (None:
+        no limit), False, with a warning logged: the selector stays leader and
+        resigns when it returns (or when the session ends). Closing a closed selector
+        waits the same way for that resignation."""
+        if self._closing is None:
+            if self.state is RecipeState.CLOSED and self._claim is None:
+                return True
+            self.state = RecipeState.CLOSED
+            lead = self._leadership
+            if lead is not None:
+                lead._cancel()
+            # Its _run ends: it cancels a take_leadership task, and queues no more.
+            await self._stop_task(unclaim=False)
+            self._closing = asyncio.ensure_future(self._resign_once_returned(self._taking))
+            # client.close() cancels it if take_leadership never returns.
+            self.client._watches.add(self._closing)
+        closing = self._closing
+        try:
+            await within(asyncio.shield(closing), timeout)
+        except asyncio.TimeoutError:
+            logging.getLogger("concord").warning(
+                "LeaderSelector %r of election %r: take_leadership still runs %s s after close();"
+                " it stays leader until it returns",
+                self._id, self.name, timeout,
+            )
+            closing.add_done_callback(_log_failure)
+            return False
+        return True
+
+    async def _resign_once_returned(self, taking: asyncio.Task[Any] | None) -> None:
+        """Waits for ``taking`` (take_leadership) to return, then resigns and frees the
+        participant id. Cancelled (the client closed): ``taking`` is cancelled too."""
+        try:
+            if taking is not None and not taking.done():
+                await asyncio.wait([taking])
+            await self._resign_mine()
+        except asyncio.CancelledError:
+            if taking is not None:
+                taking.cancel()
+            raise
+        finally:
+            self._taking = None
+            _unclaim(self._claim)
+            self._claim = None
 
     async def __aenter__(self) -> LeaderSelector:
         await self.start()
@@ -1530,6 +1578,12 @@ class LeaderSelector(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    """Retrieves the outcome of a task nobody awaits any more, and logs a failure."""
+    if not task.cancelled() and task.exception() is not None:
+        logging.getLogger("concord").warning("a recipe's resignation failed: %s", task.exception())
 
 
 async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
