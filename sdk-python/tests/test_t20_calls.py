@@ -231,7 +231,7 @@ def test_fenced_writes_fail_once_the_hold_is_gone(server: Server, root: str) -> 
 def test_a_dead_address_is_connection_loss_and_a_stalled_server_times_out(own_server: Server) -> None:
     from conftest import free_port
 
-    dead = concord.Client(f"127.0.0.1:{free_port()}")
+    dead = concord.Client(f"127.0.0.1:{free_port()}", retry=None)
     try:
         with pytest.raises(concord.ConnectionLossError) as e:
             dead.exists("/")
@@ -241,7 +241,7 @@ def test_a_dead_address_is_connection_loss_and_a_stalled_server_times_out(own_se
     finally:
         dead.close()
 
-    c = concord.Client(own_server.addr, call_timeout=0.3)
+    c = concord.Client(own_server.addr, call_timeout=0.3, retry=None)
     c.start()
     try:
         c.create("/x")

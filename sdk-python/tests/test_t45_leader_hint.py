@@ -181,7 +181,7 @@ def test_not_leader_without_a_usable_hint_moves_to_the_next_host(server: Server)
             finally:
                 await c.close()
             # Without retries the NOT_LEADER is raised, carrying the hint.
-            c = concord.aio.Client(addrs[0])
+            c = concord.aio.Client(addrs[0], retry=None)
             try:
                 with pytest.raises(concord.ConnectionLossError) as caught:
                     await c.exists("/")

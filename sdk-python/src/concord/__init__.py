@@ -13,6 +13,7 @@ from .errors import (
     ErrorCode,
     FencedError,
     LeaderHint,
+    LockTimeout,
     NoChildrenForEphemeralsError,
     NodeExistsError,
     NoNodeError,
@@ -40,7 +41,7 @@ from ._recipes_sync import (
 )
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
 from .sync import Cache, ChildrenCache, Client, NodeCache, Transaction, Watch
-from .types import TLS, Fence, Retry, Stat, State
+from .types import DEFAULT_RETRY, TLS, Fence, Retry, Stat, State
 
 __all__ = [
     "BadArgumentsError",
@@ -52,6 +53,7 @@ __all__ = [
     "Client",
     "ConcordError",
     "ConnectionLossError",
+    "DEFAULT_RETRY",
     "Election",
     "ErrorCode",
     "EventKind",
@@ -66,6 +68,7 @@ __all__ = [
     "LeaderHint",
     "Lease",
     "Lock",
+    "LockTimeout",
     "NodeCache",
     "NoChildrenForEphemeralsError",
     "NoNodeError",

@@ -45,7 +45,7 @@ from .aio.watch import Watch as _AioWatch
 from .aio.client import _Endpoint
 from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
 from .events import EventKind, Node, WatchEvent
-from .types import TLS, Fence, Retry, Stat, State
+from .types import DEFAULT_RETRY, TLS, Fence, Retry, Stat, State
 
 #: How long the DataWatch / ChildrenWatch decorators wait for the first call to be
 #: queued when the client has no call timeout.
@@ -168,7 +168,7 @@ class Client:
         session_timeout: float = 10.0,
         *,
         tls: TLS | None = None,
-        retry: Retry | None = None,
+        retry: Retry | None = DEFAULT_RETRY,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
@@ -350,22 +350,27 @@ class Client:
 
     @overload
     def ChildrenWatch(
-        self, path: str, *, send_event: bool = False
+        self, path: str, func: None = None, allow_session_lost: bool = True, send_event: bool = False
     ) -> Callable[[Callable[..., Any]], _AioChildrenWatch]: ...
     @overload
     def ChildrenWatch(
-        self, path: str, func: Callable[..., Any], *, send_event: bool = False
+        self, path: str, func: Callable[..., Any], allow_session_lost: bool = True, send_event: bool = False
     ) -> _AioChildrenWatch: ...
 
     def ChildrenWatch(
-        self, path: str, func: Callable[..., Any] | None = None, *, send_event: bool = False
+        self,
+        path: str,
+        func: Callable[..., Any] | None = None,
+        allow_session_lost: bool = True,
+        send_event: bool = False,
     ) -> Any:
-        """kazoo's ChildrenWatch: ``fn(children)`` (sorted names) now and after each
-        change of the list (``send_event=True``: ``fn(children, event)``); returning
-        False stops it. As ``DataWatch``."""
+        """kazoo's ChildrenWatch, in kazoo's argument order: ``fn(children)`` (sorted
+        names) now and after each change of the list (``send_event=True``:
+        ``fn(children, event)``); returning False stops it; ``allow_session_lost=False``:
+        it ends with the session. As ``DataWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> _AioChildrenWatch:
-            return self._function_watch(_AioChildrenWatch(self._aio, path, fn, send_event))
+            return self._function_watch(_AioChildrenWatch(self._aio, path, fn, send_event, allow_session_lost))
 
         return decorate if func is None else decorate(func)
 
@@ -392,9 +397,9 @@ class Client:
         """Curator's InterProcessSemaphoreMutex: a lock that is not re-entrant."""
         return recipes.SemaphoreMutex(self, name, identifier)
 
-    def Semaphore(self, name: str, max_leases: int = 1, identifier: str | None = None) -> recipes.Semaphore:
-        """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
-        return recipes.Semaphore(self, name, max_leases, identifier)
+    def Semaphore(self, name: str, identifier: str | None = None, max_leases: int = 1) -> recipes.Semaphore:
+        """kazoo's Semaphore (kazoo's argument order): at most ``max_leases`` holders of ``name`` at once."""
+        return recipes.Semaphore(self, name, identifier, max_leases)
 
     def Election(
         self, name: str, identifier: str | None = None, *, value: bytes | None = None

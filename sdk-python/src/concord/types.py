@@ -141,3 +141,10 @@ class Retry:
         tries_ok = self.max_tries is None or attempt <= self.max_tries
         time_ok = self.deadline is None or elapsed < self.deadline
         return tries_ok and time_ok
+
+
+#: The retry policy of a client given no ``retry=``: up to a minute, 50 ms to 2 s
+#: apart. Every write carries the session and a request id, so writes whose outcome
+#: was lost in a failover or a restart are retried under it too (docs/python.md,
+#: "Retries"). ``retry=None`` sends each call once.
+DEFAULT_RETRY = Retry()

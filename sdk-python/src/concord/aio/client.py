@@ -55,7 +55,7 @@ from ..errors import (
     make_error,
 )
 from ..events import EventKind
-from ..types import TLS, Fence, Retry, Stat, State
+from ..types import DEFAULT_RETRY, TLS, Fence, Retry, Stat, State
 from . import recipes
 from ._session import Session
 from ._wait import within
@@ -143,7 +143,9 @@ class Client:
 
     ``hosts`` is a comma-separated list of ``host:port``; ``session_timeout`` the TTL
     (seconds) the session asks for (the server clamps it to its range); ``retry`` the
-    policy for retry-safe failures (None: each call is sent once); ``call_timeout`` the
+    policy for retry-safe failures and for writes whose outcome is unknown (every
+    write carries the session and a request id, so the server applies it at most
+    once; default ``DEFAULT_RETRY``: up to a minute; None: each call is sent once); ``call_timeout`` the
     longest one attempt of a call may take (None: no deadline); ``suspend_share`` the
     share of the TTL without an answered ping after which the state is SUSPENDED;
     ``randomize_hosts`` starts the client at a host of the list drawn at random (as
@@ -157,7 +159,7 @@ class Client:
         session_timeout: float = 10.0,
         *,
         tls: TLS | None = None,
-        retry: Retry | None = None,
+        retry: Retry | None = DEFAULT_RETRY,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
@@ -391,7 +393,7 @@ class Client:
         req = tree_pb2.CreateRequest(
             path=path, data=bytes(value), mode=create_mode(ephemeral, sequence), fence=_fence(fence)
         )
-        dedup = self._own_by_session(req) if ephemeral else False
+        dedup = self._keyed(req, ephemeral)
         try:
             resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
         except NoNodeError:
@@ -399,8 +401,7 @@ class Client:
             if not makepath or not parent:
                 raise
             yield from self._ensure_path(parent)
-            if dedup:
-                req.request_id = next(self._request_ids)
+            dedup = self._keyed(req, ephemeral)  # a new request: a new request id
             resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
         return str(resp.path)
 
@@ -413,7 +414,7 @@ class Client:
 
     def _set(self, path: str, value: bytes, version: int, fence: Fence | None) -> Plan[Stat]:
         req = tree_pb2.SetRequest(path=path, data=bytes(value), version=version, fence=_fence(fence))
-        resp = yield from self._unary(_SET, req, write=True)
+        resp = yield from self._unary(_SET, req, write=True, dedup=self._keyed(req, False))
         return Stat.of(resp.stat)
 
     async def delete(
@@ -429,7 +430,7 @@ class Client:
             yield from self._delete_tree(path, version, fence)
             return
         req = tree_pb2.DeleteRequest(path=path, version=version, fence=_fence(fence))
-        yield from self._unary(_DELETE, req, write=True)
+        yield from self._unary(_DELETE, req, write=True, dedup=self._keyed(req, False))
 
     def _delete_tree(self, path: str, version: int, fence: Fence | None) -> Plan[None]:
         try:
@@ -471,7 +472,7 @@ class Client:
 
     def _multi(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> Plan[list[OpResult]]:
         req = tree_pb2.MultiRequest(ops=ops, fence=_fence(fence))
-        dedup = self._own_by_session(req) if ephemeral else False
+        dedup = self._keyed(req, ephemeral)
         try:
             resp = yield from self._unary(_MULTI, req, write=True, dedup=dedup)
         except ConcordError as err:
@@ -554,22 +555,27 @@ class Client:
 
     @overload
     def ChildrenWatch(
-        self, path: str, *, send_event: bool = False
+        self, path: str, func: None = None, allow_session_lost: bool = True, send_event: bool = False
     ) -> Callable[[Callable[..., Any]], ChildrenWatch]: ...
     @overload
     def ChildrenWatch(
-        self, path: str, func: Callable[..., Any], *, send_event: bool = False
+        self, path: str, func: Callable[..., Any], allow_session_lost: bool = True, send_event: bool = False
     ) -> ChildrenWatch: ...
 
     def ChildrenWatch(
-        self, path: str, func: Callable[..., Any] | None = None, *, send_event: bool = False
+        self,
+        path: str,
+        func: Callable[..., Any] | None = None,
+        allow_session_lost: bool = True,
+        send_event: bool = False,
     ) -> Any:
-        """kazoo's ChildrenWatch: ``@c.ChildrenWatch(path)`` on ``fn(children)``, or
-        ``c.ChildrenWatch(path, fn)``; ``send_event=True``: ``fn(children, event)``.
-        See ``concord.aio.cache.ChildrenWatch``."""
+        """kazoo's ChildrenWatch, in kazoo's argument order: ``@c.ChildrenWatch(path)``
+        on ``fn(children)``, or ``c.ChildrenWatch(path, fn)``; ``send_event=True``:
+        ``fn(children, event)``; ``allow_session_lost=False``: it ends with the
+        session. See ``concord.aio.cache.ChildrenWatch``."""
 
         def decorate(fn: Callable[..., Any]) -> ChildrenWatch:
-            return ChildrenWatch(self, path, fn, send_event).begin()
+            return ChildrenWatch(self, path, fn, send_event, allow_session_lost).begin()
 
         return decorate if func is None else decorate(func)
 
@@ -586,9 +592,9 @@ class Client:
         """Curator's InterProcessSemaphoreMutex: a lock that is not re-entrant."""
         return recipes.SemaphoreMutex(self, name, identifier)
 
-    def Semaphore(self, name: str, max_leases: int = 1, identifier: str | None = None) -> recipes.Semaphore:
-        """kazoo's Semaphore: at most ``max_leases`` holders of ``name`` at once."""
-        return recipes.Semaphore(self, name, max_leases, identifier)
+    def Semaphore(self, name: str, identifier: str | None = None, max_leases: int = 1) -> recipes.Semaphore:
+        """kazoo's Semaphore (kazoo's argument order): at most ``max_leases`` holders of ``name`` at once."""
+        return recipes.Semaphore(self, name, identifier, max_leases)
 
     def Election(
         self, name: str, identifier: str | None = None, *, value: bytes | None = None
@@ -628,11 +634,25 @@ class Client:
 
     # -- internals ----------------------------------------------------------------
 
-    def _own_by_session(self, req: Any) -> bool:
-        """Gives a write (a create or multi with ephemerals) to the session, with a
-        request id that makes a retry of it safe when its outcome is unknown (the
-        server applies it at most once). Returns True: the write is deduplicated."""
-        req.session_id = self._live_session_id()
+    def _keyed(self, req: Any, ephemeral: bool) -> bool:
+        """Gives a write (create, set, delete, multi) the client's session id and a
+        fresh request id, so that the server applies it at most once and answers a
+        retry with the first outcome: a retry of it is safe when its outcome is
+        unknown. Returns True when it did (the write is deduplicated).
+
+        Without a live session (before ``start()``, after LOST or ``stop()``) a
+        persistent write goes without them and is not retried once its outcome is
+        unknown; an ephemeral one needs the session (SessionExpiredError before
+        ``start()``; after LOST the server refuses the ended session)."""
+        session = self._session
+        if ephemeral:
+            req.session_id = self._live_session_id()
+        elif session is None or session.ended:
+            req.session_id = 0
+            req.request_id = 0
+            return False
+        else:
+            req.session_id = session.id
         req.request_id = next(self._request_ids)
         return True
 
