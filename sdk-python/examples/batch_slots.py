@@ -12,7 +12,7 @@ import concord
 HOSTS = os.environ.get("CONCORD_HOSTS", "127.0.0.1:7181")
 
 with concord.Client(HOSTS) as c:
-    slots = c.Semaphore("render-slots", 4, identifier="example")
+    slots = c.Semaphore("render-slots", identifier="example", max_leases=4)
     small = [slots.acquire_lease() for _ in range(2)]     # two small jobs run
     print("holders:", slots.lease_holders())
 
@@ -31,7 +31,10 @@ with concord.Client(HOSTS) as c:
     # Not re-entrant: a second acquire through the holder waits like anyone's.
     gate = c.SemaphoreMutex("hand-over")
     assert gate.acquire()
-    print("again while held:", gate.acquire(timeout=0.3))  # False
+    try:
+        gate.acquire(timeout=0.3)
+    except concord.LockTimeout:
+        print("again while held: not within 0.3 s")       # LockTimeout, as kazoo's
     threading.Thread(target=gate.release).start()         # released elsewhere...
     print("after the hand-over:", gate.acquire(timeout=5))  # ...so this one gets it
     gate.release()

@@ -70,7 +70,8 @@ def test_a_timed_out_acquire_leaves_no_waiter(server: Server, kind: str) -> None
         name = _name()
         a, b = make(c, "Lock", name, identifier="a"), make(c, "Lock", name, identifier="b")
         assert await a.acquire(timeout=5)
-        assert not await b.acquire(timeout=0.3)
+        with pytest.raises(concord.LockTimeout):
+            await b.acquire(timeout=0.3)
         assert not await b.acquire(blocking=False)
         assert not b.is_acquired and b.fence is None
         assert await a.contenders() == ["a"]
@@ -170,11 +171,12 @@ async def _is(c: Any, state: State) -> bool:
 def test_a_semaphore_admits_exactly_n(server: Server, kind: str) -> None:
     async def body(c: Any) -> None:
         name = _name()
-        sems = [make(c, "Semaphore", name, 2, identifier=f"s{i}") for i in range(3)]
+        sems = [make(c, "Semaphore", name, identifier=f"s{i}", max_leases=2) for i in range(3)]
         assert await sems[0].acquire()
         assert await sems[1].acquire()
         assert sems[0].fence != sems[1].fence
-        assert not await sems[2].acquire(timeout=0.3)
+        with pytest.raises(concord.LockTimeout):
+            await sems[2].acquire(timeout=0.3)
         assert sorted(await sems[0].lease_holders()) == ["s0", "s1"]
         lease = await sems[2].acquire_lease(timeout=0.2)
         assert lease is None
@@ -184,7 +186,7 @@ def test_a_semaphore_admits_exactly_n(server: Server, kind: str) -> None:
         await asyncio.wait_for(waiting, 10)
         assert sorted(await sems[0].lease_holders()) == ["s1", "s2"]
         with pytest.raises(concord.BadArgumentsError):
-            await make(c, "Semaphore", name, 3).acquire(timeout=1)
+            await make(c, "Semaphore", name, max_leases=3).acquire(timeout=1)
         await sems[1].release()
         await sems[2].release()
         lease = await sems[0].acquire_lease()
@@ -254,7 +256,8 @@ def test_a_semaphore_mutex_is_not_reentrant(server: Server, kind: str) -> None:
         first = m.token
         assert m.is_acquired and m.hold_count == 1 and m.fence.token == first
         # A second acquire through the holder waits like anyone's: not in time here.
-        assert not await m.acquire(timeout=0.3)
+        with pytest.raises(concord.LockTimeout):
+            await m.acquire(timeout=0.3)
         assert not await m.acquire(blocking=False)
         assert m.is_acquired and m.token == first and await m.validate()
         assert await m.contenders() == ["m"]
@@ -264,7 +267,8 @@ def test_a_semaphore_mutex_is_not_reentrant(server: Server, kind: str) -> None:
         assert await m.release()
         await asyncio.wait_for(again, 10)
         assert m.is_acquired and m.token > first
-        assert not await other.acquire(timeout=0.2)
+        with pytest.raises(concord.LockTimeout):
+            await other.acquire(timeout=0.2)
         assert await m.release()
         assert not await m.release()
         assert await other.acquire(timeout=5)
@@ -281,8 +285,8 @@ async def _count(lock: Any, n: int) -> bool:
 def test_acquire_many_is_all_or_nothing(server: Server, kind: str) -> None:
     async def body(c: Any) -> None:
         name = _name()
-        a = make(c, "Semaphore", name, 3, identifier="a")
-        b = make(c, "Semaphore", name, 3, identifier="b")
+        a = make(c, "Semaphore", name, identifier="a", max_leases=3)
+        b = make(c, "Semaphore", name, identifier="b", max_leases=3)
         probe = make(c, "Lock", name)  # its contenders(): holders and waiters
         with pytest.raises(concord.BadArgumentsError):
             await a.acquire_many(4)
@@ -313,8 +317,8 @@ def test_acquire_many_is_all_or_nothing(server: Server, kind: str) -> None:
 def test_a_cancelled_acquire_many_gives_back_what_it_got(server: Server) -> None:
     async def body(c: Any) -> None:
         name = _name()
-        a = c.Semaphore(name, 2, identifier="a")
-        b = c.Semaphore(name, 2, identifier="b")
+        a = c.Semaphore(name, identifier="a", max_leases=2)
+        b = c.Semaphore(name, identifier="b", max_leases=2)
         probe = c.Lock(name)
         held = await a.acquire_lease()
         assert held is not None

@@ -69,9 +69,10 @@ class Lock:
     def fence(self) -> Fence | None:
         return self._aio.fence
 
-    def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
-        """Waits its turn: True once held, False if not within ``timeout`` seconds."""
-        return self._client._io.run(self._aio.acquire(timeout, blocking))
+    def acquire(self, blocking: bool = True, timeout: float | None = None, ephemeral: bool = True) -> bool:
+        """kazoo's order: waits its turn: True once held; LockTimeout if not within
+        ``timeout`` seconds; ``blocking=False``: False if held by another."""
+        return self._client._io.run(self._aio.acquire(blocking, timeout, ephemeral))
 
     def release(self) -> bool:
         """Releases one level of the hold (the last releases it on the server); False if nothing was held."""
@@ -112,9 +113,9 @@ class SemaphoreMutex(Lock):
 class Semaphore:
     """kazoo's Semaphore, blocking (see ``concord.aio.Semaphore``)."""
 
-    def __init__(self, client: Client, name: str, max_leases: int = 1, identifier: str | None = None) -> None:
+    def __init__(self, client: Client, name: str, identifier: str | None = None, max_leases: int = 1) -> None:
         self._client = client
-        self._aio = _r.Semaphore(client.aio, name, max_leases, identifier)
+        self._aio = _r.Semaphore(client.aio, name, identifier, max_leases)
 
     @property
     def is_acquired(self) -> bool:
@@ -128,9 +129,10 @@ class Semaphore:
     def fence(self) -> Fence | None:
         return self._aio.fence
 
-    def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
-        """Takes a lease for this object: True; False if none was free within ``timeout``."""
-        return self._client._io.run(self._aio.acquire(timeout, blocking))
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """kazoo's order: takes a lease for this object: True; LockTimeout if none was
+        free within ``timeout``; ``blocking=False``: False if none is free."""
+        return self._client._io.run(self._aio.acquire(blocking, timeout))
 
     def release(self) -> bool:
         """Gives back ``acquire()``'s lease."""
@@ -189,6 +191,8 @@ class Election:
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Campaigns, runs ``func(*args, **kwargs)`` on this thread once leader, resigns; returns its result."""
+        if not callable(func):
+            raise _r._bad("the leader function is not callable")
         self._aio._cancelled = False
         p, claim = self._client._io.run(self._aio._elect())
         try:

@@ -204,6 +204,11 @@ class TimeoutError(ConcordError, builtins.TimeoutError):
     """TIMEOUT: no answer within the deadline (for a write: outcome unknown)."""
 
 
+class LockTimeout(TimeoutError):
+    """TIMEOUT: a lock or semaphore was not acquired within ``acquire``'s timeout
+    (kazoo's LockTimeout); the acquire left no place in the queue."""
+
+
 class RolledBackError(ConcordError):
     """In a failed transaction's results: this op was not applied because another failed."""
 

@@ -35,9 +35,9 @@ from .._cache_state import CacheState, Scope, ScopeKind
 from .._cursor import EVENT, PROGRESS, SNAPSHOT_DONE, SNAPSHOT_NODE, STARTED
 from .._callbacks import Mailbox, call_user
 from .._proto import watch_pb2
-from ..errors import ConcordError
+from ..errors import BadArgumentsError, ConcordError, ErrorCode
 from ..events import CacheEvent, CacheEventType, Node, WatchEvent
-from ..types import Stat
+from ..types import Stat, State
 from ._wait import within
 from .watch import RESUME_FOREVER, Watch
 
@@ -474,16 +474,43 @@ class ChildrenWatch(_FunctionWatch):
     children now, and again after each change of that list (``[]`` while the node
     does not exist). With ``send_event=True``, ``fn(children, event)``: the
     ``CacheEvent`` that changed the list (CREATED or DELETED of a child, whose path
-    it carries; None for the first call). Returning False stops it. Runs on one
+    it carries; None for the first call). Returning False stops it. It outlives the
+    session (a watch needs none); ``allow_session_lost=False`` (kazoo's) ends it when
+    the client's session is lost or closed instead. Runs on one
     recursive watch of the node (deeper nodes are read and dropped): prefer it for
     flat folders."""
 
     def __init__(
-        self, client: Client, path: str, fn: Callable[..., Any], send_event: bool = False
+        self,
+        client: Client,
+        path: str,
+        fn: Callable[..., Any],
+        send_event: bool = False,
+        allow_session_lost: bool = True,
     ) -> None:
+        for arg, value in (("send_event", send_event), ("allow_session_lost", allow_session_lost)):
+            if not isinstance(value, bool):
+                raise BadArgumentsError(
+                    ErrorCode.BAD_ARGUMENTS, f"ChildrenWatch's {arg} must be a bool, got {value!r}"
+                )
         super().__init__(client, Scope(ScopeKind.CHILDREN, path), fn, with_data=False)
         self._last: list[str] | None = None
         self._send_event = send_event
+        #: kazoo's: False ends the watch when the client's session is lost.
+        self.allow_session_lost = allow_session_lost
+
+    def begin(self) -> ChildrenWatch:
+        if not self.allow_session_lost and not self._closed:
+            self._client.add_listener(self._on_state)
+        return _FunctionWatch.begin(self)
+
+    async def _on_state(self, state: State) -> None:
+        if state.ended:
+            self.cancel()
+
+    def cancel(self) -> None:
+        self._client.remove_listener(self._on_state)
+        super().cancel()
 
     def _emit(self, events: list[CacheEvent], was_initialized: bool) -> None:
         if not self._state.initialized:

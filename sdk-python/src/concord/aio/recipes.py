@@ -44,6 +44,7 @@ from ..errors import (
     ConcordError,
     ErrorCode,
     FencedError,
+    LockTimeout,
     NodeExistsError,
     NoNodeError,
     Origin,
@@ -167,6 +168,54 @@ async def _unless_lost(client: Client, session_id: int, coro: Awaitable[Any]) ->
             task.cancel()
         if not lost.done():
             lost.cancel()
+
+
+# -- checks of kazoo-shaped arguments ----------------------------------------------
+
+
+def _bad(message: str) -> BadArgumentsError:
+    return BadArgumentsError(ErrorCode.BAD_ARGUMENTS, message, origin=Origin.CLIENT)
+
+
+def _check_name(kind: str, name: Any) -> str:
+    """A lock's or election's name: one path segment, as the server wants it. kazoo
+    and Curator take a path (``"/locks/x"``) where this takes a name: refused here,
+    at construction, rather than by the server at the first call."""
+    if not isinstance(name, str):
+        raise _bad(f"{kind} name must be a str, got {type(name).__name__}")
+    if not name or "/" in name or name in (".", "..") or "\x00" in name:
+        hint = name.rstrip("/").rsplit("/", 1)[-1] if "/" in name else ""
+        tip = f' (kazoo takes a path here; Concord a name, e.g. "{hint}")' if hint not in ("", ".", "..") else ""
+        raise _bad(f"{kind} name {name[:100]!r} must be one non-empty path segment{tip}")
+    return name
+
+
+def _check_identifier(identifier: Any) -> str | None:
+    if identifier is not None and not isinstance(identifier, str):
+        raise _bad(f"identifier must be a str or None, got {type(identifier).__name__} {identifier!r}")
+    return identifier
+
+
+def _check_acquire(blocking: Any, timeout: Any, ephemeral: Any) -> None:
+    """kazoo's ``acquire(blocking=True, timeout=None, ephemeral=True)``: an older call
+    with the timeout first (``acquire(5)``) fails here instead of waiting for ever."""
+    if not isinstance(blocking, bool):
+        raise _bad(
+            f"acquire(blocking=True, timeout=None): blocking must be a bool, got {blocking!r}"
+            " (pass the timeout as timeout=)"
+        )
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        raise _bad(f"acquire timeout must be a number of seconds or None, got {timeout!r}")
+    if timeout is not None and timeout < 0:
+        raise _bad("negative timeout")
+    if ephemeral is not True:
+        raise _bad("ephemeral=False is not supported: a hold is always its session's (kazoo's ephemeral=True)")
+
+
+def _lock_timeout(kind: str, name: str, timeout: float | None) -> LockTimeout:
+    return LockTimeout(
+        ErrorCode.TIMEOUT, f"failed to acquire {kind} {name!r} after {timeout} s", origin=Origin.CLIENT
+    )
 
 
 # -- claims of participant ids -----------------------------------------------------
@@ -336,8 +385,8 @@ class Lock:
 
     def __init__(self, client: Client, name: str, identifier: str | None = None, *, _permits: int = 1) -> None:
         self.client = client
-        self.name = name
-        self.identifier = identifier or ""
+        self.name = _check_name(self._kind.replace("-", " "), name)
+        self.identifier = _check_identifier(identifier) or ""
         self._permits = _permits
         self._handle = next(_handles)
         self._calls = itertools.count(1)
@@ -381,10 +430,14 @@ class Lock:
         lease = self.lease
         return None if lease is None else lease.fence
 
-    async def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
-        """Waits its turn until the lock is held: True; False if not within ``timeout``
-        seconds (None: no limit), and then no longer queued. ``blocking=False`` tries
-        once (kazoo's). Errors: SessionExpiredError (no session, or lost meanwhile)."""
+    async def acquire(self, blocking: bool = True, timeout: float | None = None, ephemeral: bool = True) -> bool:
+        """kazoo's ``acquire(blocking=True, timeout=None, ephemeral=True)``: waits its
+        turn until the lock is held: True. Not within ``timeout`` seconds (None: no
+        limit): LockTimeout, and no longer queued. ``blocking=False`` tries once:
+        False if held by another. Errors: BadArgumentsError for arguments of another
+        shape (``acquire(5)``: blocking must be a bool; ``ephemeral=False``),
+        SessionExpiredError (no session, or lost meanwhile)."""
+        _check_acquire(blocking, timeout, ephemeral)
         if self._serial is None:
             self._serial = asyncio.Lock()
         async with self._serial:
@@ -398,7 +451,9 @@ class Lock:
             else:
                 lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
             if lease is None:
-                return False
+                if not blocking:
+                    return False
+                raise _lock_timeout(self._kind.replace("-", " "), self.name, timeout)
             self._lease, self._count = lease, 1
             return True
 
@@ -470,18 +525,22 @@ class SemaphoreMutex(Lock):
 
     _kind = "semaphore-mutex"
 
-    async def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
-        """Waits its turn until this object holds the lock: True; False if not within
-        ``timeout`` seconds (None: no limit), and then no longer queued. An acquire
-        while this object holds the lock waits for its release. ``blocking=False``
-        tries once. Errors: SessionExpiredError (no session, or lost meanwhile)."""
+    async def acquire(self, blocking: bool = True, timeout: float | None = None, ephemeral: bool = True) -> bool:
+        """As Lock's (``acquire(blocking=True, timeout=None)``): waits its turn until
+        this object holds the lock: True; LockTimeout if not within ``timeout`` seconds
+        (None: no limit), and then no longer queued. An acquire while this object
+        holds the lock waits for its release. ``blocking=False`` tries once (False if
+        held). Errors: BadArgumentsError, SessionExpiredError."""
+        _check_acquire(blocking, timeout, ephemeral)
         owner = self._owner_id()
         if not blocking:
             lease = await self._try(owner)
         else:
             lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
         if lease is None:
-            return False
+            if not blocking:
+                return False
+            raise _lock_timeout("semaphore mutex", self.name, timeout)
         # The server holds one owner at a time: any hold of this object was released.
         self._lease, self._count = lease, 1
         return True
@@ -509,7 +568,11 @@ class Semaphore:
     Leases are the session's, as Lock holds are (see Lock).
     """
 
-    def __init__(self, client: Client, name: str, max_leases: int = 1, identifier: str | None = None) -> None:
+    def __init__(self, client: Client, name: str, identifier: str | None = None, max_leases: int = 1) -> None:
+        _check_name("semaphore", name)
+        _check_identifier(identifier)
+        if isinstance(max_leases, bool) or not isinstance(max_leases, int):
+            raise _bad(f"max_leases must be an int, got {max_leases!r}")
         if not 1 <= max_leases <= 1024:
             raise BadArgumentsError(ErrorCode.BAD_ARGUMENTS, "max_leases must be 1..1024", origin=Origin.CLIENT)
         self.client = client
@@ -531,10 +594,11 @@ class Semaphore:
     def fence(self) -> Fence | None:
         return self._lock.fence
 
-    async def acquire(self, timeout: float | None = None, blocking: bool = True) -> bool:
-        """Takes a lease for this object (at once if it holds one): True; False if none
-        was free within ``timeout`` (None: no limit)."""
-        return await self._lock.acquire(timeout, blocking)
+    async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """kazoo's ``acquire(blocking=True, timeout=None)``: takes a lease for this
+        object (at once if it holds one): True; LockTimeout if none was free within
+        ``timeout`` (None: no limit); ``blocking=False``: False if none is free."""
+        return await self._lock.acquire(blocking, timeout)
 
     async def release(self) -> bool:
         """Gives back ``acquire()``'s lease."""
@@ -770,8 +834,8 @@ class Election:
         self, client: Client, name: str, identifier: str | None = None, value: bytes | None = None
     ) -> None:
         self.client = client
-        self.name = name
-        self.identifier = identifier
+        self.name = _check_name("election", name)
+        self.identifier = _check_identifier(identifier)
         #: What the candidacy announces while it leads (None: the identifier's bytes).
         self.value = None if value is None else bytes(value)
         #: The candidacy while ``func`` runs.
@@ -811,6 +875,8 @@ class Election:
     async def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Campaigns, runs ``func(*args, **kwargs)`` while leader, resigns; returns what
         ``func`` returned. CancelledError if ``cancel()`` was called first."""
+        if not callable(func):
+            raise _bad("the leader function is not callable")
         self._cancelled = False
         p, claim = await self._elect()
         try:
@@ -883,8 +949,8 @@ class _Base:
 
     def __init__(self, client: Client, name: str, id: str | None, value: bytes = b"") -> None:
         self.client = client
-        self.name = name
-        self._id = id or ""
+        self.name = _check_name("election", name)
+        self._id = _check_identifier(id) or ""
         self._value = bytes(value)
         self._announcing: asyncio.Lock | None = None
         self.state = RecipeState.LATENT
