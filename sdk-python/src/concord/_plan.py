@@ -118,3 +118,22 @@ def drive_blocking(plan: Plan[T], attempt: Callable[[Attempt], Any]) -> T:
         return stop.value  # type: ignore[no-any-return]
     finally:
         plan.close()
+
+
+def retry_call(retry: Retry, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)``, called again after each retry-safe ConcordError
+    while ``retry`` allows, blocking between (kazoo's ``KazooRetry.__call__``)."""
+    first_failure: float | None = None
+    tries = 0
+    while True:
+        try:
+            return func(*args, **kwargs)
+        except ConcordError as err:
+            if not err.retry_safe:
+                raise
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            tries += 1
+            if not retry.allows(tries, now - first_failure):
+                raise
+        time.sleep(retry.jittered(tries))

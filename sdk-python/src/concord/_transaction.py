@@ -1,19 +1,58 @@
 """The ops of a transaction (kazoo's ``client.transaction()``), as plain data, shared
-by the asyncio and the sync transaction; and the conversion of a Multi's answer or
-failure into kazoo's list of results. No IO here."""
+by the asyncio and the sync transaction; the conversion of a Multi's answer or
+failure into kazoo's list of results; and the checks of kazoo's arguments that both
+clients' calls share (``acl``, ``watch``, flags, data). No IO here."""
 
 from __future__ import annotations
 
 from typing import Any, Union
 
 from ._proto import tree_pb2
-from .errors import ConcordError, ErrorCode, RolledBackError
+from .errors import BadArgumentsError, ConcordError, ErrorCode, Origin, RolledBackError
 from .types import Stat
 
 #: What ``commit()`` returns per op: the created path, the new Stat, True (delete,
 #: check), or, when the transaction failed, the failing op's exception and
 #: RolledBackError for every other op.
 OpResult = Union[str, Stat, bool, ConcordError]
+
+
+def bad_argument(message: str) -> BadArgumentsError:
+    """BAD_ARGUMENTS raised by the SDK before anything is sent."""
+    return BadArgumentsError(ErrorCode.BAD_ARGUMENTS, message, origin=Origin.CLIENT)
+
+
+def no_acl(acl: Any) -> None:
+    """kazoo's ``acl`` argument: only None (docs/python.md, "Porting from kazoo")."""
+    if acl is not None:
+        raise bad_argument(
+            f"acl={acl!r}: Concord has no per-node ACLs; access is the server's grants to "
+            "identities and teams, inherited down subtrees (docs/security.md). Pass acl=None "
+            "(a kazoo-style positional call: create(path, value, acl, ephemeral, sequence))"
+        )
+
+
+def no_watch(watch: Any) -> None:
+    """kazoo's one-shot ``watch`` callback of get, exists and get_children: only None."""
+    if watch is not None:
+        raise bad_argument(
+            f"watch={watch!r}: one-shot watch callbacks are not supported; use "
+            "DataWatch(path, fn), ChildrenWatch(path, fn) or watch(path, once=True)"
+        )
+
+
+def flag(name: str, value: Any) -> bool:
+    """A bool argument, checked as kazoo does (a value of another type is refused)."""
+    if not isinstance(value, bool):
+        raise bad_argument(f"{name}={value!r}: a bool is expected")
+    return value
+
+
+def data(value: Any) -> bytes:
+    """A node's data: bytes (or a bytes-like object), never str or an int."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise bad_argument(f"value of type {type(value).__name__}: bytes are expected")
+    return bytes(value)
 
 
 def create_mode(ephemeral: bool, sequence: bool) -> tree_pb2.CreateMode:
@@ -33,12 +72,19 @@ class TransactionOps:
         self._committed = False
 
     def create(
-        self, path: str, value: bytes = b"", ephemeral: bool = False, sequence: bool = False
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: None = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
     ) -> None:
-        """Adds a create (kazoo: ``create(path, value, acl, ephemeral, sequence)``)."""
+        """Adds a create, in kazoo's order (``acl``: None only)."""
         self._check_open()
+        no_acl(acl)
+        mode = create_mode(flag("ephemeral", ephemeral), flag("sequence", sequence))
+        op = tree_pb2.CreateOp(path=path, data=data(value), mode=mode)
         self._ephemeral = self._ephemeral or ephemeral
-        op = tree_pb2.CreateOp(path=path, data=bytes(value), mode=create_mode(ephemeral, sequence))
         self._ops.append(tree_pb2.Op(create=op))
 
     def delete(self, path: str, version: int = -1) -> None:
@@ -49,7 +95,7 @@ class TransactionOps:
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         """Adds a set of ``path``'s data at ``version`` (-1: any)."""
         self._check_open()
-        op = tree_pb2.SetOp(path=path, data=bytes(value), version=version)
+        op = tree_pb2.SetOp(path=path, data=data(value), version=version)
         self._ops.append(tree_pb2.Op(set=op))
 
     def check(self, path: str, version: int) -> None:

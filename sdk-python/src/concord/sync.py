@@ -23,7 +23,7 @@ import asyncio
 import concurrent.futures
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterator, TypeVar, overload
+from typing import Any, Callable, Coroutine, Iterator, Literal, TypeVar, overload
 
 import grpc
 
@@ -31,8 +31,8 @@ from . import _recipes_sync as recipes
 from . import aio
 from ._blocking_stream import BlockingStream
 from ._listeners import Listener
-from ._plan import Attempt, Plan, drive_blocking
-from ._transaction import OpResult, TransactionOps
+from ._plan import Attempt, Plan, drive_blocking, retry_call
+from ._transaction import OpResult, TransactionOps, flag, no_acl, no_watch
 from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
 from .aio.cache import ChildrenCache as _AioChildrenCache
@@ -165,13 +165,14 @@ class Client:
     def __init__(
         self,
         hosts: str = f"127.0.0.1:{aio.client.DEFAULT_PORT}",
-        session_timeout: float = 10.0,
+        session_timeout: float | None = None,
         *,
         tls: TLS | None = None,
         retry: Retry | None = DEFAULT_RETRY,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
+        timeout: float | None = None,
     ) -> None:
         self._aio = aio.Client(
             hosts,
@@ -181,6 +182,7 @@ class Client:
             call_timeout=call_timeout,
             suspend_share=suspend_share,
             randomize_hosts=randomize_hosts,
+            timeout=timeout,
         )
         self._io = _LoopThread()
         self._calls = _BlockingCalls(self._aio, self._io)
@@ -203,8 +205,26 @@ class Client:
         return self._aio.session_id
 
     @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """kazoo's ``client_id``: ``(session_id, b"")`` while the session lives."""
+        return self._aio.client_id
+
+    @property
     def session_ttl_ms(self) -> int | None:
         return self._aio.session_ttl_ms
+
+    @property
+    def retry_policy(self) -> Retry | None:
+        """The client's retry policy (``retry=`` at construction)."""
+        return self._aio.retry
+
+    def retry(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """kazoo's ``client.retry(func, *args, **kwargs)``: calls ``func`` and calls it
+        again, under the client's retry policy (``DEFAULT_RETRY`` if it has none),
+        while it fails retry-safe (``ConcordError.retry_safe``: nothing was done, or a
+        read). The client's own calls retry by themselves already, writes whose
+        outcome is unknown included; this is for functions made of several calls."""
+        return retry_call(self._aio.retry or DEFAULT_RETRY, func, *args, **kwargs)
 
     @property
     def last_zxid(self) -> int:
@@ -223,6 +243,10 @@ class Client:
 
     def stop(self) -> None:
         self._io.run(self._aio.stop())
+
+    def restart(self) -> None:
+        """kazoo's ``restart()``: ``stop()``, then ``start()`` (a new session)."""
+        self._io.run(self._aio.restart())
 
     def close(self) -> None:
         """Stops the session (errors ignored), closes the channels and the I/O thread."""
@@ -247,29 +271,99 @@ class Client:
         finally:
             self.close()
 
-    def get(self, path: str, *, linearizable: bool = False) -> tuple[bytes, Stat]:
+    def get(self, path: str, watch: None = None, *, linearizable: bool = False) -> tuple[bytes, Stat]:
+        """See ``concord.aio.Client.get``."""
+        no_watch(watch)
         return self._calls.run(self._aio._get(path, linearizable))
 
-    def exists(self, path: str, *, linearizable: bool = False) -> Stat | None:
+    def exists(self, path: str, watch: None = None, *, linearizable: bool = False) -> Stat | None:
+        no_watch(watch)
         return self._calls.run(self._aio._exists(path, linearizable))
 
-    def get_children(self, path: str, *, linearizable: bool = False) -> list[str]:
-        return self._calls.run(self._aio._get_children(path, linearizable))
+    @overload
+    def get_children(
+        self, path: str, watch: None = None, include_data: Literal[False] = False, *, linearizable: bool = False
+    ) -> list[str]: ...
+    @overload
+    def get_children(
+        self, path: str, watch: None, include_data: Literal[True], *, linearizable: bool = False
+    ) -> tuple[list[str], Stat]: ...
+    @overload
+    def get_children(
+        self, path: str, *, include_data: Literal[True], linearizable: bool = False
+    ) -> tuple[list[str], Stat]: ...
+
+    def get_children(
+        self, path: str, watch: None = None, include_data: bool = False, *, linearizable: bool = False
+    ) -> list[str] | tuple[list[str], Stat]:
+        """See ``concord.aio.Client.get_children``."""
+        no_watch(watch)
+        with_stat = flag("include_data", include_data)
+        names, stat = self._calls.run(self._aio._children(path, linearizable))
+        return (names, stat) if with_stat else names
 
     def sync(self, path: str = "/") -> int:
         return self._calls.run(self._aio._sync(path))
+
+    @overload
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: None = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        include_data: Literal[False] = False,
+        *,
+        fence: Fence | None = None,
+    ) -> str: ...
+    @overload
+    def create(
+        self,
+        path: str,
+        value: bytes,
+        acl: None,
+        ephemeral: bool,
+        sequence: bool,
+        makepath: bool,
+        include_data: Literal[True],
+        *,
+        fence: Fence | None = None,
+    ) -> tuple[str, Stat]: ...
+    @overload
+    def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: None = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        *,
+        include_data: Literal[True],
+        fence: Fence | None = None,
+    ) -> tuple[str, Stat]: ...
 
     def create(
         self,
         path: str,
         value: bytes = b"",
+        acl: None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
+        include_data: bool = False,
         *,
         fence: Fence | None = None,
-    ) -> str:
-        return self._calls.run(self._aio._create(path, value, ephemeral, sequence, makepath, fence))
+    ) -> str | tuple[str, Stat]:
+        """kazoo's order of arguments; see ``concord.aio.Client.create``."""
+        no_acl(acl)
+        with_stat = flag("include_data", include_data)
+        created, stat = self._calls.run(
+            self._aio._create_node(path, value, ephemeral, sequence, makepath, fence)
+        )
+        return (created, stat) if with_stat else created
 
     def set(self, path: str, value: bytes, version: int = -1, *, fence: Fence | None = None) -> Stat:
         return self._calls.run(self._aio._set(path, value, version, fence))
@@ -279,7 +373,8 @@ class Client:
     ) -> None:
         self._calls.run(self._aio._delete(path, version, recursive, fence))
 
-    def ensure_path(self, path: str) -> None:
+    def ensure_path(self, path: str, acl: None = None) -> None:
+        no_acl(acl)
         self._calls.run(self._aio._ensure_path(path))
 
     def transaction(self) -> Transaction:

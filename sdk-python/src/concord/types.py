@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
-from typing import Any
+from typing import Any, Iterator
 
 
 class State(str, enum.Enum):
@@ -68,7 +68,48 @@ class Stat:
             num_children=stat.num_children,
         )
 
-    # kazoo's ZnodeStat conveniences.
+    # kazoo's ZnodeStat: its field names (ZooKeeper's), its properties, and its
+    # order as a tuple (``czxid, mzxid, ctime, ... = stat``, ``stat[4]``).
+
+    @property
+    def ctime(self) -> int:
+        """Creation time in ms since the Unix epoch (ZooKeeper's ``ctime``)."""
+        return self.ctime_ms
+
+    @property
+    def mtime(self) -> int:
+        """Last data change in ms since the Unix epoch (ZooKeeper's ``mtime``)."""
+        return self.mtime_ms
+
+    @property
+    def ephemeralOwner(self) -> int:  # noqa: N802 (ZooKeeper's name)
+        """The owning session of an ephemeral node, 0 for a persistent one."""
+        return self.ephemeral_owner
+
+    @property
+    def dataLength(self) -> int:  # noqa: N802
+        return self.data_length
+
+    @property
+    def numChildren(self) -> int:  # noqa: N802
+        return self.num_children
+
+    @property
+    def acl_version(self) -> int:
+        return self.aversion
+
+    @property
+    def children_version(self) -> int:
+        return self.cversion
+
+    @property
+    def creation_transaction_id(self) -> int:
+        return self.czxid
+
+    @property
+    def last_modified_transaction_id(self) -> int:
+        return self.mzxid
+
     @property
     def created(self) -> float:
         """Creation time in seconds since the Unix epoch."""
@@ -91,6 +132,35 @@ class Stat:
     @property
     def ephemeral(self) -> bool:
         return self.ephemeral_owner != 0
+
+    def _kazoo_tuple(self) -> tuple[int, ...]:
+        return tuple(getattr(self, name) for name in KAZOO_STAT_FIELDS)
+
+    def __iter__(self) -> Iterator[int]:
+        """kazoo's ZnodeStat is a namedtuple: the fields in its order."""
+        return iter(self._kazoo_tuple())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._kazoo_tuple()[index]
+
+    def __len__(self) -> int:
+        return len(KAZOO_STAT_FIELDS)
+
+
+#: kazoo's ZnodeStat fields, in its order (ZooKeeper's Stat).
+KAZOO_STAT_FIELDS = (
+    "czxid",
+    "mzxid",
+    "ctime",
+    "mtime",
+    "version",
+    "cversion",
+    "aversion",
+    "ephemeralOwner",
+    "dataLength",
+    "numChildren",
+    "pzxid",
+)
 
 
 @dataclasses.dataclass(frozen=True)

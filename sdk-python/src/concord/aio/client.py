@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, TypeVar, overload
+from typing import Any, Awaitable, Callable, Literal, TypeVar, overload
 
 import grpc
 
@@ -42,7 +42,17 @@ from .._proto import (
     watch_pb2,
     watch_pb2_grpc,
 )
-from .._transaction import OpResult, TransactionOps, create_mode, results_of, results_of_failure
+from .._transaction import (
+    OpResult,
+    TransactionOps,
+    create_mode,
+    data,
+    flag,
+    no_acl,
+    no_watch,
+    results_of,
+    results_of_failure,
+)
 from ..errors import (
     ConcordError,
     ErrorCode,
@@ -89,6 +99,19 @@ _CREATE = operator.attrgetter("tree.Create")
 _SET = operator.attrgetter("tree.Set")
 _DELETE = operator.attrgetter("tree.Delete")
 _MULTI = operator.attrgetter("tree.Multi")
+
+
+#: The session TTL a client asks for unless told (seconds), as kazoo's ``timeout``.
+SESSION_TIMEOUT_S = 10.0
+
+
+def _session_timeout(session_timeout: float | None, timeout: float | None) -> float:
+    """The TTL asked for: ``session_timeout``, or kazoo's ``timeout=`` in its place."""
+    if session_timeout is not None and timeout is not None:
+        raise ValueError("give session_timeout or timeout (kazoo's name for it), not both")
+    if session_timeout is not None:
+        return session_timeout
+    return SESSION_TIMEOUT_S if timeout is None else timeout
 
 
 def parse_hosts(hosts: str) -> list[str]:
@@ -142,7 +165,7 @@ class Client:
     """An asyncio Concord client with one session (kazoo's ``KazooClient``, async).
 
     ``hosts`` is a comma-separated list of ``host:port``; ``session_timeout`` the TTL
-    (seconds) the session asks for (the server clamps it to its range); ``retry`` the
+    (seconds, default 10) the session asks for (the server clamps it to its range); ``retry`` the
     policy for retry-safe failures and for writes whose outcome is unknown (every
     write carries the session and a request id, so the server applies it at most
     once; default ``DEFAULT_RETRY``: up to a minute; None: each call is sent once); ``call_timeout`` the
@@ -150,22 +173,24 @@ class Client:
     share of the TTL without an answered ping after which the state is SUSPENDED;
     ``randomize_hosts`` starts the client at a host of the list drawn at random (as
     kazoo's does), so that many clients given one list spread over the ensemble, and
-    False at the first. Either way it moves on in list order.
+    False at the first. Either way it moves on in list order. ``timeout`` is kazoo's
+    name for ``session_timeout`` (give one of them).
     """
 
     def __init__(
         self,
         hosts: str = f"127.0.0.1:{DEFAULT_PORT}",
-        session_timeout: float = 10.0,
+        session_timeout: float | None = None,
         *,
         tls: TLS | None = None,
         retry: Retry | None = DEFAULT_RETRY,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
+        timeout: float | None = None,
     ) -> None:
         self.hosts = parse_hosts(hosts)
-        self.session_timeout = session_timeout
+        self.session_timeout = _session_timeout(session_timeout, timeout)
         self.tls = tls
         self.retry = retry
         self.call_timeout = call_timeout
@@ -202,6 +227,16 @@ class Client:
     def session_id(self) -> int | None:
         """The id of the session ``start()`` opened (None before)."""
         return self._session.id if self._session is not None else None
+
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """kazoo's ``client_id``: ``(session_id, b"")`` while the session lives (not
+        LOST or CLOSED), else None. Concord sessions have no password: the session
+        belongs to the identity that opened it (docs/security.md)."""
+        session = self._session
+        if session is None or session.ended:
+            return None
+        return session.id, b""
 
     @property
     def session_ttl_ms(self) -> int | None:
@@ -287,6 +322,11 @@ class Client:
             raise
         self._publish(session, State.CLOSED)
 
+    async def restart(self) -> None:
+        """kazoo's ``restart()``: ``stop()``, then ``start()`` (a new session)."""
+        await self.stop()
+        await self.start()
+
     async def close(self) -> None:
         """Stops the session if it runs (errors ignored), then closes the channels and
         the listener thread. The client cannot be started again."""
@@ -322,8 +362,12 @@ class Client:
     # Each call is a plan (concord._plan), written once: these coroutines drive it on
     # the loop, the sync client drives the same plan on the caller's thread.
 
-    async def get(self, path: str, *, linearizable: bool = False) -> tuple[bytes, Stat]:
-        """The node's data and Stat. Errors: NoNodeError."""
+    async def get(
+        self, path: str, watch: None = None, *, linearizable: bool = False
+    ) -> tuple[bytes, Stat]:
+        """The node's data and Stat. ``watch`` is kazoo's place for a one-shot
+        callback: None only (see ``DataWatch`` and ``watch``). Errors: NoNodeError."""
+        no_watch(watch)
         return await self._drive(self._get(path, linearizable))
 
     def _get(self, path: str, linearizable: bool) -> Plan[tuple[bytes, Stat]]:
@@ -331,8 +375,11 @@ class Client:
         resp = yield from self._unary(_GET, req, write=False)
         return bytes(resp.data), Stat.of(resp.stat)
 
-    async def exists(self, path: str, *, linearizable: bool = False) -> Stat | None:
-        """The node's Stat, or None when it does not exist."""
+    async def exists(
+        self, path: str, watch: None = None, *, linearizable: bool = False
+    ) -> Stat | None:
+        """The node's Stat, or None when it does not exist (``watch``: None only)."""
+        no_watch(watch)
         return await self._drive(self._exists(path, linearizable))
 
     def _exists(self, path: str, linearizable: bool) -> Plan[Stat | None]:
@@ -340,11 +387,35 @@ class Client:
         resp = yield from self._unary(_EXISTS, req, write=False)
         return Stat.of(resp.stat) if resp.exists else None
 
-    async def get_children(self, path: str, *, linearizable: bool = False) -> list[str]:
-        """The names of the node's children, sorted, across every page. Errors: NoNodeError."""
-        return await self._drive(self._get_children(path, linearizable))
+    @overload
+    async def get_children(
+        self, path: str, watch: None = None, include_data: Literal[False] = False, *, linearizable: bool = False
+    ) -> list[str]: ...
+    @overload
+    async def get_children(
+        self, path: str, watch: None, include_data: Literal[True], *, linearizable: bool = False
+    ) -> tuple[list[str], Stat]: ...
+    @overload
+    async def get_children(
+        self, path: str, *, include_data: Literal[True], linearizable: bool = False
+    ) -> tuple[list[str], Stat]: ...
+
+    async def get_children(
+        self, path: str, watch: None = None, include_data: bool = False, *, linearizable: bool = False
+    ) -> list[str] | tuple[list[str], Stat]:
+        """The names of the node's children, sorted, across every page; with
+        ``include_data`` (kazoo's), ``(names, Stat)``, the node's own Stat as the last
+        page read it. ``watch``: None only. Errors: NoNodeError."""
+        no_watch(watch)
+        with_stat = flag("include_data", include_data)
+        names, stat = await self._drive(self._children(path, linearizable))
+        return (names, stat) if with_stat else names
 
     def _get_children(self, path: str, linearizable: bool) -> Plan[list[str]]:
+        names, _ = yield from self._children(path, linearizable)
+        return names
+
+    def _children(self, path: str, linearizable: bool) -> Plan[tuple[list[str], Stat]]:
         names: list[str] = []
         token = ""
         for _ in range(PAGES_MAX):
@@ -354,7 +425,7 @@ class Client:
             resp = yield from self._unary(_CHILDREN, req, write=False)
             names.extend(c.name for c in resp.children)
             if not resp.next_page_token:
-                return names
+                return names, Stat.of(resp.stat)
             if resp.next_page_token == token:
                 break
             token = resp.next_page_token
@@ -371,28 +442,84 @@ class Client:
 
     # -- writes -------------------------------------------------------------------
 
+    @overload
     async def create(
         self,
         path: str,
         value: bytes = b"",
+        acl: None = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        include_data: Literal[False] = False,
+        *,
+        fence: Fence | None = None,
+    ) -> str: ...
+    @overload
+    async def create(
+        self,
+        path: str,
+        value: bytes,
+        acl: None,
+        ephemeral: bool,
+        sequence: bool,
+        makepath: bool,
+        include_data: Literal[True],
+        *,
+        fence: Fence | None = None,
+    ) -> tuple[str, Stat]: ...
+    @overload
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
         *,
+        include_data: Literal[True],
         fence: Fence | None = None,
-    ) -> str:
-        """Creates a node; returns its path (with the sequence suffix, if any). An
-        ephemeral node belongs to the client's session. ``makepath`` creates missing
-        parents (persistent, empty). Errors: NodeExistsError, NoNodeError (parent),
-        NoChildrenForEphemeralsError, SessionExpiredError, BadArgumentsError."""
-        return await self._drive(self._create(path, value, ephemeral, sequence, makepath, fence))
+    ) -> tuple[str, Stat]: ...
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        acl: None = None,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+        include_data: bool = False,
+        *,
+        fence: Fence | None = None,
+    ) -> str | tuple[str, Stat]:
+        """Creates a node, in kazoo's order of arguments; returns its path (with the
+        sequence suffix, if any), or with ``include_data`` ``(path, Stat)``. ``acl``
+        must be None (access is the server's grants: docs/security.md). An ephemeral
+        node belongs to the client's session. ``makepath`` creates missing parents
+        (persistent, empty). Errors: NodeExistsError, NoNodeError (parent),
+        NoChildrenForEphemeralsError, SessionExpiredError, BadArgumentsError (also for
+        an ``acl``, a flag that is no bool, or data that is no bytes)."""
+        no_acl(acl)
+        with_stat = flag("include_data", include_data)
+        path_, stat = await self._drive(
+            self._create_node(path, value, ephemeral, sequence, makepath, fence)
+        )
+        return (path_, stat) if with_stat else path_
 
     def _create(
         self, path: str, value: bytes, ephemeral: bool, sequence: bool, makepath: bool, fence: Fence | None
     ) -> Plan[str]:
-        req = tree_pb2.CreateRequest(
-            path=path, data=bytes(value), mode=create_mode(ephemeral, sequence), fence=_fence(fence)
-        )
+        created, _ = yield from self._create_node(path, value, ephemeral, sequence, makepath, fence)
+        return created
+
+    def _create_node(
+        self, path: str, value: bytes, ephemeral: bool, sequence: bool, makepath: bool, fence: Fence | None
+    ) -> Plan[tuple[str, Stat]]:
+        mode = create_mode(flag("ephemeral", ephemeral), flag("sequence", sequence))
+        flag("makepath", makepath)
+        req = tree_pb2.CreateRequest(path=path, data=data(value), mode=mode, fence=_fence(fence))
         dedup = self._keyed(req, ephemeral)
         try:
             resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
@@ -403,7 +530,7 @@ class Client:
             yield from self._ensure_path(parent)
             dedup = self._keyed(req, ephemeral)  # a new request: a new request id
             resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
-        return str(resp.path)
+        return str(resp.path), Stat.of(resp.stat)
 
     async def set(
         self, path: str, value: bytes, version: int = -1, *, fence: Fence | None = None
@@ -413,7 +540,7 @@ class Client:
         return await self._drive(self._set(path, value, version, fence))
 
     def _set(self, path: str, value: bytes, version: int, fence: Fence | None) -> Plan[Stat]:
-        req = tree_pb2.SetRequest(path=path, data=bytes(value), version=version, fence=_fence(fence))
+        req = tree_pb2.SetRequest(path=path, data=data(value), version=version, fence=_fence(fence))
         resp = yield from self._unary(_SET, req, write=True, dedup=self._keyed(req, False))
         return Stat.of(resp.stat)
 
@@ -447,8 +574,10 @@ class Client:
         except NoNodeError:
             pass
 
-    async def ensure_path(self, path: str) -> None:
-        """Creates ``path`` and its missing parents as empty persistent nodes."""
+    async def ensure_path(self, path: str, acl: None = None) -> None:
+        """Creates ``path`` and its missing parents as empty persistent nodes
+        (``acl``: None only, as for ``create``)."""
+        no_acl(acl)
         await self._drive(self._ensure_path(path))
 
     def _ensure_path(self, path: str) -> Plan[None]:

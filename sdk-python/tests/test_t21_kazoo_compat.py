@@ -1,0 +1,199 @@
+"""kazoo's calls, unchanged, on both clients: kazoo's positional order where a name
+is kazoo's (``create(path, value, acl, ephemeral, sequence, makepath,
+include_data)``, a transaction's ``create``, ``get_children(path, watch,
+include_data)``), ``acl`` and ``watch`` accepted as None and refused otherwise with
+BAD_ARGUMENTS (nothing sent), kazoo's ZnodeStat names on Stat, ``timeout=``,
+``client_id``, ``restart()`` and the sync client's ``retry(func, ...)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import concord
+from concord import ErrorCode, Stat
+from concord.errors import Origin, make_error
+
+from conftest import Server, run_with
+
+
+def test_create_takes_kazoos_positional_order(server: Server, root: str, kind: str) -> None:
+    async def body(c: Any) -> None:
+        await c.create(root)
+        # kazoo: create(path, value, acl, ephemeral): an ephemeral, not sequential.
+        path = await c.create(f"{root}/e", b"x", None, True)
+        assert path == f"{root}/e"
+        stat = await c.exists(path)
+        assert stat is not None and stat.ephemeral_owner == c.session_id
+        # create(path, value, acl, ephemeral, sequence, makepath)
+        path = await c.create(f"{root}/a/s-", b"y", None, False, True, True)
+        assert path.startswith(f"{root}/a/s-") and len(path) == len(f"{root}/a/s-") + 10
+        stat = await c.exists(path)
+        assert stat is not None and stat.ephemeral_owner == 0
+        # include_data, positional and by name: (path, Stat)
+        created, stat = await c.create(f"{root}/d", b"abc", None, False, False, False, True)
+        assert created == f"{root}/d" and isinstance(stat, Stat)
+        assert stat.dataLength == 3 and stat.version == 0 and stat.czxid > 0
+        created, stat = await c.create(f"{root}/d2", b"", include_data=True)
+        assert created == f"{root}/d2" and stat.numChildren == 0
+
+    run_with(kind, server.addr, body)
+
+
+def test_an_acl_a_watch_or_a_bad_flag_is_refused_and_nothing_created(server: Server, root: str, kind: str) -> None:
+    open_acl = [("world", "anyone", 31)]
+
+    async def body(c: Any) -> None:
+        await c.create(root)
+        refused = [
+            lambda: c.create(f"{root}/n", b"", open_acl),
+            lambda: c.create(f"{root}/n", b"", open_acl, True),
+            # Concord's old order, create(path, value, ephemeral): acl=True is refused.
+            lambda: c.create(f"{root}/n", b"", True),
+            lambda: c.create(f"{root}/n", b"", None, 1),
+            lambda: c.create(f"{root}/n", "text"),
+            lambda: c.create(f"{root}/n", 5),
+            lambda: c.ensure_path(f"{root}/n/m", open_acl),
+            lambda: c.get(root, lambda event: None),
+            lambda: c.exists(root, lambda event: None),
+            lambda: c.get_children(root, lambda event: None),
+            lambda: c.get_children(root, None, "yes"),
+            lambda: c.set(root, "text"),
+        ]
+        for call in refused:
+            with pytest.raises(concord.BadArgumentsError) as e:
+                await call()
+            assert e.value.code is ErrorCode.BAD_ARGUMENTS and e.value.origin is Origin.CLIENT
+            assert not e.value.retry_safe
+        with pytest.raises(concord.BadArgumentsError) as e:
+            await c.create(f"{root}/n", b"", open_acl)
+        assert "grants" in e.value.message and "acl=None" in e.value.message
+        assert await c.get_children(root) == []
+        assert (await c.get(root))[1].version == 0
+        # None is kazoo's default, accepted in every place.
+        await c.ensure_path(f"{root}/p/q", None)
+        assert (await c.get(f"{root}/p/q", None))[0] == b""
+        assert await c.exists(f"{root}/p", None) is not None
+
+    run_with(kind, server.addr, body)
+
+
+def test_a_transaction_create_takes_kazoos_order(server: Server, root: str, kind: str) -> None:
+    async def body(c: Any) -> None:
+        await c.create(root)
+        t = c.transaction()
+        t.create(f"{root}/e", b"x", None, True)  # kazoo: (path, value, acl, ephemeral)
+        t.create(f"{root}/s-", b"y", None, False, True)
+        with pytest.raises(concord.BadArgumentsError):
+            t.create(f"{root}/bad", b"", [("world", "anyone", 31)])
+        with pytest.raises(concord.BadArgumentsError):
+            t.create(f"{root}/bad", b"", True)
+        with pytest.raises(concord.BadArgumentsError):
+            t.set_data(root, "text")
+        e, s = await t.commit()
+        assert e == f"{root}/e" and s.startswith(f"{root}/s-")
+        stat = await c.exists(e)
+        assert stat is not None and stat.ephemeral_owner == c.session_id
+        assert sorted(await c.get_children(root)) == sorted([e, s][i].rsplit("/", 1)[1] for i in (0, 1))
+
+    run_with(kind, server.addr, body)
+
+
+def test_get_children_include_data_gives_the_nodes_stat(server: Server, root: str, kind: str) -> None:
+    async def body(c: Any) -> None:
+        await c.create(root, b"parent")
+        for i in range(7):  # the shared server pages children 3 at a time
+            await c.create(f"{root}/c{i}")
+        names, stat = await c.get_children(root, None, True)
+        assert names == [f"c{i}" for i in range(7)]
+        assert isinstance(stat, Stat) and stat.numChildren == 7 and stat.dataLength == 6
+        assert stat.cversion == 7 and stat.children_count == 7
+        names2, stat2 = await c.get_children(root, include_data=True)
+        assert names2 == names and stat2.pzxid == stat.pzxid
+        assert await c.get_children(root) == names
+        with pytest.raises(concord.NoNodeError):
+            await c.get_children(f"{root}/none", include_data=True)
+
+    run_with(kind, server.addr, body)
+
+
+def test_stat_has_kazoos_names_properties_and_order(server: Server, root: str, kind: str) -> None:
+    async def body(c: Any) -> None:
+        await c.create(root)
+        await c.create(f"{root}/e", b"four", ephemeral=True)
+        await c.set(f"{root}/e", b"five!")
+        _, s = await c.get(f"{root}/e")
+        assert (s.czxid, s.mzxid, s.pzxid, s.version, s.cversion, s.aversion) == (
+            s.creation_transaction_id, s.last_modified_transaction_id, s.pzxid, 1, 0, s.acl_version,
+        )
+        assert s.mzxid > s.czxid and s.children_version == s.cversion
+        assert s.ctime == s.ctime_ms and s.mtime == s.mtime_ms and s.mtime >= s.ctime > 0
+        assert s.created == s.ctime / 1000.0 and s.last_modified == s.mtime / 1000.0
+        assert s.ephemeralOwner == c.session_id == s.owner_session_id
+        assert s.dataLength == 5 == s.data_length and s.numChildren == 0 == s.children_count
+        # kazoo's ZnodeStat is a namedtuple: unpacking and indexing in its order.
+        czxid, mzxid, ctime, mtime, version, cversion, aversion, owner, length, children, pzxid = s
+        assert (czxid, mzxid, ctime, mtime, version) == (s.czxid, s.mzxid, s.ctime, s.mtime, 1)
+        assert (cversion, aversion, owner, length, children, pzxid) == (0, 0, c.session_id, 5, 0, s.pzxid)
+        assert s[4] == 1 and s[-1] == s.pzxid and len(s) == 11
+        _, p = await c.get(root)
+        assert p.owner_session_id is None and p.ephemeralOwner == 0 and p.numChildren == 1
+
+    run_with(kind, server.addr, body)
+
+
+def test_timeout_client_id_and_restart(server: Server, kind: str) -> None:
+    async def body(c: Any) -> None:
+        assert c.session_ttl_ms == 3000  # timeout=, kazoo's name of session_timeout
+        assert c.client_id == (c.session_id, b"")
+        first = c.session_id
+        await c.restart()  # kazoo's: stop(), start(): a new session
+        assert c.session_id != first and c.client_id == (c.session_id, b"")
+
+    run_with(kind, server.addr, body, timeout=3.0)
+    c = concord.Client(server.addr, timeout=3.0)
+    try:
+        assert c.client_id is None  # no session yet
+        c.start()
+        assert c.client_id == (c.session_id, b"")
+        c.stop()
+        assert c.client_id is None  # closed
+    finally:
+        c.close()
+    for make in (concord.Client, concord.aio.Client):
+        with pytest.raises(ValueError):
+            make(server.addr, 4.0, timeout=3.0)
+
+
+def test_the_sync_clients_retry_calls_a_function_again_while_it_fails_retry_safe(server: Server) -> None:
+    with concord.Client(server.addr, retry=concord.Retry(max_tries=3, delay=0.001, max_delay=0.002)) as c:
+        calls: list[int] = []
+
+        def flaky(value: bytes) -> bytes:
+            calls.append(1)
+            if len(calls) < 3:
+                raise make_error(ErrorCode.UNAVAILABLE, "not yet", origin=Origin.NOT_SENT, write=True)
+            return value
+
+        assert c.retry(flaky, b"v") == b"v" and len(calls) == 3
+        calls.clear()
+
+        def never() -> None:
+            calls.append(1)
+            raise make_error(ErrorCode.UNAVAILABLE, "never", origin=Origin.NOT_SENT)
+
+        with pytest.raises(concord.ConnectionLossError):
+            c.retry(never)
+        assert len(calls) == 4  # the call and max_tries retries
+        calls.clear()
+
+        def unknown() -> None:
+            calls.append(1)
+            raise make_error(ErrorCode.TIMEOUT, "lost", origin=Origin.TRANSPORT, write=True)
+
+        with pytest.raises(concord.TimeoutError):
+            c.retry(unknown)  # an outcome unknown is not retried: func is no one write
+        assert len(calls) == 1
+        assert c.retry(c.get, "/")[1].numChildren >= 0
+        assert c.retry_policy == concord.Retry(max_tries=3, delay=0.001, max_delay=0.002)
