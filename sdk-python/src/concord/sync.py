@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from types import TracebackType
 from typing import Any, Callable, Coroutine, Iterator, Literal, TypeVar, overload
@@ -45,7 +46,18 @@ from .aio.watch import Watch as _AioWatch
 from .aio.client import _Endpoint
 from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
 from .events import EventKind, Node, WatchEvent
-from .types import DEFAULT_RETRY, TLS, Fence, Retry, Stat, State
+from .types import (
+    DEFAULT_RETRY,
+    TLS,
+    BackupInfo,
+    Fence,
+    Members,
+    Retry,
+    ServerStatus,
+    Stat,
+    State,
+    WhoAmI,
+)
 
 #: How long the DataWatch / ChildrenWatch decorators wait for the first call to be
 #: queued when the client has no call timeout.
@@ -379,6 +391,30 @@ class Client:
 
     def transaction(self) -> Transaction:
         return Transaction(self)
+
+    # -- the ensemble (see concord.aio.Client) -------------------------------------
+
+    def status(self) -> ServerStatus:
+        """``Cluster/Status`` of the server this client's calls go to now."""
+        return self._calls.run(self._aio._status())
+
+    def members(self) -> Members:
+        """``Cluster/Members`` as that server knows them (exact on the leader).
+        Needs an admin."""
+        return self._calls.run(self._aio._members())
+
+    def who_am_i(self) -> WhoAmI:
+        """``Cluster/WhoAmI``: who the server takes this client for."""
+        return self._calls.run(self._aio._who_am_i())
+
+    def save_snapshot(
+        self, path: str | os.PathLike[str], *, min_zxid: int = 0, linearizable: bool = False
+    ) -> BackupInfo:
+        """A backup file of the server's state at ``path``, as ``concordctl snapshot
+        save`` writes it; see ``concord.aio.Client.save_snapshot``. Needs an admin."""
+        return self._io.run(
+            self._aio.save_snapshot(path, min_zxid=min_zxid, linearizable=linearizable)
+        )
 
     # -- watches and caches -------------------------------------------------------
 

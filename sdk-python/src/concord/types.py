@@ -218,3 +218,211 @@ class Retry:
 #: was lost in a failover or a restart are retried under it too (docs/python.md,
 #: "Retries"). ``retry=None`` sends each call once.
 DEFAULT_RETRY = Retry()
+
+
+class Role(enum.IntEnum):
+    """A server's part in the ensemble (the wire's ``concord.v1.Role``)."""
+
+    #: Not known now (or unreachable, for a member another server describes).
+    UNKNOWN = 0
+    #: Electing a leader; serves no writes.
+    LOOKING = 1
+    #: Proposes and commits txns (a single server leads an ensemble of one).
+    LEADER = 2
+    #: Votes on proposals and forwards writes to the leader.
+    FOLLOWER = 3
+    #: Receives committed txns and serves reads, never votes.
+    OBSERVER = 4
+
+    @classmethod
+    def of(cls, value: int) -> Role:
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerStatus:
+    """``Cluster/Status``: the answering server (the Rust SDK's ``ServerStatus``)."""
+
+    server_id: int
+    role: Role
+    #: Newest applied zxid.
+    zxid: int
+    #: Newest zxid known committed.
+    commit_zxid: int
+    epoch: int
+    #: Nodes in the tree, the root included.
+    node_count: int
+    #: Live sessions.
+    session_count: int
+    #: Watches registered live on this server.
+    watch_count: int
+    #: Servers in the ensemble (voters and observers).
+    ensemble_size: int
+    #: The server's version.
+    version: str
+    #: Oldest zxid a watch may resume from on this server.
+    oldest_resumable_zxid: int
+    #: Oldest zxid a watch resumes from out of the in-memory history alone.
+    watch_history_oldest_zxid: int
+    #: Lock and election waiters woken by a predecessor's removal since it started.
+    queue_wakeups: int
+    #: The server this one follows (itself when it leads); 0 while looking.
+    leader_id: int
+    #: A leader: whether it accepts writes and linearizable reads now.
+    leader_serving: bool
+
+    @classmethod
+    def of(cls, s: Any) -> ServerStatus:
+        """From a ``concord.v1.StatusResponse``."""
+        return cls(
+            server_id=s.server_id,
+            role=Role.of(s.role),
+            zxid=s.zxid,
+            commit_zxid=s.commit_zxid,
+            epoch=s.epoch,
+            node_count=s.node_count,
+            session_count=s.session_count,
+            watch_count=s.watch_count,
+            ensemble_size=s.ensemble_size,
+            version=s.version,
+            oldest_resumable_zxid=s.oldest_resumable_zxid,
+            watch_history_oldest_zxid=s.watch_history_oldest_zxid,
+            queue_wakeups=s.queue_wakeups,
+            leader_id=s.leader_id,
+            leader_serving=s.leader_serving,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberStatus:
+    """One member, as the answering server knows it (``Cluster/Members``)."""
+
+    id: int
+    #: Its client and peer addresses, from the configuration.
+    client_addr: str
+    peer_addr: str
+    #: Configured as a voter (False: an observer, which never votes).
+    voter: bool
+    #: Its role when known now; UNKNOWN when unknown or unreachable.
+    role: Role
+    #: Its applied zxid as far as the answering server knows (0: unknown).
+    zxid: int
+    #: Txns it is behind the newest the answering server knows of.
+    lag_txns: int
+    #: Whether ``zxid`` and ``lag_txns`` are known.
+    known: bool
+    #: Milliseconds since the answering server (a leader) last heard from it.
+    heard_ms_ago: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Members:
+    """The answer of ``members()``: exact for every member only on the leader."""
+
+    #: The server that answered.
+    server_id: int
+    #: The leader it follows or is; 0 while it knows none.
+    leader_id: int
+    #: Every configured member, by id.
+    members: list[MemberStatus]
+
+    @classmethod
+    def of(cls, r: Any) -> Members:
+        """From a ``concord.v1.MembersResponse``."""
+        return cls(
+            server_id=r.server_id,
+            leader_id=r.leader_id,
+            members=[
+                MemberStatus(
+                    id=m.id,
+                    client_addr=m.client_addr,
+                    peer_addr=m.peer_addr,
+                    voter=m.voter,
+                    role=Role.of(m.role),
+                    zxid=m.zxid,
+                    lag_txns=m.lag_txns,
+                    known=m.known,
+                    heard_ms_ago=m.heard_ms_ago,
+                )
+                for m in r.members
+            ],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """Permissions (letters of "rwcda") on the subtree at ``path``, held by an
+    ``identity`` (a name, or a pattern with ``*``) or a ``team``: one of the two."""
+
+    path: str
+    perms: str
+    identity: str | None = None
+    team: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QuotaUsage:
+    """One quota of the caller's team and how much of it is in use."""
+
+    #: "nodes", "data_bytes", "sessions", "watches" or "requests_per_second".
+    resource: str
+    used: int
+    #: The limit; 0: unlimited.
+    limit: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WhoAmI:
+    """What the server takes the caller for (``Cluster/WhoAmI``)."""
+
+    #: From the client certificate, or the server's local identity.
+    identity: str
+    #: Whether the caller is an admin (sees and may change everything).
+    admin: bool
+    #: Empty for an admin or an identity no team names.
+    team: str
+    #: The tree path the caller sees as "/" ("/" for an admin; empty if unmapped).
+    namespace_root: str
+    #: The grants that apply to the caller, paths as it sees them.
+    grants: list[Grant]
+    #: The quotas of the caller's team and their use.
+    usage: list[QuotaUsage]
+
+    @classmethod
+    def of(cls, r: Any) -> WhoAmI:
+        """From a ``concord.v1.WhoAmIResponse``."""
+        grants = []
+        for g in r.grants:
+            kind = g.WhichOneof("to")
+            if kind is None:
+                continue
+            grants.append(Grant(g.path, g.perms, **{kind: getattr(g, kind)}))
+        return cls(
+            identity=r.identity,
+            admin=r.admin,
+            team=r.team,
+            namespace_root=r.namespace_root,
+            grants=grants,
+            usage=[QuotaUsage(u.resource, u.used, u.limit) for u in r.usage],
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class BackupInfo:
+    """What a backup file ``save_snapshot`` wrote holds (the Rust SDK's ``BackupInfo``)."""
+
+    #: The state is the one after every txn up to this zxid.
+    zxid: int
+    #: Nodes in the tree, the root included.
+    node_count: int
+    #: Sessions in the snapshot.
+    session_count: int
+    #: The server that took it.
+    server_id: int
+    #: Bytes of the snapshot (the file less its 45-byte header).
+    snapshot_bytes: int
+    #: The snapshot's crc32 (its last 4 bytes), which matched.
+    crc32: int

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import operator
+import os
 import random
 import threading
 import time
@@ -33,7 +34,10 @@ import grpc
 from .._callbacks import Serial
 from .._listeners import Listener, Listeners
 from .._plan import Attempt, Plan, drive, unary
+from .. import _backup
 from .._proto import (
+    cluster_pb2,
+    cluster_pb2_grpc,
     common_pb2,
     session_pb2,
     session_pb2_grpc,
@@ -65,7 +69,18 @@ from ..errors import (
     make_error,
 )
 from ..events import EventKind
-from ..types import DEFAULT_RETRY, TLS, Fence, Retry, Stat, State
+from ..types import (
+    DEFAULT_RETRY,
+    TLS,
+    BackupInfo,
+    Fence,
+    Members,
+    Retry,
+    ServerStatus,
+    Stat,
+    State,
+    WhoAmI,
+)
 from . import recipes
 from ._session import Session
 from ._wait import within
@@ -99,6 +114,10 @@ _CREATE = operator.attrgetter("tree.Create")
 _SET = operator.attrgetter("tree.Set")
 _DELETE = operator.attrgetter("tree.Delete")
 _MULTI = operator.attrgetter("tree.Multi")
+#: The Cluster service's unary methods.
+_STATUS = operator.attrgetter("cluster.Status")
+_MEMBERS = operator.attrgetter("cluster.Members")
+_WHO_AM_I = operator.attrgetter("cluster.WhoAmI")
 
 
 #: The session TTL a client asks for unless told (seconds), as kazoo's ``timeout``.
@@ -159,6 +178,7 @@ class _Endpoint:
         self.tree = tree_pb2_grpc.TreeStub(self.channel)
         self.session = session_pb2_grpc.SessionStub(self.channel)
         self.watch = watch_pb2_grpc.WatchStub(self.channel)
+        self.cluster = cluster_pb2_grpc.ClusterStub(self.channel)
 
 
 class Client:
@@ -611,6 +631,112 @@ class Client:
             return failed
         return results_of(resp)
 
+    # -- the ensemble (the Cluster service, as the Rust SDK has it) ----------------
+
+    async def status(self) -> ServerStatus:
+        """``Cluster/Status`` of the server this client's calls go to now: its id,
+        role, zxids, counts, version, and the leader it follows."""
+        return await self._drive(self._status())
+
+    def _status(self) -> Plan[ServerStatus]:
+        resp = yield from self._unary(_STATUS, cluster_pb2.StatusRequest(), write=False)
+        return ServerStatus.of(resp)
+
+    async def members(self) -> Members:
+        """``Cluster/Members``: the ensemble's members as the server this client's
+        calls go to knows them (exact for every member only on the leader: ask it,
+        with a client whose first host it is). Needs an admin: PermissionDeniedError."""
+        return await self._drive(self._members())
+
+    def _members(self) -> Plan[Members]:
+        resp = yield from self._unary(_MEMBERS, cluster_pb2.MembersRequest(), write=False)
+        return Members.of(resp)
+
+    async def who_am_i(self) -> WhoAmI:
+        """``Cluster/WhoAmI``: the identity the server takes this client for, whether
+        it is an admin, its team, namespace root, grants and quota use."""
+        return await self._drive(self._who_am_i())
+
+    def _who_am_i(self) -> Plan[WhoAmI]:
+        resp = yield from self._unary(_WHO_AM_I, cluster_pb2.WhoAmIRequest(), write=False)
+        return WhoAmI.of(resp)
+
+    async def save_snapshot(
+        self, path: str | os.PathLike[str], *, min_zxid: int = 0, linearizable: bool = False
+    ) -> BackupInfo:
+        """Streams ``Cluster/Snapshot`` of the server this client's calls go to into
+        the backup file ``path``, the file ``concordctl snapshot save`` writes and
+        ``concord restore`` reads (docs/operations.md, "Backup and restore"),
+        checking the snapshot's crc as it arrives. The file is written beside
+        ``path`` first, fsynced, then renamed into place (replacing one there) and its
+        folder fsynced: no partial file is ever left under ``path``. The server first
+        applies every zxid this client has seen (and ``min_zxid``), or with
+        ``linearizable`` the leader's commit point. Needs an admin:
+        PermissionDeniedError. Not retried: call it again. Errors about the local
+        file are BadArgumentsError; a snapshot that fails its check is INTERNAL."""
+        target = os.fspath(path)
+        temp = os.path.join(
+            os.path.dirname(target), f".{os.path.basename(target) or 'backup'}.tmp-{os.getpid()}"
+        )
+        request = cluster_pb2.SnapshotRequest(
+            min_zxid=max(min_zxid, self._seen), linearizable=linearizable
+        )
+        try:
+            info = await self._write_snapshot(temp, request)
+            await asyncio.to_thread(_replace_durably, temp, target)
+        except BaseException:
+            await asyncio.to_thread(_remove_quietly, temp)
+            raise
+        return info
+
+    async def _write_snapshot(self, temp: str, request: Any) -> BackupInfo:
+        """Writes the backup into ``temp`` (created new), fsynced."""
+        index = self._current
+        call = self._endpoint().cluster.Snapshot(request)
+        try:
+            first = await call.read()
+            if first is grpc.aio.EOF or not first.HasField("info"):
+                raise _snapshot_error("the first message names no snapshot")
+            info = first.info
+            self._saw(info.header.zxid)
+            check = _backup.SnapshotCheck(info.zxid)
+            head = _backup.header(info.zxid, info.node_count, info.session_count, info.server_id)
+            try:
+                f = await asyncio.to_thread(open, temp, "xb")
+            except OSError as e:
+                raise _file_error(temp, "cannot create", e) from None
+            try:
+                await asyncio.to_thread(f.write, head)
+                while (chunk := await call.read()) is not grpc.aio.EOF:
+                    try:
+                        check.update(chunk.data)
+                    except ValueError as e:
+                        raise _snapshot_error(str(e)) from None
+                    await asyncio.to_thread(f.write, chunk.data)
+                try:
+                    crc32 = check.finish()
+                except ValueError as e:
+                    raise _snapshot_error(str(e)) from None
+                await asyncio.to_thread(_flush_durably, f)
+            except OSError as e:
+                raise _file_error(temp, "cannot write", e) from None
+            finally:
+                f.close()
+        except grpc.RpcError as e:
+            err = from_rpc_error(e, write=False)
+            self._leave_after(err, index)
+            raise err from None
+        finally:
+            call.cancel()
+        return BackupInfo(
+            zxid=info.zxid,
+            node_count=info.node_count,
+            session_count=info.session_count,
+            server_id=info.server_id,
+            snapshot_bytes=check.bytes,
+            crc32=crc32,
+        )
+
     # -- watches and caches -------------------------------------------------------
 
     def watch(
@@ -941,6 +1067,39 @@ class Transaction(TransactionOps):
     ) -> None:
         if exc_type is None:
             await self.commit()
+
+
+def _snapshot_error(what: str) -> ConcordError:
+    return make_error(ErrorCode.INTERNAL, f"the snapshot the server sent fails its check: {what}")
+
+
+def _file_error(path: str, what: str, e: OSError) -> ConcordError:
+    return make_error(ErrorCode.BAD_ARGUMENTS, f"{what} {path}: {e}")
+
+
+def _flush_durably(f: Any) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _replace_durably(temp: str, target: str) -> None:
+    """Renames ``temp`` to ``target`` and fsyncs the folder: the rename is durable."""
+    try:
+        os.replace(temp, target)
+        folder = os.open(os.path.dirname(target) or ".", os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except OSError as e:
+        raise _file_error(target, "cannot put the backup in place at", e) from None
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _fence(fence: Fence | None) -> common_pb2.Fence | None:
