@@ -243,15 +243,29 @@ impl Client {
         &self.servers
     }
 
-    /// Creates a node. Errors: NODE_EXISTS, NO_NODE (parent), NO_CHILDREN_FOR_EPHEMERALS,
-    /// SESSION_EXPIRED, BAD_PATH, DATA_TOO_LARGE.
+    /// Creates a node. Errors: NODE_EXISTS, NO_NODE (parent; with
+    /// [`CreateOptions::create_parents`] the missing parents are created instead),
+    /// NO_CHILDREN_FOR_EPHEMERALS, SESSION_EXPIRED, BAD_PATH, DATA_TOO_LARGE.
     pub async fn create(
         &self,
         path: &str,
         data: impl Into<Vec<u8>>,
         options: CreateOptions,
     ) -> Result<Created, Error> {
-        let req = options::create_request(path, data.into(), &options);
+        if options.create_parents {
+            return self.create_with_parents(path, data.into(), options).await;
+        }
+        self.create_once(path, data.into(), options).await
+    }
+
+    /// One create, parents or not.
+    pub(crate) async fn create_once(
+        &self,
+        path: &str,
+        data: Vec<u8>,
+        options: CreateOptions,
+    ) -> Result<Created, Error> {
+        let req = options::create_request(path, data, &options);
         let resp = self
             .unary(
                 deduplicated(options.session_id, options.request_id),

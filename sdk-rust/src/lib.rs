@@ -4,6 +4,7 @@
 //! ```text
 //!  Client::builder() ─ endpoints, TLS, call deadline, retry policy, session TTL
 //!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
+//!    ├── ensure_path, delete_recursive          (paths.rs: many nodes, one call each)
 //!    ├── open_session → Session  (keep-alive task; ConnectionState and its listener)
 //!    │     ├── Mutex, SemaphoreMutex, Semaphore      (locks/: server-side fair queues)
 //!    │     ├── LeaderLatch, LeaderSelector           (latch.rs, selector.rs: elections)
@@ -49,6 +50,7 @@ pub mod members;
 pub mod naming;
 pub mod op;
 pub mod options;
+mod paths;
 pub mod recipes;
 mod reclaim;
 pub mod registration;

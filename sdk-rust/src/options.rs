@@ -69,6 +69,10 @@ pub struct CreateOptions {
     pub request_id: u64,
     /// Fencing token checked when the write is applied.
     pub fence: Option<Fence>,
+    /// Create the missing parents first, as empty persistent nodes (Curator's
+    /// `creatingParentsIfNeeded`, kazoo's `makepath`; see
+    /// [`Client::ensure_path`](crate::Client::ensure_path)).
+    pub create_parents: bool,
 }
 
 impl Default for CreateOptions {
@@ -79,6 +83,7 @@ impl Default for CreateOptions {
             ttl_ms: 0,
             request_id: 0,
             fence: None,
+            create_parents: false,
         }
     }
 }
@@ -103,6 +108,15 @@ impl CreateOptions {
             mode,
             session_id,
             ..CreateOptions::default()
+        }
+    }
+
+    /// These options, creating the missing parents first (see
+    /// [`CreateOptions::create_parents`]).
+    pub fn with_parents(self) -> CreateOptions {
+        CreateOptions {
+            create_parents: true,
+            ..self
         }
     }
 }

@@ -14,6 +14,7 @@ fn create_options_fill_every_field() {
         ttl_ms: 1234,
         request_id: 77,
         fence: Some(fence.clone()),
+        create_parents: true,
     };
     let req = create_request("/a/b-", b"data".to_vec(), &options);
     assert_eq!(req.path, "/a/b-");

@@ -30,7 +30,7 @@ use crate::client::Client;
 use crate::discovery::SERVICES_ROOT;
 use crate::error::Error;
 use crate::options::{CreateOptions, ReadOptions, RetryPolicy, ANY_VERSION};
-use crate::proto::{CreateMode, ErrorCode};
+use crate::proto::ErrorCode;
 use crate::session::{ConnectionState, Session, StateListener};
 
 /// Attempts of one create-or-replace of the node before the error is returned.
@@ -376,25 +376,7 @@ fn is_gone_or_changed(e: &Error) -> bool {
 /// Creates every missing ancestor of `path` as a persistent node (reading first, so
 /// that a caller may use a folder it could not have created).
 pub(crate) async fn create_parents(client: &Client, path: &str) -> Result<(), Error> {
-    // Every '/' after the first ends an ancestor: "/a/b/c" has "/a" and "/a/b".
-    for (end, _) in path.match_indices('/').skip(1) {
-        let parent = &path[..end];
-        if client
-            .exists(parent, ReadOptions::default())
-            .await?
-            .stat
-            .is_some()
-        {
-            continue;
-        }
-        let options = CreateOptions::mode(CreateMode::Persistent);
-        match client.create(parent, Vec::new(), options).await {
-            Ok(_) => {}
-            Err(e) if e.code() == ErrorCode::NodeExists => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    client.ensure_path(crate::paths::parent_of(path)).await
 }
 
 #[cfg(test)]
