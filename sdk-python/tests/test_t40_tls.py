@@ -93,7 +93,7 @@ def test_an_identity_without_grants_is_denied(tls_server: Server, certs: Path) -
 
 def test_no_client_certificate_or_plain_text_gets_no_connection(tls_server: Server, certs: Path) -> None:
     for tls in (_tls(certs, None), None):
-        c = concord.Client(tls_server.addr, tls=tls, retry=None)
+        c = concord.Client(tls_server.addr, tls=tls)
         try:
             with pytest.raises(concord.ConnectionLossError) as e:
                 c.exists("/")

@@ -23,6 +23,8 @@ from .errors import (
     RolledBackError,
     SessionExpiredError,
     TimeoutError,
+    TLSError,
+    TLSReason,
 )
 from ._recipes_sync import (
     Election,
@@ -110,6 +112,8 @@ __all__ = [
     "State",
     "TimeoutError",
     "TLS",
+    "TLSError",
+    "TLSReason",
     "Transaction",
     "Watch",
     "WatchEvent",

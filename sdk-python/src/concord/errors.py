@@ -200,6 +200,55 @@ class ConnectionLossError(ConcordError):
     """UNAVAILABLE, NOT_LEADER or OUTCOME_UNKNOWN: no server could take the call."""
 
 
+class TLSReason(str, enum.Enum):
+    """What is wrong with a TLS connection (``TLSError.reason``)."""
+
+    #: The server requires a client certificate (mTLS) and the client gave none.
+    CLIENT_CERTIFICATE_MISSING = "CLIENT_CERTIFICATE_MISSING"
+    #: The client's certificate has expired.
+    CLIENT_CERTIFICATE_EXPIRED = "CLIENT_CERTIFICATE_EXPIRED"
+    #: The client's certificate is not valid yet.
+    CLIENT_CERTIFICATE_NOT_YET_VALID = "CLIENT_CERTIFICATE_NOT_YET_VALID"
+    #: The server refused the client's certificate (not from a CA it trusts), or
+    #: closed the connection right after the handshake for a reason not known here.
+    CLIENT_CERTIFICATE_REFUSED = "CLIENT_CERTIFICATE_REFUSED"
+    #: The server's certificate is not signed by the client's ``ca``, or names
+    #: another host.
+    SERVER_CERTIFICATE_UNTRUSTED = "SERVER_CERTIFICATE_UNTRUSTED"
+    #: The server's certificate has expired.
+    SERVER_CERTIFICATE_EXPIRED = "SERVER_CERTIFICATE_EXPIRED"
+    #: The server speaks TLS; the client was given no ``tls=``.
+    TLS_EXPECTED = "TLS_EXPECTED"
+    #: The server speaks plain text; the client was given ``tls=``.
+    PLAIN_TEXT_SERVER = "PLAIN_TEXT_SERVER"
+
+
+class TLSError(ConnectionLossError):
+    """UNAVAILABLE: no TLS connection could be made, for a reason a retry does not
+    fix (``reason``: a TLSReason; the message says what to change). Nothing was
+    sent, so ``retry_safe`` and ``indeterminate`` are False: the client's retry
+    policy gives up at once."""
+
+    def __init__(self, reason: TLSReason, message: str, *, write: bool = False) -> None:
+        super().__init__(
+            ErrorCode.UNAVAILABLE,
+            message,
+            origin=Origin.NOT_SENT,
+            write=write,
+            grpc_code=grpc.StatusCode.UNAVAILABLE,
+        )
+        #: What is wrong.
+        self.reason = reason
+
+    @property
+    def retry_safe(self) -> bool:
+        return False
+
+    @property
+    def indeterminate(self) -> bool:
+        return False
+
+
 class TimeoutError(ConcordError, builtins.TimeoutError):
     """TIMEOUT: no answer within the deadline (for a write: outcome unknown)."""
 
@@ -257,6 +306,48 @@ _NOT_SENT_MARKERS = (
     "connection refused",
     "connections to all backends failing",
 )
+
+
+def _tls_error(message: str, *, write: bool) -> TLSError | None:
+    """The TLSError that grpc's words for a failed TLS connection mean, if they are
+    such words (the client, which knows its certificate, may name it further:
+    ``concord._tls.diagnose``)."""
+    if "TSI_DATA_CORRUPTED" in message:
+        return TLSError(
+            TLSReason.CLIENT_CERTIFICATE_REFUSED,
+            "the server closed the connection after the TLS handshake: it refused this "
+            f"client's certificate (none given, expired, or not from a CA it trusts) ({message})",
+            write=write,
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in message:
+        why = message.split("CERTIFICATE_VERIFY_FAILED:", 1)[1].strip()
+        why = why[: -len(": OK")] if why.endswith(": OK") else why
+        if "expired" in why.lower():
+            return TLSError(
+                TLSReason.SERVER_CERTIFICATE_EXPIRED,
+                f"the server's certificate has expired ({why})",
+                write=write,
+            )
+        return TLSError(
+            TLSReason.SERVER_CERTIFICATE_UNTRUSTED,
+            f"the server's certificate is not trusted: {why} (is the client's ca= the CA "
+            "that signed the server's certificate?)",
+            write=write,
+        )
+    if "is not in peer certificate" in message:
+        return TLSError(
+            TLSReason.SERVER_CERTIFICATE_UNTRUSTED,
+            f"the server's certificate does not name the host dialled ({message})",
+            write=write,
+        )
+    if "WRONG_VERSION_NUMBER" in message:
+        return TLSError(
+            TLSReason.PLAIN_TEXT_SERVER,
+            "the server speaks plain text and this client TLS: drop tls=, or start the "
+            "server with --cert-file, --key-file and --trusted-ca-file",
+            write=write,
+        )
+    return None
 
 
 def make_error(
@@ -334,6 +425,10 @@ def from_status(
         return make_error(
             parsed[0], parsed[1], origin=Origin.SERVER, write=write, grpc_code=status
         )
+    if status is grpc.StatusCode.UNAVAILABLE:
+        tls = _tls_error(message, write=write)
+        if tls is not None:
+            return tls
     lowered = message.lower()
     if status is grpc.StatusCode.UNAVAILABLE and any(m in lowered for m in _NOT_SENT_MARKERS):
         return make_error(

@@ -29,7 +29,7 @@ from typing import Any, Callable, Coroutine, Iterator, Literal, TypeVar, overloa
 import grpc
 
 from . import _recipes_sync as recipes
-from . import aio
+from . import _tls, aio
 from ._blocking_stream import BlockingStream
 from ._listeners import Listener
 from ._plan import Attempt, Plan, drive_blocking, retry_call
@@ -156,6 +156,8 @@ class _BlockingCalls:
                 and e.code() is grpc.StatusCode.DEADLINE_EXCEEDED  # type: ignore[attr-defined]
             ):
                 err = deadline_error(write=step.write, limit_s=step.limit)
+            if _tls.suspect(err, self._core.tls):
+                err = self._core._diagnose(err, ep)
             raise self._core._failed(err) from None
         self._core._saw(resp.header.zxid)
         return resp

@@ -34,7 +34,7 @@ import grpc
 from .._callbacks import Serial
 from .._listeners import Listener, Listeners
 from .._plan import Attempt, Plan, drive, unary
-from .. import _backup
+from .. import _backup, _tls
 from .._proto import (
     cluster_pb2,
     cluster_pb2_grpc,
@@ -166,6 +166,8 @@ class _Endpoint:
 
     def __init__(self, target: str, tls: TLS | None, *, blocking: bool = False) -> None:
         make = grpc if blocking else grpc.aio
+        #: The ``host:port`` dialled.
+        self.target = target
         if tls is None:
             self.channel: Any = make.insecure_channel(target, options=_CHANNEL_OPTIONS)
         else:
@@ -1013,9 +1015,21 @@ class Client:
         except asyncio.TimeoutError:
             raise self._failed(deadline_error(write=write, limit_s=limit or 0.0)) from None
         except grpc.RpcError as e:
-            raise self._failed(from_rpc_error(e, write=write)) from None
+            err = from_rpc_error(e, write=write)
+            if _tls.suspect(err, self.tls):
+                err = await asyncio.to_thread(self._diagnose, err, ep)
+            raise self._failed(err) from None
         self._saw(resp.header.zxid)
         return resp  # type: ignore[no-any-return]
+
+    def _diagnose(self, err: ConcordError, ep: _Endpoint) -> ConcordError:
+        """``err`` with the TLS mismatch behind it named (``concord._tls``): the
+        client's own certificate read, or the host probed. Blocking, bounded."""
+        try:
+            cert = _pem(self.tls.cert) if self.tls is not None else None
+        except OSError:
+            cert = None
+        return _tls.diagnose(err, self.tls, cert, ep.target)
 
     def _failed(self, err: ConcordError) -> ConcordError:
         """What a failed attempt (on any transport) leaves behind: after a transport
