@@ -35,6 +35,8 @@ class Listeners:
         self._fns: dict[Listener, Mailbox | None] = {}
         self._lock = threading.Lock()
         self._serial = Serial("concord-listener")
+        #: The coroutine listeners' tasks still running (a close waits for them).
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def add(self, fn: Listener) -> None:
         with self._lock:
@@ -55,9 +57,15 @@ class Listeners:
             fns = list(self._fns.items())
         for fn, box in fns:
             if box is None:
-                asyncio.get_running_loop().create_task(_run_async(fn, state))
+                task = asyncio.get_running_loop().create_task(_run_async(fn, state))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             else:
                 box.put(state)
+
+    def pending(self) -> list[asyncio.Task[None]]:
+        """The coroutine listeners' tasks not finished yet."""
+        return [t for t in self._tasks if not t.done()]
 
     def shutdown(self) -> None:
         """Stops the thread after the callbacks already queued; does not wait for them

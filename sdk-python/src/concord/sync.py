@@ -42,6 +42,7 @@ from .aio.cache import NodeCache as _AioNodeCache
 from .aio.cache import DataWatch as _AioDataWatch
 from .aio.cache import _FunctionWatch
 from .aio.watch import RESUME_FOREVER
+from .aio._stream import drain_loop
 from .aio.watch import Watch as _AioWatch
 from .aio.client import _Endpoint
 from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
@@ -80,6 +81,7 @@ class _LoopThread:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+        drain_loop(self.loop)  # stopped: nothing is left pending as it closes
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Runs ``coro`` on the loop and waits for its result."""

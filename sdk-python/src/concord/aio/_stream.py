@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, AsyncIterator, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Generic, Iterable, TypeVar
 
 from ..errors import ConcordError, ErrorCode, make_error
 from ._wait import within
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 QUEUE_MAX = 1024
 #: What a reader puts on the queue last.
 END = object()
+#: How long a close waits for what it cancelled (a grpc read, a reader task, a
+#: recipe's task) to finish, before it leaves it to the loop.
+SETTLE_S = 2.0
 
 T = TypeVar("T")
 S = TypeVar("S", bound="QueuedStream[Any]")
@@ -113,3 +116,53 @@ class QueuedStream(Generic[T]):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+async def settle(aws: Iterable[Awaitable[Any]], limit: float = SETTLE_S) -> None:
+    """Waits, at most ``limit`` seconds, until ``aws`` (cancelled tasks, closings)
+    have finished, their outcomes retrieved and dropped: what a close cancels is not
+    left pending on the loop, where a loop that stops next (the sync client's) would
+    destroy it pending ("Task was destroyed but it is pending!")."""
+    futures = {asyncio.ensure_future(aw) for aw in aws}
+    if not futures:
+        return
+    done, _ = await asyncio.wait(futures, timeout=limit)
+    for f in done:
+        if not f.cancelled():
+            f.exception()
+
+
+async def close_tracked(client: Client) -> None:
+    """``Client.close()``'s: ends every watch, cache, observer and recipe task the
+    client tracks, then waits (at most SETTLE_S) until their tasks, and the state
+    listeners already dispatched, have finished."""
+    tracked = list(client._watches)
+    for t in tracked:
+        t.cancel()
+    await settle([t.aclose() for t in tracked] + client._listeners.pending())
+
+
+async def close_channels(channels: list[Any]) -> None:
+    """Closes grpc.aio channels, then waits (at most SETTLE_S) until the calls they
+    cancelled have their status: grpc finishes each stream call in a task of its own
+    one step after the close, which a loop stopping next would destroy pending."""
+    calls = [call for ch in channels for call in list(getattr(ch, "_active_calls", ()))]
+    for ch in channels:
+        await ch.close()
+    await settle([call.code() for call in calls])
+
+
+def drain_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """What ``asyncio.run`` does as it ends, for a loop of the SDK's own (the sync
+    client's) that has stopped: every task still pending (grpc's own, one step from
+    done after a close, included) is cancelled and run to its end, at most SETTLE_S,
+    so that none is destroyed pending when the loop closes."""
+    tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=SETTLE_S))
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()
+    loop.run_until_complete(loop.shutdown_asyncgens())

@@ -83,6 +83,7 @@ from ..types import (
 )
 from . import recipes
 from ._session import Session
+from ._stream import close_channels, close_tracked
 from ._wait import within
 from .cache import Cache, ChildrenCache, ChildrenWatch, DataWatch, NodeCache
 from .observe import LeaderObserver
@@ -357,11 +358,10 @@ class Client:
         except ConcordError:
             pass
         self._closed = True
-        for w in list(self._watches):
-            w.cancel()
+        # Watches, caches, observers and recipes end, their tasks awaited (bounded).
+        await close_tracked(self)
         endpoints, self._endpoints = self._endpoints, []
-        for ep in endpoints:
-            await ep.channel.close()
+        await close_channels([ep.channel for ep in endpoints])
         self._listeners.shutdown()
         self._callbacks.shutdown()
 

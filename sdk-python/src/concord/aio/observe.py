@@ -41,7 +41,7 @@ import grpc
 from .._proto import election_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..types import Retry, State
-from ._stream import END, QueuedStream
+from ._stream import END, QueuedStream, settle
 from .recipes import Participant, _election_stub, _states
 from .watch import RESUME_FOREVER, _read_within, silence_limit
 
@@ -280,8 +280,12 @@ class LeaderObserver(QueuedStream[LeaderChange]):
                     raise _Moved()
         except BaseException:
             # Cancelled, or moved: a grpc read waited on after its call's
-            # cancellation may never return, so it is not left running.
+            # cancellation may never return, so it is not left running; once the
+            # call is cancelled it ends at once, and is not left pending either.
             read.cancel()
+            if not read.done():
+                call.cancel()
+                await settle([read])
             raise
         try:
             msg = read.result()

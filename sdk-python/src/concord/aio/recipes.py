@@ -52,6 +52,7 @@ from ..errors import (
     make_error,
 )
 from ..types import Fence, State
+from ._stream import settle
 from ._wait import within
 
 if TYPE_CHECKING:
@@ -960,6 +961,8 @@ class _Base:
         self._inbox: asyncio.Queue[tuple[str, Any]] | None = None
         #: Why it ended by itself (None while it runs, or closed by close()).
         self._ended: ConcordError | None = None
+        #: What the client's close() ends of it (tracked as the client's watches are).
+        self._ender: _Ender | None = None
 
     @property
     def id(self) -> str:
@@ -978,6 +981,16 @@ class _Base:
         self._inbox = asyncio.Queue()
         _states(self.client).subscribe(self._on_state)
         self._task = asyncio.get_running_loop().create_task(self._run(self.client.state))
+        self._track()
+
+    def _track(self) -> None:
+        if self._ender is None:
+            self._ender = _Ender(self)
+            self.client._track(self._ender)
+
+    def _own_tasks(self) -> list[asyncio.Task[Any]]:
+        """Its tasks not finished yet (client.close() cancels and waits for them)."""
+        return [t for t in (self._task,) if t is not None and not t.done()]
 
     def _on_state(self, state: State) -> None:
         if self._inbox is not None:
@@ -1605,8 +1618,7 @@ class LeaderSelector(_Base):
             # Its _run ends: it cancels a take_leadership task, and queues no more.
             await self._stop_task(unclaim=False)
             self._closing = asyncio.ensure_future(self._resign_once_returned(self._taking))
-            # client.close() cancels it if take_leadership never returns.
-            self.client._watches.add(self._closing)
+            self._track()  # client.close() cancels it if take_leadership never returns
         closing = self._closing
         try:
             await within(asyncio.shield(closing), timeout)
@@ -1619,6 +1631,10 @@ class LeaderSelector(_Base):
             closing.add_done_callback(_log_failure)
             return False
         return True
+
+    def _own_tasks(self) -> list[asyncio.Task[Any]]:
+        tasks = (self._task, self._taking, self._closing)
+        return [t for t in tasks if t is not None and not t.done()]
 
     async def _resign_once_returned(self, taking: asyncio.Task[Any] | None) -> None:
         """Waits for ``taking`` (take_leadership) to return, then resigns and frees the
@@ -1644,6 +1660,24 @@ class LeaderSelector(_Base):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+class _Ender:
+    """What ``Client.close()`` ends of a started latch or selector (the client tracks
+    it as it tracks watches): the recipe's tasks, a selector's take_leadership task
+    and resignation included, cancelled and waited for (bounded), so that none is
+    left pending on the loop. Nothing is resigned: the session is closed already."""
+
+    def __init__(self, recipe: _Base) -> None:
+        self._recipe = recipe
+
+    def cancel(self) -> None:
+        for t in self._recipe._own_tasks():
+            t.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel()
+        await settle(self._recipe._own_tasks())
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:

@@ -28,7 +28,7 @@ from .._proto import watch_pb2
 from ..errors import ConcordError, ErrorCode, Origin, from_rpc_error, make_error
 from ..events import WatchEvent
 from ..types import Retry
-from ._stream import END, QueuedStream
+from ._stream import END, QueuedStream, settle
 
 if TYPE_CHECKING:
     from .client import Client
@@ -50,6 +50,8 @@ async def _read_within(call: Any, limit: float) -> Any:
         if not read.done():
             call.cancel()
             read.cancel()
+            # The call is cancelled: the read ends at once; not left pending.
+            await settle([read])
     if not done:
         raise asyncio.TimeoutError
     return read.result()
