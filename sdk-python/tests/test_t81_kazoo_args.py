@@ -207,3 +207,50 @@ async def _state(c: Any, state: concord.State) -> bool:
 
 async def _true(v: bool) -> bool:
     return v
+
+
+def test_a_cancelled_election_run_returns_none_as_kazoos(server: Server, kind: str) -> None:
+    """kazoo: ``election.cancel()`` (from another thread) makes a waiting
+    ``run(func)`` return None without running func; this raised CancelledError."""
+
+    async def body(c: Any) -> None:
+        name = _name()
+        leader, waiter = make(c, "Election", name, "a"), make(c, "Election", name, "b")
+        release = threading.Event()
+        ran: list[str] = []
+
+        def work(who: str) -> str:
+            ran.append(who)
+            if who == "a":
+                release.wait(10)
+            return who
+
+        first = asyncio.ensure_future(leader.run(work, "a"))
+        await eventually("a leads", lambda: _true(ran == ["a"]))
+        second = asyncio.ensure_future(waiter.run(work, "b"))
+
+        async def b_waits() -> bool:
+            return await leader.contenders() == ["a", "b"]
+
+        await eventually("b waits", b_waits)
+        await waiter.cancel()
+        assert await asyncio.wait_for(second, 10) is None
+        assert ran == ["a"] and await leader.contenders() == ["a"]
+        release.set()
+        assert await asyncio.wait_for(first, 10) == "a"
+        # The same object runs again afterwards, and leads.
+        assert await asyncio.wait_for(waiter.run(work, "b"), 10) == "b"
+        if kind == "aio":
+            # The task running run() cancelled is still a cancellation.
+            release.clear()
+            held = asyncio.ensure_future(leader.run(work, "a"))
+            await eventually("a leads again", lambda: _true(ran.count("a") == 2))
+            waiting = asyncio.ensure_future(waiter.run(work, "b"))
+            await eventually("b waits again", b_waits)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            release.set()
+            assert await asyncio.wait_for(held, 10) == "a"
+
+    run_with(kind, server.addr, body)

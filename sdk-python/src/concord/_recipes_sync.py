@@ -190,18 +190,23 @@ class Election:
         return self._aio.leader
 
     def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Campaigns, runs ``func(*args, **kwargs)`` on this thread once leader, resigns; returns its result."""
+        """Campaigns, runs ``func(*args, **kwargs)`` on this thread once leader,
+        resigns; returns its result. None, without running ``func``, if ``cancel()``
+        (from another thread) ended the campaign (kazoo's)."""
         if not callable(func):
             raise _r._bad("the leader function is not callable")
         self._aio._cancelled = False
-        p, claim = self._client._io.run(self._aio._elect())
+        elected = self._client._io.run(self._aio._elect())
+        if elected is None:
+            return None
+        p, claim = elected
         try:
             return func(*args, **kwargs)
         finally:
             self._client._io.run(self._aio._resign(p, claim))
 
     def cancel(self) -> None:
-        """Stops a campaign that waits: ``run`` raises CancelledError."""
+        """Stops a campaign that waits (any thread): ``run`` returns None."""
         self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
 
     def contenders(self) -> list[str]:

@@ -844,19 +844,28 @@ class Election:
         self._campaign: asyncio.Task[Participant] | None = None
         self._cancelled = False
 
-    async def _elect(self) -> tuple[Participant, tuple[int, str, str]]:
+    async def _elect(self) -> tuple[Participant, tuple[int, str, str]] | None:
+        """Campaigns until it leads: the candidacy and its claim; None if ``cancel()``
+        ended the campaign (the task running it being cancelled raises, as ever)."""
         session_id = self.client._live_session_id()
         pid = self.identifier or _unique_id("election", session_id)
         claim = _claim(session_id, self.name, pid)
         try:
             if self._cancelled:
-                raise asyncio.CancelledError()
+                _unclaim(claim)
+                return None
             self._campaign = asyncio.ensure_future(
                 _campaign_retrying(
                     self.client, self.name, session_id, pid, pid.encode() if self.value is None else self.value
                 )
             )
-            p = await self._campaign
+            try:
+                p = await self._campaign
+            except asyncio.CancelledError:
+                if self._cancelled and not _being_cancelled():
+                    _unclaim(claim)
+                    return None
+                raise
         except BaseException:
             _unclaim(claim)
             raise
@@ -875,11 +884,15 @@ class Election:
 
     async def run(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Campaigns, runs ``func(*args, **kwargs)`` while leader, resigns; returns what
-        ``func`` returned. CancelledError if ``cancel()`` was called first."""
+        ``func`` returned. None, without running ``func``, if ``cancel()`` ended the
+        campaign (kazoo's)."""
         if not callable(func):
             raise _bad("the leader function is not callable")
         self._cancelled = False
-        p, claim = await self._elect()
+        elected = await self._elect()
+        if elected is None:
+            return None
+        p, claim = elected
         try:
             if inspect.iscoroutinefunction(func):
                 return await func(*args, **kwargs)
@@ -904,7 +917,8 @@ class Election:
         return True
 
     def cancel(self) -> None:
-        """Stops a campaign that waits (kazoo's): ``run`` raises CancelledError."""
+        """Stops a campaign that waits (kazoo's): ``run`` returns None. A ``func``
+        that runs already is not stopped (kazoo's)."""
         self._cancelled = True
         if self._campaign is not None:
             self._campaign.cancel()
@@ -912,6 +926,14 @@ class Election:
     async def contenders(self) -> list[str]:
         """The candidates' identifiers, leader first (kazoo's)."""
         return [p.id for p in await _participants(self.client, self.name)]
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task is being cancelled (Python 3.11's ``cancelling``;
+    before it, a CancelledError is taken as the task's own only without ``cancel()``)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return bool(cancelling()) if cancelling is not None else False
 
 
 class RecipeState(str, enum.Enum):
