@@ -1,18 +1,22 @@
 """kazoo's calls, unchanged, on both clients: kazoo's positional order where a name
 is kazoo's (``create(path, value, acl, ephemeral, sequence, makepath,
 include_data)``, a transaction's ``create``, ``get_children(path, watch,
-include_data)``), ``acl`` and ``watch`` accepted as None and refused otherwise with
-BAD_ARGUMENTS (nothing sent), kazoo's ZnodeStat names on Stat, ``timeout=``,
-``client_id``, ``restart()`` and the sync client's ``retry(func, ...)``."""
+include_data)``), ``acl`` accepted as None and refused otherwise (a ``watch`` that
+is no function too) with
+BAD_ARGUMENTS (nothing sent), kazoo's one-shot ``watch`` callbacks of get, exists
+and get_children, kazoo's ZnodeStat names on Stat, ``timeout=``, ``client_id``,
+``restart()`` and the sync client's ``retry(func, ...)``."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 import concord
-from concord import ErrorCode, Stat
+import concord.aio
+from concord import ErrorCode, Stat, WatchedEvent
 from concord.errors import Origin, make_error
 
 from conftest import Server, run_with
@@ -41,7 +45,7 @@ def test_create_takes_kazoos_positional_order(server: Server, root: str, kind: s
     run_with(kind, server.addr, body)
 
 
-def test_an_acl_a_watch_or_a_bad_flag_is_refused_and_nothing_created(server: Server, root: str, kind: str) -> None:
+def test_an_acl_a_bad_watch_or_a_bad_flag_is_refused_and_nothing_created(server: Server, root: str, kind: str) -> None:
     open_acl = [("world", "anyone", 31)]
 
     async def body(c: Any) -> None:
@@ -55,9 +59,9 @@ def test_an_acl_a_watch_or_a_bad_flag_is_refused_and_nothing_created(server: Ser
             lambda: c.create(f"{root}/n", "text"),
             lambda: c.create(f"{root}/n", 5),
             lambda: c.ensure_path(f"{root}/n/m", open_acl),
-            lambda: c.get(root, lambda event: None),
-            lambda: c.exists(root, lambda event: None),
-            lambda: c.get_children(root, lambda event: None),
+            lambda: c.get(root, "not a function"),
+            lambda: c.exists(root, 5),
+            lambda: c.get_children(root, True),
             lambda: c.get_children(root, None, "yes"),
             lambda: c.set(root, "text"),
         ]
@@ -197,3 +201,86 @@ def test_the_sync_clients_retry_calls_a_function_again_while_it_fails_retry_safe
         assert len(calls) == 1
         assert c.retry(c.get, "/")[1].numChildren >= 0
         assert c.retry_policy == concord.Retry(max_tries=3, delay=0.001, max_delay=0.002)
+
+
+def test_one_shot_watches_fire_once_as_zookeepers_do(server: Server, root: str, kind: str) -> None:
+    """kazoo's ``get(path, watch)``, ``exists(path, watch)`` and
+    ``get_children(path, watch)``: each function is called once, with kazoo's
+    WatchedEvent, at the first change of its kind after the read, on the callback
+    thread; later changes do not call it again; a change made before the read (but
+    after an earlier zxid) does not fire it."""
+    import queue
+    import threading
+
+    events: queue.Queue[tuple[str, WatchedEvent, str]] = queue.Queue()
+
+    def recorder(name: str) -> Any:
+        def fn(event: WatchedEvent) -> None:
+            events.put((name, event, threading.current_thread().name))
+
+        return fn
+
+    async def take() -> tuple[str, WatchedEvent, str]:
+        # Off the loop: the aio client's watches need it to deliver.
+        return await asyncio.to_thread(events.get, True, 10)
+
+    async def body(c: Any) -> None:
+        await c.create(root, b"0")
+        await c.set(root, b"1")  # before the read: must not fire the watch
+        data, _ = await c.get(root, recorder("get"))
+        assert data == b"1"
+        assert await c.exists(f"{root}/x", recorder("exists")) is None
+        assert await c.get_children(root, recorder("children")) == []
+        assert events.empty()
+
+        await c.set(root, b"2")  # fires get's watch (CHANGED)
+        name, event, thread = await take()
+        assert (name, event) == ("get", WatchedEvent("CHANGED", "CONNECTED", root))
+        assert thread.startswith("concord-watch")
+        await c.create(f"{root}/x")  # fires exists' (CREATED) and children's (CHILD)
+        fired = {(await take())[:2], (await take())[:2]}
+        assert fired == {
+            ("exists", WatchedEvent("CREATED", "CONNECTED", f"{root}/x")),
+            ("children", WatchedEvent("CHILD", "CONNECTED", root)),
+        }
+        await c.set(root, b"3")  # nothing fires again: each watch was one-shot
+        await c.delete(f"{root}/x")
+        # A get watch on a node that goes: DELETED; a missing node: NoNodeError, no watch.
+        _, _ = await c.get(f"{root}", recorder("gone"))
+        with pytest.raises(concord.NoNodeError):
+            await c.get(f"{root}/none", recorder("none"))
+        await c.delete(root)
+        name, event, _ = await take()
+        assert (name, event) == ("gone", WatchedEvent("DELETED", "CONNECTED", root))
+        # A last watch, fired after every change above: nothing else was queued.
+        await c.create(f"{root}-last")
+        await c.get(f"{root}-last", recorder("last"))
+        await c.set(f"{root}-last", b"x")
+        name, event, _ = await take()
+        assert (name, event) == ("last", WatchedEvent("CHANGED", "CONNECTED", f"{root}-last"))
+        assert events.empty(), events.get()
+
+    run_with(kind, server.addr, body)
+
+
+def test_an_unfired_one_shot_watch_ends_with_the_client(server: Server, root: str) -> None:
+    calls: list[WatchedEvent] = []
+
+    async def main() -> None:
+        c = concord.aio.Client(server.addr)
+        await c.start()
+        await c.create(root)
+        await c.get(root, calls.append)
+        await c.exists(f"{root}/none", calls.append)
+        assert len(c._one_shots) == 2
+        await c.close()
+        assert not c._one_shots
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+        assert not pending, pending
+
+    asyncio.run(main())
+    assert calls == []
+    with concord.Client(server.addr) as s:
+        s.get(root, calls.append)
+        assert len(s.aio._one_shots) == 1
+    assert not s.aio._one_shots and calls == []

@@ -57,6 +57,7 @@ from .types import (
     ServerStatus,
     Stat,
     State,
+    WatchedEvent,
     WhoAmI,
 )
 
@@ -116,6 +117,7 @@ __all__ = [
     "TLSReason",
     "Transaction",
     "Watch",
+    "WatchedEvent",
     "WatchEvent",
     "WhoAmI",
 ]

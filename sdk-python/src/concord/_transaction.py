@@ -1,7 +1,7 @@
 """The ops of a transaction (kazoo's ``client.transaction()``), as plain data, shared
 by the asyncio and the sync transaction; the conversion of a Multi's answer or
 failure into kazoo's list of results; and the checks of kazoo's arguments that both
-clients' calls share (``acl``, ``watch``, flags, data). No IO here."""
+clients' calls share (``acl``, flags, data). No IO here."""
 
 from __future__ import annotations
 
@@ -29,15 +29,6 @@ def no_acl(acl: Any) -> None:
             f"acl={acl!r}: Concord has no per-node ACLs; access is the server's grants to "
             "identities and teams, inherited down subtrees (docs/security.md). Pass acl=None "
             "(a kazoo-style positional call: create(path, value, acl, ephemeral, sequence))"
-        )
-
-
-def no_watch(watch: Any) -> None:
-    """kazoo's one-shot ``watch`` callback of get, exists and get_children: only None."""
-    if watch is not None:
-        raise bad_argument(
-            f"watch={watch!r}: one-shot watch callbacks are not supported; use "
-            "DataWatch(path, fn), ChildrenWatch(path, fn) or watch(path, once=True)"
         )
 
 

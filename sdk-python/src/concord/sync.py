@@ -33,7 +33,7 @@ from . import _tls, aio
 from ._blocking_stream import BlockingStream
 from ._listeners import Listener
 from ._plan import Attempt, Plan, drive_blocking, retry_call
-from ._transaction import OpResult, TransactionOps, flag, no_acl, no_watch
+from ._transaction import OpResult, TransactionOps, flag, no_acl
 from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
 from .aio.cache import ChildrenCache as _AioChildrenCache
@@ -44,7 +44,7 @@ from .aio.cache import _FunctionWatch
 from .aio.watch import RESUME_FOREVER
 from .aio._stream import drain_loop
 from .aio.watch import Watch as _AioWatch
-from .aio.client import _Endpoint
+from .aio.client import CHILDREN_FIRES, EXISTS_FIRES, GET_FIRES, WatchFunc, _Endpoint, watch_func
 from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
 from .events import EventKind, Node, WatchEvent
 from .types import (
@@ -287,22 +287,38 @@ class Client:
         finally:
             self.close()
 
-    def get(self, path: str, watch: None = None, *, linearizable: bool = False) -> tuple[bytes, Stat]:
-        """See ``concord.aio.Client.get``."""
-        no_watch(watch)
-        return self._calls.run(self._aio._get(path, linearizable))
+    def get(
+        self, path: str, watch: WatchFunc | None = None, *, linearizable: bool = False
+    ) -> tuple[bytes, Stat]:
+        """See ``concord.aio.Client.get`` (``watch``: kazoo's one-shot callback)."""
+        fn = watch_func(watch)
+        data, stat, zxid = self._calls.run(self._aio._get_at(path, linearizable))
+        if fn is not None:
+            self._io.run(self._aio._watch_once(path, GET_FIRES, zxid, fn))
+        return data, stat
 
-    def exists(self, path: str, watch: None = None, *, linearizable: bool = False) -> Stat | None:
-        no_watch(watch)
-        return self._calls.run(self._aio._exists(path, linearizable))
+    def exists(
+        self, path: str, watch: WatchFunc | None = None, *, linearizable: bool = False
+    ) -> Stat | None:
+        """See ``concord.aio.Client.exists``."""
+        fn = watch_func(watch)
+        stat, zxid = self._calls.run(self._aio._exists_at(path, linearizable))
+        if fn is not None:
+            self._io.run(self._aio._watch_once(path, EXISTS_FIRES, zxid, fn))
+        return stat
 
     @overload
     def get_children(
-        self, path: str, watch: None = None, include_data: Literal[False] = False, *, linearizable: bool = False
+        self,
+        path: str,
+        watch: WatchFunc | None = None,
+        include_data: Literal[False] = False,
+        *,
+        linearizable: bool = False,
     ) -> list[str]: ...
     @overload
     def get_children(
-        self, path: str, watch: None, include_data: Literal[True], *, linearizable: bool = False
+        self, path: str, watch: WatchFunc | None, include_data: Literal[True], *, linearizable: bool = False
     ) -> tuple[list[str], Stat]: ...
     @overload
     def get_children(
@@ -310,12 +326,19 @@ class Client:
     ) -> tuple[list[str], Stat]: ...
 
     def get_children(
-        self, path: str, watch: None = None, include_data: bool = False, *, linearizable: bool = False
+        self,
+        path: str,
+        watch: WatchFunc | None = None,
+        include_data: bool = False,
+        *,
+        linearizable: bool = False,
     ) -> list[str] | tuple[list[str], Stat]:
         """See ``concord.aio.Client.get_children``."""
-        no_watch(watch)
+        fn = watch_func(watch)
         with_stat = flag("include_data", include_data)
-        names, stat = self._calls.run(self._aio._children(path, linearizable))
+        names, stat, zxid = self._calls.run(self._aio._children(path, linearizable))
+        if fn is not None:
+            self._io.run(self._aio._watch_once(path, CHILDREN_FIRES, zxid, fn))
         return (names, stat) if with_stat else names
 
     def sync(self, path: str = "/") -> int:

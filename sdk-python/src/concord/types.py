@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import random
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 
 class State(str, enum.Enum):
@@ -161,6 +161,16 @@ KAZOO_STAT_FIELDS = (
     "numChildren",
     "pzxid",
 )
+
+
+class WatchedEvent(NamedTuple):
+    """What a kazoo-style one-shot watch (``get(path, watch=fn)``) is called with,
+    as kazoo's: ``type`` "CREATED", "DELETED", "CHANGED" or "CHILD" (kazoo's
+    EventType values), ``state`` "CONNECTED", ``path`` the watched node."""
+
+    type: str
+    state: str
+    path: str
 
 
 @dataclasses.dataclass(frozen=True)

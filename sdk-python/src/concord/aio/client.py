@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import operator
 import os
 import random
@@ -31,7 +32,7 @@ from typing import Any, Awaitable, Callable, Literal, TypeVar, overload
 
 import grpc
 
-from .._callbacks import Serial
+from .._callbacks import Serial, call_user
 from .._listeners import Listener, Listeners
 from .._plan import Attempt, Plan, drive, unary
 from .. import _backup, _tls
@@ -49,11 +50,11 @@ from .._proto import (
 from .._transaction import (
     OpResult,
     TransactionOps,
+    bad_argument,
     create_mode,
     data,
     flag,
     no_acl,
-    no_watch,
     results_of,
     results_of_failure,
 )
@@ -79,6 +80,7 @@ from ..types import (
     ServerStatus,
     Stat,
     State,
+    WatchedEvent,
     WhoAmI,
 )
 from . import recipes
@@ -90,6 +92,28 @@ from .observe import LeaderObserver
 from .watch import RESUME_FOREVER, Watch
 
 T = TypeVar("T")
+log = logging.getLogger("concord")
+
+#: kazoo's one-shot watch callback: ``fn(WatchedEvent)``.
+WatchFunc = Callable[[WatchedEvent], Any]
+#: What fires a one-shot watch of each read, as in ZooKeeper.
+GET_FIRES = [EventKind.DATA_CHANGED, EventKind.DELETED]
+EXISTS_FIRES = [EventKind.CREATED, EventKind.DELETED, EventKind.DATA_CHANGED]
+CHILDREN_FIRES = [EventKind.CHILDREN_CHANGED, EventKind.DELETED]
+#: kazoo's EventType of each kind.
+_KAZOO_TYPES = {
+    EventKind.CREATED: "CREATED",
+    EventKind.DELETED: "DELETED",
+    EventKind.DATA_CHANGED: "CHANGED",
+    EventKind.CHILDREN_CHANGED: "CHILD",
+}
+
+
+def watch_func(watch: Any) -> WatchFunc | None:
+    """kazoo's ``watch`` argument: None, or a callable."""
+    if watch is not None and not callable(watch):
+        raise bad_argument(f"watch={watch!r}: a function of one WatchedEvent is expected")
+    return watch  # type: ignore[no-any-return]
 
 #: The port of a host given without one.
 DEFAULT_PORT = 7181
@@ -233,6 +257,8 @@ class Client:
         self._watches: weakref.WeakSet[Any] = weakref.WeakSet()
         #: Runs watch and cache callbacks off the loop.
         self._callbacks = Serial("concord-watch")
+        #: kazoo's one-shot watches not fired yet (their tasks, held here).
+        self._one_shots: set[_OneShot] = set()
 
     # -- properties ---------------------------------------------------------------
 
@@ -385,37 +411,59 @@ class Client:
     # the loop, the sync client drives the same plan on the caller's thread.
 
     async def get(
-        self, path: str, watch: None = None, *, linearizable: bool = False
+        self, path: str, watch: WatchFunc | None = None, *, linearizable: bool = False
     ) -> tuple[bytes, Stat]:
-        """The node's data and Stat. ``watch`` is kazoo's place for a one-shot
-        callback: None only (see ``DataWatch`` and ``watch``). Errors: NoNodeError."""
-        no_watch(watch)
-        return await self._drive(self._get(path, linearizable))
+        """The node's data and Stat. ``watch`` (kazoo's one-shot callback) is called
+        once, ``watch(WatchedEvent)``, at the node's next data change or deletion
+        after this read (see ``_OneShot``). Errors: NoNodeError (and no watch)."""
+        fn = watch_func(watch)
+        data, stat, zxid = await self._drive(self._get_at(path, linearizable))
+        if fn is not None:
+            await self._watch_once(path, GET_FIRES, zxid, fn)
+        return data, stat
 
     def _get(self, path: str, linearizable: bool) -> Plan[tuple[bytes, Stat]]:
+        data, stat, _ = yield from self._get_at(path, linearizable)
+        return data, stat
+
+    def _get_at(self, path: str, linearizable: bool) -> Plan[tuple[bytes, Stat, int]]:
+        """``_get`` and the zxid the answer reflects."""
         req = tree_pb2.GetRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
         resp = yield from self._unary(_GET, req, write=False)
-        return bytes(resp.data), Stat.of(resp.stat)
+        return bytes(resp.data), Stat.of(resp.stat), int(resp.header.zxid)
 
     async def exists(
-        self, path: str, watch: None = None, *, linearizable: bool = False
+        self, path: str, watch: WatchFunc | None = None, *, linearizable: bool = False
     ) -> Stat | None:
-        """The node's Stat, or None when it does not exist (``watch``: None only)."""
-        no_watch(watch)
-        return await self._drive(self._exists(path, linearizable))
+        """The node's Stat, or None when it does not exist. ``watch`` is called once
+        at the node's next creation, data change or deletion after this read."""
+        fn = watch_func(watch)
+        stat, zxid = await self._drive(self._exists_at(path, linearizable))
+        if fn is not None:
+            await self._watch_once(path, EXISTS_FIRES, zxid, fn)
+        return stat
 
     def _exists(self, path: str, linearizable: bool) -> Plan[Stat | None]:
+        stat, _ = yield from self._exists_at(path, linearizable)
+        return stat
+
+    def _exists_at(self, path: str, linearizable: bool) -> Plan[tuple[Stat | None, int]]:
         req = tree_pb2.ExistsRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
         resp = yield from self._unary(_EXISTS, req, write=False)
-        return Stat.of(resp.stat) if resp.exists else None
+        return (Stat.of(resp.stat) if resp.exists else None), int(resp.header.zxid)
 
     @overload
     async def get_children(
-        self, path: str, watch: None = None, include_data: Literal[False] = False, *, linearizable: bool = False
+        self,
+        path: str,
+        watch: WatchFunc | None = None,
+        include_data: Literal[False] = False,
+        *,
+        linearizable: bool = False,
     ) -> list[str]: ...
     @overload
     async def get_children(
-        self, path: str, watch: None, include_data: Literal[True], *, linearizable: bool = False
+        self, path: str, watch: WatchFunc | None, include_data: Literal[True], *, linearizable: bool = False
     ) -> tuple[list[str], Stat]: ...
     @overload
     async def get_children(
@@ -423,31 +471,44 @@ class Client:
     ) -> tuple[list[str], Stat]: ...
 
     async def get_children(
-        self, path: str, watch: None = None, include_data: bool = False, *, linearizable: bool = False
+        self,
+        path: str,
+        watch: WatchFunc | None = None,
+        include_data: bool = False,
+        *,
+        linearizable: bool = False,
     ) -> list[str] | tuple[list[str], Stat]:
         """The names of the node's children, sorted, across every page; with
         ``include_data`` (kazoo's), ``(names, Stat)``, the node's own Stat as the last
-        page read it. ``watch``: None only. Errors: NoNodeError."""
-        no_watch(watch)
+        page read it. ``watch`` is called once at the next creation or deletion of a
+        child, or of the node, after the first page was read. Errors: NoNodeError
+        (and no watch)."""
+        fn = watch_func(watch)
         with_stat = flag("include_data", include_data)
-        names, stat = await self._drive(self._children(path, linearizable))
+        names, stat, zxid = await self._drive(self._children(path, linearizable))
+        if fn is not None:
+            await self._watch_once(path, CHILDREN_FIRES, zxid, fn)
         return (names, stat) if with_stat else names
 
     def _get_children(self, path: str, linearizable: bool) -> Plan[list[str]]:
-        names, _ = yield from self._children(path, linearizable)
+        names, _, _ = yield from self._children(path, linearizable)
         return names
 
-    def _children(self, path: str, linearizable: bool) -> Plan[tuple[list[str], Stat]]:
+    def _children(self, path: str, linearizable: bool) -> Plan[tuple[list[str], Stat, int]]:
+        """The names, the node's Stat as the last page read it, and the zxid of the
+        first page (a one-shot watch starts there: nothing after it is missed)."""
         names: list[str] = []
         token = ""
+        first_zxid: int | None = None
         for _ in range(PAGES_MAX):
             req = tree_pb2.ChildrenRequest(
                 path=path, page_token=token, min_zxid=self._seen, linearizable=linearizable
             )
             resp = yield from self._unary(_CHILDREN, req, write=False)
+            first_zxid = int(resp.header.zxid) if first_zxid is None else first_zxid
             names.extend(c.name for c in resp.children)
             if not resp.next_page_token:
-                return names, Stat.of(resp.stat)
+                return names, Stat.of(resp.stat), first_zxid
             if resp.next_page_token == token:
                 break
             token = resp.next_page_token
@@ -740,6 +801,14 @@ class Client:
         )
 
     # -- watches and caches -------------------------------------------------------
+
+    async def _watch_once(
+        self, path: str, kinds: list[EventKind], zxid: int, fn: WatchFunc
+    ) -> None:
+        """Opens a one-shot watch of ``path`` for ``kinds`` after ``zxid`` (a read's):
+        raises the server's refusal; ``fn`` is called at the first such event."""
+        w = self.watch(path, start_zxid=zxid, kinds=kinds, with_data=False, once=True)
+        await _OneShot(self, w, fn).start()
 
     def watch(
         self,
@@ -1055,6 +1124,50 @@ class Client:
         retried when the failure is retry-safe, or (a deduplicated write) when its
         outcome is unknown."""
         return await self._drive(self._unary(method, request, write=write, dedup=dedup, limit=limit))  # type: ignore[no-any-return]
+
+
+class _OneShot:
+    """kazoo's one-shot watch: ``fn(WatchedEvent(type, "CONNECTED", path))`` once, on
+    the client's callback thread (an ``async def`` on its loop), at the first event of
+    ``watch`` (a ``once`` watch from the read's zxid, so no change after the read is
+    missed, resuming by itself as every watch does). Unlike ZooKeeper's it is not the
+    session's: it outlives a lost session, and holds one watch stream until it fires
+    or the client closes. Tracked by the client: ``close()`` ends it unfired."""
+
+    def __init__(self, client: Client, watch: Watch, fn: WatchFunc) -> None:
+        self._client = client
+        self._watch = watch
+        self._fn = fn
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self._watch.start()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._client._one_shots.add(self)
+        self._task.add_done_callback(lambda _: self._client._one_shots.discard(self))
+        self._client._track(self)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async for ev in self._watch:
+                event = WatchedEvent(_KAZOO_TYPES[ev.kind], "CONNECTED", ev.path)
+                self._client._callbacks.submit(call_user, loop, self._fn, event)
+                return
+        except ConcordError as err:
+            log.warning("a one-shot watch of %s ended unfired: %s", self._watch.path, err)
+        finally:
+            self._watch.cancel()
+
+    def cancel(self) -> None:
+        self._watch.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 class Transaction(TransactionOps):
