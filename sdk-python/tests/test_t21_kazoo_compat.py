@@ -284,3 +284,48 @@ def test_an_unfired_one_shot_watch_ends_with_the_client(server: Server, root: st
         s.get(root, calls.append)
         assert len(s.aio._one_shots) == 1
     assert not s.aio._one_shots and calls == []
+
+
+def test_client_id_takes_a_session_over(server: Server, root: str, kind: str) -> None:
+    """kazoo's ``KazooClient(client_id=...)``: a client given another's client_id
+    takes its session over, ephemerals included, and keeps it alive after the first
+    stops pinging (a process gone); a session that is gone cannot be taken over."""
+    import time
+
+    first = concord.Client(server.addr, timeout=1.0)
+    first.start()
+    try:
+        eph = first.create(f"{root}-eph", b"mine", ephemeral=True)
+        client_id = first.client_id
+        assert client_id is not None
+
+        async def body(c: Any) -> None:
+            assert c.session_id == client_id[0] and c.client_id == client_id
+            assert c.session_ttl_ms == first.session_ttl_ms
+            # The first client stops pinging; this one keeps the session alive
+            # past several TTLs.
+            first._io.run(first.aio._session.stop())
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                stat = await c.exists(eph)
+                assert stat is not None and stat.ephemeral_owner == client_id[0]
+                await asyncio.sleep(0.1)
+            assert c.state.connected
+            await c.stop()  # closes the session: the ephemeral goes
+            assert await c.exists(eph) is None
+
+        run_with(kind, server.addr, body, client_id=client_id)
+    finally:
+        first.close()
+
+    gone = concord.Client(server.addr, client_id=client_id)
+    try:
+        with pytest.raises(concord.SessionExpiredError):
+            gone.start()
+        gone.start()  # a new session once the old one is known gone
+        assert gone.session_id not in (None, client_id[0])
+    finally:
+        gone.close()
+    for bad in ((0, b""), (client_id[0],), "x", (True, b"")):
+        with pytest.raises(ValueError):
+            concord.Client(server.addr, client_id=bad)  # type: ignore[arg-type]

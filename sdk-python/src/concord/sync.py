@@ -189,6 +189,7 @@ class Client:
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
         timeout: float | None = None,
+        client_id: tuple[int, bytes] | None = None,
     ) -> None:
         self._aio = aio.Client(
             hosts,
@@ -199,6 +200,7 @@ class Client:
             suspend_share=suspend_share,
             randomize_hosts=randomize_hosts,
             timeout=timeout,
+            client_id=client_id,
         )
         self._io = _LoopThread()
         self._calls = _BlockingCalls(self._aio, self._io)

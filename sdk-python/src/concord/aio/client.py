@@ -158,6 +158,21 @@ def _session_timeout(session_timeout: float | None, timeout: float | None) -> fl
     return SESSION_TIMEOUT_S if timeout is None else timeout
 
 
+def _resumed_session(client_id: Any) -> int | None:
+    """The session id of kazoo's ``client_id`` ``(session_id, password)``, or None."""
+    if client_id is None:
+        return None
+    if (
+        not isinstance(client_id, tuple)
+        or len(client_id) != 2
+        or not isinstance(client_id[0], int)
+        or isinstance(client_id[0], bool)
+        or client_id[0] <= 0
+    ):
+        raise ValueError(f"client_id={client_id!r}: (session_id, password) is expected")
+    return client_id[0]
+
+
 def parse_hosts(hosts: str) -> list[str]:
     """``"a:7181,b:7191"`` (``http://``/``https://`` prefixes allowed) as ``host:port``s."""
     out = []
@@ -221,7 +236,12 @@ class Client:
     ``randomize_hosts`` starts the client at a host of the list drawn at random (as
     kazoo's does), so that many clients given one list spread over the ensemble, and
     False at the first. Either way it moves on in list order. ``timeout`` is kazoo's
-    name for ``session_timeout`` (give one of them).
+    name for ``session_timeout`` (give one of them). ``client_id`` (kazoo's: another
+    client's ``client_id``, ``(session_id, password)``) makes the first ``start()``
+    take that session over, with its ephemerals, instead of opening one: a process
+    restarted within the TTL keeps its session. The password is not checked:
+    a session belongs to the identity that opened it, and only that identity (or an
+    admin) may keep it alive.
     """
 
     def __init__(
@@ -235,9 +255,12 @@ class Client:
         suspend_share: float = 0.5,
         randomize_hosts: bool = True,
         timeout: float | None = None,
+        client_id: tuple[int, bytes] | None = None,
     ) -> None:
         self.hosts = parse_hosts(hosts)
         self.session_timeout = _session_timeout(session_timeout, timeout)
+        #: The session the first ``start()`` takes over (kazoo's ``client_id``).
+        self._resume_id = _resumed_session(client_id)
         self.tls = tls
         self.retry = retry
         self.call_timeout = call_timeout
@@ -311,13 +334,20 @@ class Client:
         """Opens the session and starts keeping it alive; state CONNECTED. Retries for at
         most ``timeout`` seconds while no server answers; then TimeoutError. (A retried
         open whose first attempt reached a server leaves an unused session that the
-        server expires one TTL later.)"""
+        server expires one TTL later.) A client made with ``client_id`` takes that
+        session over instead, the first time (SessionExpiredError when it is gone or
+        not the caller's)."""
         if self._closed:
             raise make_error(ErrorCode.BAD_STATE, "the client is closed")
         if self._session is not None and not self._session.ended:
             return
-        ttl_ms = int(self.session_timeout * 1000)
-        request = session_pb2.OpenSessionRequest(ttl_ms=ttl_ms)
+        resume = self._resume_id
+        if resume is not None:
+            method: Callable[[_Endpoint], Any] = lambda ep: ep.session.Get  # noqa: E731
+            request: Any = session_pb2.GetSessionRequest(session_id=resume, min_zxid=self._seen)
+        else:
+            method = lambda ep: ep.session.Open  # noqa: E731
+            request = session_pb2.OpenSessionRequest(ttl_ms=int(self.session_timeout * 1000))
         started = time.monotonic()
         policy = Retry(deadline=timeout, delay=0.05, max_delay=1.0)
         attempt = 0
@@ -325,11 +355,13 @@ class Client:
             remaining = started + timeout - time.monotonic()
             try:
                 resp = await self._attempt(
-                    lambda ep: ep.session.Open, request, write=True, limit=min(remaining, 5.0)
+                    method, request, write=resume is None, limit=min(remaining, 5.0)
                 )
                 break
             except ConcordError as err:
                 attempt += 1
+                if isinstance(err, SessionExpiredError):
+                    self._resume_id = None  # gone: the next start() opens a new one
                 if not (err.retry_safe or err.indeterminate):
                     raise
                 if not policy.allows(attempt, time.monotonic() - started):
@@ -339,6 +371,8 @@ class Client:
                         origin=Origin.CLIENT,
                     ) from err
                 await asyncio.sleep(min(policy.jittered(attempt), max(remaining, 0.0)))
+        if resume is not None:
+            resp, self._resume_id = resp.session, None
         self._session = Session(self, resp.session_id, resp.ttl_ms, self.suspend_share)
         self._state = State.CONNECTED
         self._listeners.dispatch(State.CONNECTED)
