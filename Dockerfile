@@ -25,9 +25,9 @@ COPY tests ./tests
 COPY bench ./bench
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin concord --bin concordctl \
+    cargo build --profile dist --locked --bin concord --bin concordctl \
     && mkdir -p /out \
-    && cp target/release/concord target/release/concordctl /out/
+    && cp target/dist/concord target/dist/concordctl /out/
 
 FROM debian:${DEBIAN_RELEASE}-slim
 # ca-certificates: for clients of the image's concordctl that trust public CAs. A

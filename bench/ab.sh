@@ -4,9 +4,9 @@
 # build, each driven by its own build's concord-bench, in alternating rounds, so that
 # what else the machine does weighs on both alike.
 #
-#   bench/ab.sh BEFORE_DIR AFTER_DIR      each holds a release `concord` and
+#   bench/ab.sh BEFORE_DIR AFTER_DIR      each holds a `concord` and
 #                                         `concord-bench` (copy them from
-#                                         target/release/ after building each commit),
+#                                         target/dist/ after building each commit),
 #                                         and `concordctl` for NODES above 1
 #   bench/ab.sh --short BEFORE_DIR AFTER_DIR   3 rounds of 1 s per point
 #   env: WORKLOADS (default write,read), CLIENTS (default 1,16,64), ROUNDS

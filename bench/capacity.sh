@@ -4,7 +4,7 @@
 #
 #   bench/capacity.sh [COUNT [VALUE_BYTES]]     default 20000 txns of 100-byte values
 #   env: CONCORD_BIN / CONCORDCTL_BIN / BENCH_BIN use prebuilt binaries instead of
-#        building release ones (any profile: the encoding does not depend on it);
+#        building dist ones (any profile: the encoding does not depend on it);
 #        CONCORD_BENCH_PORT (default 17491; the metrics port is the one after it);
 #        KEEP_SCRATCH=1 keeps the scratch folder (data, logs).
 #
@@ -37,11 +37,11 @@ scratch=$(mktemp -d /tmp/concord-capacity.XXXXXX)
 . bench/lib.sh
 
 if [ -z "${CONCORD_BIN:-}" ] || [ -z "${CONCORDCTL_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
-  cargo build --release -p concord-server -p concordctl -p concord-bench
+  cargo build --profile dist -p concord-server -p concordctl -p concord-bench
 fi
-CONCORD_BIN=${CONCORD_BIN:-$root/target/release/concord}
-CONCORDCTL_BIN=${CONCORDCTL_BIN:-$root/target/release/concordctl}
-BENCH_BIN=${BENCH_BIN:-$root/target/release/concord-bench}
+CONCORD_BIN=${CONCORD_BIN:-$root/target/dist/concord}
+CONCORDCTL_BIN=${CONCORDCTL_BIN:-$root/target/dist/concordctl}
+BENCH_BIN=${BENCH_BIN:-$root/target/dist/concord-bench}
 data=$scratch/data
 redb=$data/concord.redb
 

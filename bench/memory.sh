@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The memory and restart workload of bench/peers.sh, Concord alone, for comparing
-# builds without a full side-by-side run: for each binary given (default: a release
+# builds without a full side-by-side run: for each binary given (default: a dist
 # build of this tree), one server on a scratch folder on 127.0.0.1 gets COUNT nodes of
 # 100 bytes (concord-bench fill, 64 clients), its RSS is read, it is restarted on the
 # same folder and timed until the last node is readable, and its RSS is read again.
@@ -17,10 +17,10 @@ count=${1:-1000000}
 shift || true
 binaries=("$@")
 if [ ${#binaries[@]} = 0 ] || [ -z "${BENCH_BIN:-}" ]; then
-  cargo build --release -p concord-server -p concord-bench >&2
+  cargo build --profile dist -p concord-server -p concord-bench >&2
 fi
-[ ${#binaries[@]} = 0 ] && binaries=("$PWD/target/release/concord")
-BENCH_BIN=${BENCH_BIN:-$PWD/target/release/concord-bench}
+[ ${#binaries[@]} = 0 ] && binaries=("$PWD/target/dist/concord")
+BENCH_BIN=${BENCH_BIN:-$PWD/target/dist/concord-bench}
 
 scratch=$(mktemp -d /tmp/concord-memory.XXXXXX)
 # stop_pids, the EXIT trap, start_concord (sets $pids and $endpoints)

@@ -9,8 +9,8 @@
 #
 #   bench/one_write.sh        per system: a round of 5 s not counted (ZooKeeper's JIT
 #                             warms up), then 3 rounds of 5 s (after 1 s each)
-#   env: CONCORD_BIN / BENCH_BIN (default target/release/concord and
-#        target/release/concord-bench, with concordctl beside concord), ROUNDS,
+#   env: CONCORD_BIN / BENCH_BIN (default target/dist/concord and
+#        target/dist/concord-bench, with concordctl beside concord), ROUNDS,
 #        KEEP_SCRATCH=1 keeps the scratch folder
 #
 # Needs ZooKeeper as bench/peers.sh installs it (Debian's package) and perf. Starts
@@ -18,11 +18,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-CONCORD_BIN=${CONCORD_BIN:-target/release/concord}
-BENCH_BIN=${BENCH_BIN:-target/release/concord-bench}
+CONCORD_BIN=${CONCORD_BIN:-target/dist/concord}
+BENCH_BIN=${BENCH_BIN:-target/dist/concord-bench}
 rounds=${ROUNDS:-3}
 for b in "$CONCORD_BIN" "$BENCH_BIN"; do
-  [ -x "$b" ] || { echo "$b: not an executable (build with cargo build --release)" >&2; exit 2; }
+  [ -x "$b" ] || { echo "$b: not an executable (build with cargo build --profile dist)" >&2; exit 2; }
 done
 command -v perf >/dev/null || { echo "perf is needed (Debian: linux-perf)" >&2; exit 2; }
 [ -r /usr/share/java/zookeeper.jar ] || { echo "ZooKeeper is needed (bench/peers.sh installs it)" >&2; exit 2; }

@@ -8,7 +8,7 @@
 #   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd,
 #            --memory / --failover (that workload alone, for the systems chosen, in
 #            full-run size: its result lines are printed, docs are not written)
-#   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
+#   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building dist ones;
 #        BENCH_HEADING / BENCH_NOTE set the results heading and a note under it in
 #        docs/benchmarks.md;
 #        KEEP_SCRATCH=1 keeps the scratch folder (data, logs, results.jsonl).
@@ -66,12 +66,12 @@ install_missing() {
 }
 install_missing
 if [ -z "${CONCORD_BIN:-}" ]; then
-  cargo build --release --bin concord --bin concordctl
-  CONCORD_BIN=$root/target/release/concord
+  cargo build --profile dist --bin concord --bin concordctl
+  CONCORD_BIN=$root/target/dist/concord
 fi
 if [ -z "${BENCH_BIN:-}" ]; then
-  cargo build --release -p concord-bench --features peers
-  BENCH_BIN=$root/target/release/concord-bench
+  cargo build --profile dist -p concord-bench --features peers
+  BENCH_BIN=$root/target/dist/concord-bench
 fi
 
 # ---- servers: each start_* sets $pids (space-separated) and $endpoints ---------------

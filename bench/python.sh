@@ -4,7 +4,7 @@
 #
 #   bench/python.sh            5 s per point after 1 s of warm-up
 #   bench/python.sh --short    1 s per point after 1 s of warm-up
-#   env: CONCORD_BIN uses a prebuilt server instead of building the release one;
+#   env: CONCORD_BIN uses a prebuilt server instead of building the dist one;
 #        PYTHON picks the interpreter for the venv (default python3);
 #        KEEP_SCRATCH=1 keeps the scratch folder (data, logs, results.jsonl).
 #
@@ -39,8 +39,8 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y zookeeper
 fi
 if [ -z "${CONCORD_BIN:-}" ]; then
-  cargo build --release --bin concord
-  CONCORD_BIN=$root/target/release/concord
+  cargo build --profile dist --bin concord
+  CONCORD_BIN=$root/target/dist/concord
 fi
 venv=$root/bench/out/python-venv
 if [ ! -x "$venv/bin/python" ]; then

@@ -47,7 +47,8 @@ bench/peers.sh --failover --systems concord   # one workload alone (or --memory)
 ```
 
 The script installs ZooKeeper, etcd (and protoc, matplotlib) from Debian's packages when
-missing, builds release binaries (`concord`, and `concord-bench --features peers`),
+missing, builds dist binaries (`concord`, and `concord-bench --features peers`; the
+`dist` profile, the shipped one, measures every figure here),
 starts every server on 127.0.0.1 in a scratch folder with its default durability
 (Concord fsyncs its redb log; ZooKeeper `forceSync=yes` by default; etcd fsyncs its WAL
 by default), runs the workloads, stops everything it started (a trap also does this on

@@ -5,7 +5,7 @@
 #
 #   bench/tls.sh                 7 rounds of 3 s per point after 1 s of warm-up
 #   bench/tls.sh --short         3 rounds of 1 s per point
-#   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building release ones;
+#   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building dist ones;
 #        WORKLOADS (default write,read), CLIENTS (default 1,16,64);
 #        KEEP_SCRATCH=1 keeps the scratch folder (data, logs, results-*.jsonl).
 #
@@ -34,10 +34,10 @@ scratch=$(mktemp -d /tmp/concord-tls-bench.XXXXXX)
 . bench/lib.sh
 
 if [ -z "${CONCORD_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
-  cargo build --release -p concord-server -p concord-bench
+  cargo build --profile dist -p concord-server -p concord-bench
 fi
-CONCORD_BIN=${CONCORD_BIN:-$root/target/release/concord}
-BENCH_BIN=${BENCH_BIN:-$root/target/release/concord-bench}
+CONCORD_BIN=${CONCORD_BIN:-$root/target/dist/concord}
+BENCH_BIN=${BENCH_BIN:-$root/target/dist/concord-bench}
 
 certs=$scratch/certs
 "$CONCORD_BIN" certs "$certs" --members 1 --clients admin > /dev/null

@@ -164,7 +164,7 @@ def check_dockerfile(root):
     check({"concord", "concordctl"} <= set(built), f"the builder does not build both binaries: {built}")
     for b in built:
         check(b in bins, f"--bin {b} is not a binary of the workspace ({sorted(bins)})")
-    check("cargo build --release --locked" in runs, "the build is not `cargo build --release --locked`")
+    check("cargo build --profile dist --locked" in runs, "the build is not `cargo build --profile dist --locked` (the shipped profile)")
 
     patterns = dockerignored(root)
     for p in ("target", ".venv", "bench/out"):
