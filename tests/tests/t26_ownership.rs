@@ -2,8 +2,9 @@
 //! callers are its configured `local_identity`, so an ensemble whose members have
 //! different local identities gives a client one identity per server. A stranger
 //! (another identity, even of the same team) cannot close, keep alive, write with,
-//! release, resign or proclaim for another's session, and changes nothing; an admin
-//! can; owners and request fingerprints survive a restart.
+//! release, resign or proclaim for another's session, and changes nothing (a session
+//! it may not use is answered as one that does not exist); an admin can; owners and
+//! request fingerprints survive a restart.
 
 #![allow(clippy::unwrap_used)]
 
@@ -52,6 +53,20 @@ fn denied<T: std::fmt::Debug>(what: &str, result: Result<T, tonic::Status>) {
     }
 }
 
+/// Refused as a session that does not exist (SESSION_EXPIRED), as `session_id` of
+/// another identity must be, live or not.
+#[track_caller]
+fn unknown<T: std::fmt::Debug>(what: &str, session_id: u64, result: Result<T, tonic::Status>) {
+    match result {
+        Err(status) => {
+            assert_eq!(code_of(&status), "SESSION_EXPIRED", "{what}: {status:?}");
+            let words = format!("session {session_id} does not exist, or is not the caller's");
+            assert!(status.message().contains(&words), "{what}: {status:?}");
+        }
+        Ok(v) => panic!("{what}: allowed: {v:?}"),
+    }
+}
+
 async fn exists(server: &Server, path: &str, min_zxid: u64) -> bool {
     let r = pb::ExistsRequest {
         path: path.into(),
@@ -93,7 +108,7 @@ async fn t26_a_stranger_cannot_use_another_identitys_session() {
     // Every request of Bob's right after the Open: server 2 may not have applied it
     // yet, and must wait before deciding.
     let r = pb::CloseSessionRequest { session_id: s };
-    denied("close", bob.session().await.close(r).await);
+    unknown("close", s, bob.session().await.close(r).await);
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let stream = bob
         .session()
@@ -107,15 +122,17 @@ async fn t26_a_stranger_cannot_use_another_identitys_session() {
     };
     tx.send(ping).await.unwrap();
     let reply = tokio::time::timeout(Duration::from_secs(15), replies.next()).await;
-    denied("keep-alive", reply.unwrap().unwrap());
+    let reply = reply.unwrap().unwrap().unwrap();
+    assert!(reply.expired, "a stranger's keep-alive: {reply:?}");
     let mut ephemeral = create_req("/eph", "", s, 0);
     ephemeral.mode = pb::CreateMode::Ephemeral.into();
-    denied(
+    unknown(
         "ephemeral",
+        s,
         bob.tree().await.create(ephemeral.clone()).await,
     );
     let theirs = create_req("/theirs", "bob", s, 5);
-    denied("request id", bob.tree().await.create(theirs).await);
+    unknown("request id", s, bob.tree().await.create(theirs).await);
     // Nothing changed; Alice's own writes then apply normally.
     let created = alice.tree().await.create(ephemeral).await.unwrap();
     let zxid = created.into_inner().header.unwrap().zxid;
@@ -142,7 +159,7 @@ async fn t26_a_stranger_cannot_use_another_identitys_session() {
         owner_id: "a".into(),
         ..Default::default()
     };
-    denied("acquire", bob_locks.acquire(acquire.clone()).await);
+    unknown("acquire", s, bob_locks.acquire(acquire.clone()).await);
     let held = alice_locks.acquire(acquire).await.unwrap().into_inner();
     let holders = |mut c: LockClient<tonic::transport::Channel>| async move {
         let r = pb::HolderRequest { name: "l".into() };

@@ -239,7 +239,7 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
     assert!(seen.children.is_empty(), "{:?}", seen.children);
 
     // Pay's session: not listed, not shown, not kept alive, not closed, not used
-    // for ephemerals or request ids.
+    // for ephemerals or request ids; answered as a session that does not exist.
     let listed = search
         .session
         .list(pb::ListSessionsRequest::default())
@@ -252,7 +252,7 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
         session_id: session,
         min_zxid: 0,
     };
-    assert_eq!(refused(search.session.get(get).await), "PERMISSION_DENIED");
+    assert_eq!(refused(search.session.get(get).await), "SESSION_EXPIRED");
     let ping = pb::KeepAliveRequest {
         session_id: session,
         min_zxid: 0,
@@ -265,33 +265,27 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
         .into_inner();
     let answer = tokio::time::timeout(WAIT, pongs.next()).await.unwrap();
     match answer {
-        Some(Err(s)) => assert_eq!(code_of(&s), "PERMISSION_DENIED"),
-        other => panic!("a stranger's keep-alive was answered: {other:?}"),
+        Some(Ok(pong)) => assert!(pong.expired, "a stranger's keep-alive: {pong:?}"),
+        other => panic!("a stranger's keep-alive: {other:?}"),
     }
     let close = pb::CloseSessionRequest {
         session_id: session,
     };
     assert_eq!(
         refused(search.session.close(close).await),
-        "PERMISSION_DENIED"
+        "SESSION_EXPIRED"
     );
     let theirs = create("/theirs", "search", session, 0);
-    assert_eq!(
-        refused(search.tree.create(theirs).await),
-        "PERMISSION_DENIED"
-    );
+    assert_eq!(refused(search.tree.create(theirs).await), "SESSION_EXPIRED");
     let reuse = create("/eph2", "search", session, 7);
-    assert_eq!(
-        refused(search.tree.create(reuse).await),
-        "PERMISSION_DENIED"
-    );
+    assert_eq!(refused(search.tree.create(reuse).await), "SESSION_EXPIRED");
     assert_eq!(
         refused(search.lock.acquire(acquire).await),
-        "PERMISSION_DENIED"
+        "SESSION_EXPIRED"
     );
     assert_eq!(
         refused(search.election.campaign(campaign).await),
-        "PERMISSION_DENIED"
+        "SESSION_EXPIRED"
     );
 
     // Pay's lock and leadership: search sees none, and cannot release or resign
@@ -354,15 +348,12 @@ async fn another_team_reaches_nothing_and_changes_nothing() {
         listed.grants
     );
 
-    // A teammate is refused the session it does not own.
+    // A teammate is refused the session it does not own, as one that does not exist.
     let mut pay2 = as_(&server, &certs, "pay-2").await;
     let close = pb::CloseSessionRequest {
         session_id: session,
     };
-    assert_eq!(
-        refused(pay2.session.close(close).await),
-        "PERMISSION_DENIED"
-    );
+    assert_eq!(refused(pay2.session.close(close).await), "SESSION_EXPIRED");
 
     // Nothing changed: pay's node, session, ephemeral, lock and leadership stand.
     pay.tree

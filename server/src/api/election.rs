@@ -79,7 +79,7 @@ impl Election for ElectionService {
             ));
         }
         let replica = self.recipes.replica();
-        check_session(replica, &view.caller, r.session_id, "campaign with it").await?;
+        check_session(replica, &view.caller, r.session_id).await?;
         let value = owned_data(&r.value, self.limits)?;
         let timeout = timeout_of(r.timeout_ms)?;
         let spec = JoinSpec {

@@ -115,7 +115,7 @@ impl Lock for LockService {
         let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let (spec, timeout) = join_spec(&view, request.into_inner())?;
         let replica = self.recipes.replica();
-        check_session(replica, &view.caller, spec.session_id, "acquire with it").await?;
+        check_session(replica, &view.caller, spec.session_id).await?;
         let holding = self
             .recipes
             .acquire(&spec, timeout)
@@ -131,7 +131,7 @@ impl Lock for LockService {
         let view = queue_view(&self.recipes, &request, Perms::WRITE)?;
         let (spec, _) = join_spec(&view, request.into_inner())?;
         let replica = self.recipes.replica();
-        check_session(replica, &view.caller, spec.session_id, "acquire with it").await?;
+        check_session(replica, &view.caller, spec.session_id).await?;
         let holding = self
             .recipes
             .try_acquire(&spec)

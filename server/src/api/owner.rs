@@ -3,25 +3,35 @@
 //! are `security::{may_use, may_see}`; this module applies them at the right time.
 //!
 //! ```text
-//!   request with session_id S ──▶ admin? ──yes──▶ go on
-//!                                  │no
-//!                                  ▼
-//!                applied >= S? (a follower may not have applied S's Open yet:
-//!                wait, bounded, as reads do) ──timeout──▶ TIMEOUT
-//!                                  ▼
-//!                S live and owned by another identity ──▶ PERMISSION_DENIED
-//!                                  │ no (owned by the caller, or gone: the write
-//!                                  ▼       then fails or applies on its own terms)
-//!                                go on
+//!   request with session_id S (0: none, nothing to check)
+//!       │
+//!       ▼
+//!   S applied here? ──no──▶ the leader's commit point (a read index) >= S?
+//!       │yes                  │yes: wait, bounded, until        │no: S was never
+//!       │◀────────────────────┘ S is applied here               │    issued
+//!       ▼                                                       ▼
+//!   S live and the caller's ──no──▶ SESSION_EXPIRED: one answer, as soon, for a
+//!   (any live S, for an admin)?     session gone, never issued or another's
+//!       │yes
+//!       ▼
+//!     go on
 //! ```
 //!
 //! Session ids are zxids and never reused, so a check made once S is applied here
-//! stays true: S's owner never changes, and a closed S never comes back. Lock and
-//! election members are checked the same way through the session that holds the
-//! node (its `ephemeral_owner`), once the node's creation (its token) is applied.
+//! stays true: S's owner never changes, and a closed S never comes back. A client
+//! learns S only once its Open is committed, so a server that has applied the
+//! leader's commit point and still lacks S knows S was never issued, and says so at
+//! once. Lock and election members are checked the same way through the session
+//! that holds the node (its `ephemeral_owner`), once the node's creation (its token)
+//! is applied.
+//!
+//! Ids are consecutive zxids, so anyone can name other identities' sessions; what
+//! they must not learn is which of them live. A session the caller may not use is
+//! answered as one that does not exist: the same code and words, as soon.
 //!
 //! What it must not do: decide anything from a tree that has not applied the session
-//! (or node) in question, or say who owns another identity's session.
+//! (or node) in question, say who owns another identity's session, or answer another
+//! identity's live session differently from a closed one.
 
 use concord_proto::v1::ErrorCode;
 use tonic::Status;
@@ -34,53 +44,68 @@ use crate::security::{self, Caller};
 use crate::tree::path::clip;
 use crate::txn::Zxid;
 
-/// PERMISSION_DENIED for using session `session_id` that `caller` does not own.
-fn not_yours(session_id: u64, what: &str) -> Status {
+/// SESSION_EXPIRED for a session that does not exist or that the caller may not
+/// use: one answer for both, so that they cannot be told apart.
+pub(crate) fn no_session(session_id: u64) -> Status {
     error(
-        ErrorCode::PermissionDenied,
-        format!(
-            "session {session_id:#x} belongs to another identity: only its owner or an \
-             admin may {what}"
-        ),
+        ErrorCode::SessionExpired,
+        format!("session {session_id} does not exist, or is not the caller's"),
     )
 }
 
-/// Waits (bounded) until this server has applied `zxid`.
-async fn applied(replica: &Replica, zxid: Zxid) -> Result<(), Status> {
-    if replica.applied_zxid() < zxid {
-        replica.wait_applied(zxid, READ_WAIT_MAX).await?;
+/// Waits (bounded) until this server has applied `zxid`, if the ensemble ever
+/// committed it; false, after one read index, if it did not, so an id that was
+/// never issued ties up nothing.
+async fn applied_if_issued(replica: &Replica, zxid: Zxid) -> Result<bool, Status> {
+    if replica.applied_zxid() >= zxid {
+        return Ok(true);
     }
-    Ok(())
+    if replica.read_index().await? < zxid {
+        return Ok(false);
+    }
+    replica.wait_applied(zxid, READ_WAIT_MAX).await?;
+    Ok(true)
+}
+
+/// Whether `caller` may use session `session_id`: true for a live session of its
+/// own (or any, for an admin); false for one that is gone, was never issued, or is
+/// another identity's. Waits until this server has applied the session, if issued.
+pub(crate) async fn may_use_session(
+    replica: &Replica,
+    caller: &Caller,
+    session_id: u64,
+) -> Result<bool, Status> {
+    if !applied_if_issued(replica, session_id).await? {
+        return Ok(false);
+    }
+    Ok(replica.read(|t| {
+        t.session(session_id)
+            .is_some_and(|s| security::may_use(caller, &s.owner))
+    }))
 }
 
 /// Checks that `caller` may use session `session_id` (0: no session, nothing to
-/// check) to `what` (words for the message: "close it", "write with it"). Waits
-/// until the session's Open is applied here before deciding; a session that is gone
-/// passes (what it was used for fails or applies on its own terms).
+/// check): SESSION_EXPIRED unless it is a live session of the caller's own (any
+/// live session, for an admin). A write never applies under a session that is gone,
+/// so its request id is never forgotten between a try and its retry.
 pub(crate) async fn check_session(
     replica: &Replica,
     caller: &Caller,
     session_id: u64,
-    what: &str,
 ) -> Result<(), Status> {
-    if session_id == 0 || caller.is_admin() {
-        return Ok(());
+    if session_id == 0 || may_use_session(replica, caller, session_id).await? {
+        Ok(())
+    } else {
+        Err(no_session(session_id))
     }
-    applied(replica, session_id).await?;
-    let owner_is_other = replica.read(|t| {
-        t.session(session_id)
-            .is_some_and(|s| !security::may_use(caller, &s.owner))
-    });
-    if owner_is_other {
-        return Err(not_yours(session_id, what));
-    }
-    Ok(())
 }
 
 /// Checks that `caller` may act on the lock or election member at `key` created by
 /// `token` (its fencing token or term) to `what`: it must own the session that holds
-/// the node. Token 0 (any node at `key`) is for admins only. A node that is not there
-/// (or has another token) passes: the op then fails with NO_NODE on its own.
+/// the node (PERMISSION_DENIED: the member is in the caller's namespace, seen by
+/// `Waiters` or `Participants` anyway). Token 0 (any node at `key`) is for admins
+/// only. A node that is not there (or has another token) passes: the op then fails
+/// with NO_NODE on its own.
 pub(crate) async fn check_member(
     replica: &Replica,
     caller: &Caller,
@@ -101,24 +126,29 @@ pub(crate) async fn check_member(
             ),
         ));
     }
-    applied(replica, token).await?;
-    let holder = replica.read(|t| {
-        t.get(key)
+    if !applied_if_issued(replica, token).await? {
+        return Ok(());
+    }
+    // The member's node and its session are read at one zxid: a node that is there
+    // has a live session (closing it deletes the node in the same txn).
+    let others = replica.read(|t| {
+        let session_id = t
+            .get(key)
             .filter(|n| n.stat.czxid == token)
             .map(|n| n.stat.ephemeral_owner)
+            .filter(|&s| s != 0)?;
+        let owner = &t.session(session_id)?.owner;
+        Some(!security::may_use(caller, owner))
     });
-    match holder {
-        Some(session_id) if session_id != 0 => {
-            check_session(replica, caller, session_id, what).await
-        }
-        _ => Ok(()),
+    if others == Some(true) {
+        return Err(error(
+            ErrorCode::PermissionDenied,
+            format!(
+                "{} belongs to another identity's session: only its owner or an admin \
+                 may {what}",
+                clip(key)
+            ),
+        ));
     }
-}
-
-/// PERMISSION_DENIED for asking about a session the caller may not see.
-pub(crate) fn not_visible(session_id: u64) -> Status {
-    error(
-        ErrorCode::PermissionDenied,
-        format!("session {session_id:#x} belongs to an identity outside the caller's team"),
-    )
+    Ok(())
 }

@@ -1,7 +1,8 @@
 //! Session ownership at the service level: two (or more) identities, each request
 //! carrying its `Caller` as `Authenticated` would put it there. Every attack of
-//! issue 11's first paragraph fails with PERMISSION_DENIED and changes nothing, and
-//! the real owner's request then works as usual.
+//! issue 11's first paragraph fails and changes nothing (a session the caller may
+//! not use is answered as one that does not exist, so that another identity's
+//! sessions cannot be counted), and the real owner's request then works as usual.
 
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use super::convert::Limits;
 use super::election::ElectionService;
 use super::error::code_of;
 use super::lock::LockService;
-use super::owner::check_session;
+use super::owner::{check_session, no_session};
 use super::session::{answer_ping, SessionService};
 use super::tree::TreeService;
 use crate::config::{Config, TeamConfig};
@@ -171,6 +172,23 @@ fn denied<T: std::fmt::Debug>(result: Result<T, Status>) {
     }
 }
 
+/// The answer to a session that does not exist (or is not the caller's): the same
+/// code and words whichever it is.
+#[track_caller]
+fn unknown<T: std::fmt::Debug>(result: Result<T, Status>, session_id: u64) {
+    match result {
+        Err(status) => {
+            let expected = no_session(session_id);
+            assert_eq!(
+                (code_of(&status), status.code(), status.message()),
+                (code_of(&expected), expected.code(), expected.message()),
+                "{status:?}"
+            );
+        }
+        Ok(v) => panic!("allowed: {v:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_belongs_to_the_identity_that_opened_it() {
     let env = Env::new().await;
@@ -208,7 +226,7 @@ async fn a_stranger_cannot_close_a_session() {
     // Another team, and even a teammate: sessions belong to identities.
     for stranger in [&eve, &bob] {
         let r = pb::CloseSessionRequest { session_id: s };
-        denied(env.sessions.close(as_(stranger, r)).await);
+        unknown(env.sessions.close(as_(stranger, r)).await, s);
         assert!(env.owner(s).is_some() && env.exists("/e"));
     }
     let r = pb::CloseSessionRequest { session_id: s };
@@ -247,7 +265,8 @@ async fn a_stranger_cannot_keep_a_session_alive() {
         session_id: s,
         min_zxid: s,
     };
-    denied(answer_ping(&env.replica, &eve, &ping).await);
+    let reply = answer_ping(&env.replica, &eve, &ping).await.unwrap();
+    assert!(reply.expired && reply.ttl_ms == 0, "{reply:?}");
     let after = env.replica.session_remaining_ms(s).unwrap();
     assert!(
         after <= before,
@@ -269,13 +288,15 @@ async fn a_stranger_cannot_create_ephemerals_on_a_session_or_write_with_it() {
     let env = Env::new().await;
     let (alice, eve) = (env.caller("pay-alice"), env.caller("search-eve"));
     let s = env.open(&alice).await;
-    denied(
+    unknown(
         env.create(&eve, s, 0, "/e", "", pb::CreateMode::Ephemeral)
             .await,
+        s,
     );
-    denied(
+    unknown(
         env.create(&eve, s, 0, "/p", "", pb::CreateMode::Persistent)
             .await,
+        s,
     );
     let multi = pb::MultiRequest {
         ops: vec![pb::Op {
@@ -289,7 +310,7 @@ async fn a_stranger_cannot_create_ephemerals_on_a_session_or_write_with_it() {
         request_id: 0,
         ..Default::default()
     };
-    denied(env.tree.multi(as_(&eve, multi.clone())).await);
+    unknown(env.tree.multi(as_(&eve, multi.clone())).await, s);
     assert!(!env.exists("/e") && !env.exists("/p") && !env.exists("/m"));
     let no_ephemerals = env
         .replica
@@ -311,9 +332,10 @@ async fn a_stranger_cannot_use_a_sessions_request_ids() {
     let env = Env::new().await;
     let (alice, eve) = (env.caller("pay-alice"), env.caller("search-eve"));
     let s = env.open(&alice).await;
-    denied(
+    unknown(
         env.create(&eve, s, 5, "/theirs", "eve", pb::CreateMode::Persistent)
             .await,
+        s,
     );
     let set = pb::SetRequest {
         path: "/".into(),
@@ -322,7 +344,7 @@ async fn a_stranger_cannot_use_a_sessions_request_ids() {
         request_id: 5,
         ..Default::default()
     };
-    denied(env.tree.set(as_(&eve, set)).await);
+    unknown(env.tree.set(as_(&eve, set)).await, s);
     let delete = pb::DeleteRequest {
         path: "/x".into(),
         version: -1,
@@ -330,7 +352,7 @@ async fn a_stranger_cannot_use_a_sessions_request_ids() {
         request_id: 5,
         ..Default::default()
     };
-    denied(env.tree.delete(as_(&eve, delete)).await);
+    unknown(env.tree.delete(as_(&eve, delete)).await, s);
     assert!(!env.exists("/theirs"));
     let remembered = env.replica.read(|t| t.session(s).unwrap().recent.len());
     assert_eq!(remembered, 0);
@@ -425,7 +447,7 @@ async fn list_and_get_show_only_the_callers_team() {
         };
         env.sessions.get(as_(who, r))
     };
-    denied(get(&eve, sa).await);
+    unknown(get(&eve, sa).await, sa);
     denied(get(&env.caller("nobody"), se).await);
     let info = get(&bob, sa).await.unwrap().into_inner().session.unwrap();
     assert_eq!((info.session_id, info.owner.as_str()), (sa, ""));
@@ -509,7 +531,7 @@ async fn a_stranger_cannot_release_a_lock() {
     let s = env.open(&alice).await;
     let held = acquire(&env, &alice, s).await.unwrap();
     // Acquiring with someone else's session is creating an ephemeral on it.
-    denied(acquire(&env, &eve, s).await);
+    unknown(acquire(&env, &eve, s).await, s);
     // Token 0 (force) and the token Holder returns: both refused.
     let (key, token) = holders(&env).await.pop().unwrap();
     assert_eq!((key.as_str(), token), (held.key.as_str(), held.token));
@@ -556,7 +578,7 @@ async fn a_stranger_cannot_resign_or_proclaim_for_a_leader() {
         };
         env.election.campaign(as_(who, r))
     };
-    denied(campaign(&eve, s).await);
+    unknown(campaign(&eve, s).await, s);
     let leader = campaign(&alice, s)
         .await
         .unwrap()
@@ -601,24 +623,125 @@ async fn a_stranger_cannot_resign_or_proclaim_for_a_leader() {
 }
 
 /// A server that has not applied a session's Open yet (a follower behind) must not
-/// let a stranger through because it does not know the session: it waits until it
-/// has applied the session id (a zxid) before deciding.
+/// let a stranger through because it does not know the session, nor keep it waiting
+/// for an id that was never issued: once the leader's commit point (here, this
+/// server's own) is applied, an id above it does not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_check_waits_until_the_session_is_applied() {
+async fn the_check_answers_an_id_never_issued_at_once() {
     let env = Env::new().await;
     let (alice, eve) = (env.caller("pay-alice"), env.caller("search-eve"));
-    let warm = env.open(&alice).await;
-    // The next txn's zxid: the id of the session Alice opens next.
-    let next = env.replica.applied_zxid() + 1;
-    assert!(next > warm);
-    let replica = env.replica.clone();
-    let check =
-        tokio::spawn(async move { check_session(&replica, &eve, next, "write with it").await });
-    tokio::task::yield_now().await;
     let s = env.open(&alice).await;
-    assert_eq!(
-        s, next,
-        "another txn came in between; the test needs a quiet server"
-    );
-    denied(check.await.unwrap());
+    let next = env.replica.applied_zxid() + 1;
+    assert!(next > s);
+    let quick = Duration::from_secs(5);
+    for who in [&alice, &eve] {
+        let checked = tokio::time::timeout(quick, check_session(&env.replica, who, next)).await;
+        unknown(
+            checked.expect("the check waited for an id never issued"),
+            next,
+        );
+    }
+    check_session(&env.replica, &alice, s).await.unwrap();
+    unknown(check_session(&env.replica, &eve, s).await, s);
+}
+
+/// Every call that names a session answers a stranger (another team's, or a
+/// teammate) the same for a live session of another identity, a closed one and
+/// an id never issued, and at once: no answer tells which ids are live sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_identitys_session_is_answered_as_one_that_does_not_exist() {
+    let env = Env::new().await;
+    let alice = env.caller("pay-alice");
+    let live = env.open(&alice).await;
+    let closed = env.open(&alice).await;
+    let r = pb::CloseSessionRequest { session_id: closed };
+    env.sessions.close(as_(&alice, r)).await.unwrap();
+    let never = env.replica.applied_zxid() + 1_000;
+    for stranger in [env.caller("search-eve"), env.caller("pay-bob")] {
+        for id in [live, closed, never] {
+            let answers = tokio::time::timeout(Duration::from_secs(5), async {
+                every_session_call(&env, &stranger, id).await
+            })
+            .await
+            .unwrap_or_else(|_| panic!("a call about session {id} kept the caller waiting"));
+            for (call, answer) in answers {
+                match answer {
+                    Answer::Status(result) => {
+                        if stranger.identity.as_ref() == "pay-bob" && call == "Session/Get" {
+                            // A teammate sees the live session (and not the others).
+                            assert_eq!(result.is_ok(), id == live, "{call} {id}: {result:?}");
+                        } else {
+                            unknown(result, id);
+                        }
+                    }
+                    Answer::Expired(expired) => assert!(expired, "{call} {id}"),
+                }
+            }
+        }
+    }
+    // Nothing was done to the live session, and the owner still uses it.
+    assert_eq!(env.owner(live).as_deref(), Some("pay-alice"));
+    assert!(!env.exists("/by-stranger"));
+    env.create(&alice, live, 0, "/e", "", pb::CreateMode::Ephemeral)
+        .await
+        .unwrap();
+}
+
+enum Answer {
+    Status(Result<(), Status>),
+    /// A keep-alive's `expired`.
+    Expired(bool),
+}
+
+fn done<T>(result: Result<T, Status>) -> Answer {
+    Answer::Status(result.map(|_| ()))
+}
+
+/// Every client call that takes a session id, made by `who` with `session_id`.
+async fn every_session_call(
+    env: &Env,
+    who: &Caller,
+    session_id: u64,
+) -> Vec<(&'static str, Answer)> {
+    let mut answers = Vec::new();
+    let r = pb::GetSessionRequest {
+        session_id,
+        min_zxid: 0,
+    };
+    answers.push(("Session/Get", done(env.sessions.get(as_(who, r)).await)));
+    let r = pb::CloseSessionRequest { session_id };
+    answers.push(("Session/Close", done(env.sessions.close(as_(who, r)).await)));
+    let ping = pb::KeepAliveRequest {
+        session_id,
+        min_zxid: 0,
+    };
+    let expired = answer_ping(&env.replica, who, &ping).await.unwrap().expired;
+    answers.push(("Session/KeepAlive", Answer::Expired(expired)));
+    for mode in [pb::CreateMode::Ephemeral, pb::CreateMode::Persistent] {
+        let created = env
+            .create(who, session_id, 7, "/by-stranger", "", mode)
+            .await;
+        answers.push(("Tree/Create", done(created)));
+    }
+    let set = pb::SetRequest {
+        path: "/".into(),
+        version: -1,
+        session_id,
+        request_id: 8,
+        ..Default::default()
+    };
+    answers.push(("Tree/Set", done(env.tree.set(as_(who, set)).await)));
+    answers.push(("Lock/Acquire", done(acquire(env, who, session_id).await)));
+    let r = pb::CampaignRequest {
+        election: "e".into(),
+        session_id,
+        participant_id: "p".into(),
+        value: b"v".to_vec().into(),
+        timeout_ms: 0,
+    };
+    answers.push((
+        "Election/Campaign",
+        done(env.election.campaign(as_(who, r)).await),
+    ));
+    answers
 }

@@ -17,7 +17,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::authz::View;
 use super::convert::header;
 use super::error::{bad_arguments, error};
-use super::owner::{check_session, may_see, not_visible};
+use super::owner::{check_session, may_see, may_use_session, no_session};
 use super::ready_for_read;
 use crate::replica::Replica;
 use crate::security::{Caller, Security};
@@ -77,15 +77,15 @@ impl SessionService {
         Ok(requested.clamp(self.ttl_range_ms.0, self.ttl_range_ms.1))
     }
 
-    /// The session as `caller` may see it: None if it does not exist, Err if it
-    /// belongs to an identity outside the caller's reach. The owner is shown to
-    /// admins and to the owner itself.
+    /// The session as `caller` may see it: None if it does not exist or belongs to
+    /// an identity outside the caller's reach (the two are one answer). The owner is
+    /// shown to admins and to the owner itself.
     fn info(
         &self,
         caller: &Caller,
         session_id: u64,
         with_ephemerals: bool,
-    ) -> Option<Result<pb::SessionInfo, Status>> {
+    ) -> Option<pb::SessionInfo> {
         let (ttl_ms, owner, ephemerals) = self.replica.read(|t| {
             let s = t.session(session_id)?;
             let eph = if with_ephemerals {
@@ -96,17 +96,17 @@ impl SessionService {
             Some((s.ttl_ms, s.owner.clone(), eph))
         })?;
         if !may_see(self.security.policy(), caller, &owner) {
-            return Some(Err(not_visible(session_id)));
+            return None;
         }
         let shown = caller.is_admin() || owner == *caller.identity;
         let remaining = self.replica.session_remaining_ms(session_id).unwrap_or(0);
-        Some(Ok(pb::SessionInfo {
+        Some(pb::SessionInfo {
             session_id,
             ttl_ms,
             remaining_ms: i64::try_from(remaining).unwrap_or(i64::MAX),
             ephemerals,
             owner: if shown { owner } else { String::new() },
-        }))
+        })
     }
 
     /// Up to `limit` + 1 ids of sessions above `after` that `caller` may see, and
@@ -133,13 +133,6 @@ impl SessionService {
 
 fn ms(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-fn no_session(session_id: u64) -> Status {
-    error(
-        ErrorCode::SessionExpired,
-        format!("session {session_id:#x} does not exist"),
-    )
 }
 
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<pb::KeepAliveResponse, Status>> + Send>>;
@@ -211,7 +204,7 @@ impl Session for SessionService {
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let caller = View::of(&request)?.caller;
         let session_id = request.into_inner().session_id;
-        check_session(&self.replica, &caller, session_id, "close it").await?;
+        check_session(&self.replica, &caller, session_id).await?;
         let op = TxnOp::CloseSession {
             session_id,
             reason: CloseReason::Closed,
@@ -235,7 +228,7 @@ impl Session for SessionService {
         let zxid = self.replica.applied_zxid();
         let mut info = self
             .info(caller, session_id, true)
-            .ok_or_else(|| no_session(session_id))??;
+            .ok_or_else(|| no_session(session_id))?;
         // Ephemerals (and queue nodes) as the caller names them; others not at all.
         info.ephemerals = std::mem::take(&mut info.ephemerals)
             .into_iter()
@@ -275,7 +268,7 @@ impl Session for SessionService {
         }
         let sessions = ids
             .into_iter()
-            .filter_map(|id| self.info(&caller, id, false)?.ok())
+            .filter_map(|id| self.info(&caller, id, false))
             .collect();
         Ok(Response::new(pb::ListSessionsResponse {
             header: header(self.replica.server_id(), zxid),
@@ -287,7 +280,8 @@ impl Session for SessionService {
 
 /// Answers one ping of `caller`'s KeepAlive stream. A server behind the client's
 /// view must not call its session expired (it may only not have applied the
-/// session's Open yet), nor decide whose it is: it waits for both.
+/// session's Open yet), nor decide whose it is: it waits for both. A session the
+/// caller may not use is answered as one that is gone (`expired`), and not renewed.
 ///
 /// Nor may it answer while it has no leader that hears from it: the session lives
 /// on the leader's clock, which such a server's touches do not reach. The answer
@@ -302,20 +296,22 @@ pub(super) async fn answer_ping(
     ping: &pb::KeepAliveRequest,
 ) -> Result<pb::KeepAliveResponse, Status> {
     ready_for_read(replica, ping.min_zxid, false).await?;
-    check_session(replica, caller, ping.session_id, "keep it alive").await?;
+    let usable = caller.is_admin() || may_use_session(replica, caller, ping.session_id).await?;
     tokio::select! {
         waited = replica.wait_for_leader() => waited?,
         // No leader for `leader_wait_ms_max`: NOT_LEADER tells the client to move
         // before its silence limit would.
         lost = replica.cut_off() => return Err(lost.into()),
     }
-    Ok(keep_alive_reply(replica, ping.session_id))
+    Ok(keep_alive_reply(replica, ping.session_id, usable))
 }
 
-/// Answers one ping: a fresh full TTL, or `expired` if the session is gone.
-fn keep_alive_reply(replica: &Replica, session_id: u64) -> pb::KeepAliveResponse {
+/// Answers one ping: a fresh full TTL, or `expired` if the session is gone (or not
+/// `usable` by the caller, and then left as it is).
+fn keep_alive_reply(replica: &Replica, session_id: u64, usable: bool) -> pb::KeepAliveResponse {
     let zxid = replica.applied_zxid();
-    let (ttl, remaining, expired) = match replica.keep_alive(session_id) {
+    let kept = usable.then(|| replica.keep_alive(session_id)).flatten();
+    let (ttl, remaining, expired) = match kept {
         Some((ttl, remaining)) => (ttl, remaining, false),
         None => (0, 0, true),
     };

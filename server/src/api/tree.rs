@@ -65,7 +65,7 @@ impl TreeService {
             f.key = view.ns.key_in(&f.key);
         }
         if view.is_admin() {
-            check_session(&self.replica, &view.caller, session_id, "write with it").await?;
+            check_session(&self.replica, &view.caller, session_id).await?;
             let Committed { zxid, result } = self
                 .replica
                 .submit_fenced(session_id, request_id, fence, op)
@@ -76,7 +76,7 @@ impl TreeService {
         // again by submit_checked, against the grants the leader has when it proposes.
         let check = |t: &DataTree| check_op(view, t.grants(), &op);
         self.replica.read(check)?;
-        check_session(&self.replica, &view.caller, session_id, "write with it").await?;
+        check_session(&self.replica, &view.caller, session_id).await?;
         let Committed { zxid, result } = self
             .replica
             .submit_checked(session_id, request_id, fence, op.clone(), check)

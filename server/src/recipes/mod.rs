@@ -51,7 +51,7 @@ pub enum RecipeError {
     /// The member's node went away while it waited: its session expired (or was
     /// closed), or someone released it.
     #[error(
-        "{} left the queue while waiting (session {session_id:#x} expired: {expired})",
+        "{} left the queue while waiting (session {session_id} expired: {expired})",
         crate::tree::path::clip(.key)
     )]
     Lost {

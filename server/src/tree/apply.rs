@@ -160,7 +160,7 @@ impl DataTree {
         let fingerprint = fingerprint(txn);
         if recent.fingerprint != 0 && recent.fingerprint != fingerprint {
             return Some(Err(TreeError::BadArguments(format!(
-                "request id {} of session {:#x} was used by a different request; \
+                "request id {} of session {} was used by a different request; \
                  a new request needs a new request id",
                 txn.request_id, txn.session_id
             ))));

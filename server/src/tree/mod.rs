@@ -149,7 +149,7 @@ pub enum TreeError {
     NoChildrenForEphemerals { path: String },
     #[error("bad path \"{}\": {}", clip(.path), clip(.reason))]
     BadPath { path: String, reason: String },
-    #[error("session {session_id:#x} does not exist")]
+    #[error("session {session_id} does not exist")]
     SessionExpired { session_id: u64 },
     #[error("{0}")]
     BadArguments(String),
@@ -157,7 +157,7 @@ pub enum TreeError {
     #[error("{} no longer qualifies for reaping", clip(.path))]
     NotReapable { path: String },
     /// The txn's fence no longer holds its lock or leadership; nothing was applied.
-    #[error("fence {} token {token:#x} no longer holds its lock or leadership", clip(.key))]
+    #[error("fence {} token {token} no longer holds its lock or leadership", clip(.key))]
     Fenced { key: String, token: u64 },
     /// A plain write touched the reserved prefix of the Lock and Election services.
     #[error("{} is reserved for the Lock and Election services", clip(.path))]

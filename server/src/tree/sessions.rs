@@ -34,7 +34,7 @@ impl DataTree {
         if self.sessions.contains_key(&session_id) {
             // Cannot happen while zxids only grow; refuse rather than merge.
             return Err(TreeError::BadArguments(format!(
-                "session {session_id:#x} already exists"
+                "session {session_id} already exists"
             )));
         }
         let entry = SessionEntry {

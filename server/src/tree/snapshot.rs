@@ -387,7 +387,7 @@ impl DataTree {
             let session = self
                 .sessions
                 .get_mut(&owner)
-                .ok_or_else(|| malformed(format!("{path:?}: owner {owner:#x} not a session")))?;
+                .ok_or_else(|| malformed(format!("{path:?}: owner {owner} not a session")))?;
             session.ephemerals.insert(path.to_string());
         }
         if !rec.mode.is_ttl() && rec.ttl_ms != 0 {
@@ -504,7 +504,7 @@ fn decode_sessions(
             return Err(malformed("session id 0"));
         }
         if rec.owner.len() > SESSION_OWNER_BYTES_MAX {
-            return Err(malformed(format!("session {:#x}: owner too long", rec.id)));
+            return Err(malformed(format!("session {}: owner too long", rec.id)));
         }
         let mut recent = imbl::Vector::new();
         for (request_id, fingerprint, outcome) in rec.recent {
@@ -521,7 +521,7 @@ fn decode_sessions(
             recent,
         };
         if sessions.insert(rec.id, entry).is_some() {
-            return Err(malformed(format!("session {:#x} appears twice", rec.id)));
+            return Err(malformed(format!("session {} appears twice", rec.id)));
         }
     }
     Ok(sessions)
