@@ -272,11 +272,11 @@ def test_an_unfired_one_shot_watch_ends_with_the_client(server: Server, root: st
         await c.create(root)
         await c.get(root, calls.append)
         await c.exists(f"{root}/none", calls.append)
-        assert len(c._one_shots) == 2
+        shots = list(c._one_shots)
+        assert len(shots) == 2
         await c.close()
         assert not c._one_shots
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
-        assert not pending, pending
+        assert all(shot._task.done() and shot._watch.cancelled for shot in shots)
 
     asyncio.run(main())
     assert calls == []
@@ -302,6 +302,11 @@ def test_client_id_takes_a_session_over(server: Server, root: str, kind: str) ->
         async def body(c: Any) -> None:
             assert c.session_id == client_id[0] and c.client_id == client_id
             assert c.session_ttl_ms == first.session_ttl_ms
+            # Its writes carry the session and request ids of their own, not the
+            # first client's (the server remembers those: a reused id would be
+            # refused, or answered with another write's outcome).
+            assert await c.create(f"{root}-other", b"x") == f"{root}-other"
+            assert (await c.set(eph, b"new")).version == 1
             # The first client stops pinging; this one keeps the session alive
             # past several TTLs.
             first._io.run(first.aio._session.stop())

@@ -274,7 +274,10 @@ class Client:
         self._session: Session | None = None
         self._state = State.LOST
         self._listeners = Listeners()
-        self._request_ids = itertools.count(1)
+        #: Request ids of this client's writes, from a random point: unique within a
+        #: session also when another client used it before (``client_id``), whose
+        #: ids the server remembers (``_keyed``).
+        self._request_ids = itertools.count(random.randrange(1, 1 << 62))
         self._closed = False
         #: Open watches and caches, ended by close().
         self._watches: weakref.WeakSet[Any] = weakref.WeakSet()
