@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use concord_proto::v1::{
     cluster_client::ClusterClient, session_client::SessionClient, tree_client::TreeClient,
-    CloseSessionRequest, ErrorCode, GetSessionRequest, ListSessionsRequest, OpenSessionRequest,
-    ResponseHeader, StatusRequest, SyncRequest,
+    CloseSessionRequest, CreateMode, ErrorCode, GetSessionRequest, ListSessionsRequest,
+    OpenSessionRequest, ResponseHeader, StatusRequest, SyncRequest,
 };
 
 use crate::builder::{ClientBuilder, Settings};
@@ -26,9 +26,12 @@ use crate::connection::{link_to, Servers};
 use crate::error::{CallKind, Error};
 use crate::op::Op;
 use crate::options::{self, ChildrenOptions, CreateOptions, ReadOptions, WriteOptions};
+use crate::session::ConnectionState;
 use crate::tls::ConnectOptions;
 use crate::types::{stat_of, Child, OpResult, ServerStatus, SessionInfo, Stat};
+use crate::writer::Writer;
 use crate::Link;
+use tokio::sync::watch;
 
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
@@ -55,6 +58,8 @@ pub struct Client {
     seen: Arc<AtomicU64>,
     /// Deadline, retries and session defaults, from the builder.
     settings: Arc<Settings>,
+    /// The session writes carry by default (a session's client), and request ids.
+    writer: Writer,
 }
 
 /// The answer to a create.
@@ -195,6 +200,7 @@ impl Client {
             servers,
             seen: Arc::default(),
             settings: Arc::default(),
+            writer: Writer::default(),
         })
     }
 
@@ -206,6 +212,25 @@ impl Client {
     /// Deadline, retries and session defaults.
     pub(crate) fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// This client, writing as session `id` by default (see [`Client::session_id`]).
+    pub(crate) fn bound_to(&self, id: u64, state: watch::Receiver<ConnectionState>) -> Client {
+        Client {
+            writer: self.writer.bound_to(id, state),
+            ..self.clone()
+        }
+    }
+
+    /// The session this client's writes carry when their options name none: set on
+    /// a [`Session`](crate::Session)'s client ([`Session::client`](crate::Session::client)),
+    /// `None` on a client made by `connect`. An ephemeral create then belongs to
+    /// that session, and every write carries it with a fresh request id, so that the
+    /// retry policy may retry one whose outcome is unknown (the server applies it at
+    /// most once). Once the session has ended (or its handle is dropped), writes other
+    /// than ephemeral creates go without it, as from a client with no session.
+    pub fn session_id(&self) -> Option<u64> {
+        self.writer.session_id()
     }
 
     /// The newest zxid an answer to this client reflected; reads ask for at least it.
@@ -265,6 +290,18 @@ impl Client {
         data: Vec<u8>,
         options: CreateOptions,
     ) -> Result<Created, Error> {
+        let ephemeral = matches!(
+            options.mode,
+            CreateMode::Ephemeral | CreateMode::EphemeralSequential
+        );
+        let (session_id, request_id) =
+            self.writer
+                .stamp(options.session_id, options.request_id, ephemeral);
+        let options = CreateOptions {
+            session_id,
+            request_id,
+            ..options
+        };
         let req = options::create_request(path, data, &options);
         let resp = self
             .unary(
@@ -334,7 +371,8 @@ impl Client {
         version: i32,
         write: &WriteOptions,
     ) -> Result<Updated, Error> {
-        let req = options::set_request(path, data.into(), version, write);
+        let write = self.stamped(write, false);
+        let req = options::set_request(path, data.into(), version, &write);
         let resp = self
             .unary(
                 deduplicated(write.session_id, write.request_id),
@@ -362,7 +400,8 @@ impl Client {
         version: i32,
         write: &WriteOptions,
     ) -> Result<u64, Error> {
-        let req = options::delete_request(path, version, write);
+        let write = self.stamped(write, false);
+        let req = options::delete_request(path, version, &write);
         let resp = self
             .unary(
                 deduplicated(write.session_id, write.request_id),
@@ -426,7 +465,9 @@ impl Client {
     /// Applies `ops` atomically (build them with [`crate::op`]); the error names the
     /// first failing op.
     pub async fn multi(&self, ops: Vec<Op>, write: &WriteOptions) -> Result<MultiResult, Error> {
-        let req = options::multi_request(ops, write);
+        let ephemeral = ops.iter().any(Op::is_ephemeral_create);
+        let write = self.stamped(write, ephemeral);
+        let req = options::multi_request(ops, &write);
         let resp = self
             .unary(
                 deduplicated(write.session_id, write.request_id),
@@ -557,6 +598,20 @@ impl Client {
             .await?;
         self.saw(&resp.header);
         Ok(ServerStatus::from(resp))
+    }
+}
+
+impl Client {
+    /// `write` with the session and request id it goes with ([`Writer::stamp`]).
+    fn stamped(&self, write: &WriteOptions, ephemeral: bool) -> WriteOptions {
+        let (session_id, request_id) =
+            self.writer
+                .stamp(write.session_id, write.request_id, ephemeral);
+        WriteOptions {
+            session_id,
+            request_id,
+            fence: write.fence.clone(),
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //!  Client ─ tree calls (create/get/exists/set/delete/children/multi/sync), status
 //!    ├── ensure_path, delete_recursive          (paths.rs: many nodes, one call each)
 //!    ├── open_session → Session  (keep-alive task; ConnectionState and its listener)
+//!    │     ├── Session::client      (writes as the session, request ids: writer.rs)
 //!    │     ├── Mutex, SemaphoreMutex, Semaphore      (locks/: server-side fair queues)
 //!    │     ├── LeaderLatch, LeaderSelector           (latch.rs, selector.rs: elections)
 //!    │     └── IdGenerator::for_session              (naming.rs)
@@ -59,6 +60,7 @@ pub mod session;
 pub mod tls;
 pub mod types;
 pub mod watch;
+mod writer;
 
 /// Locks `m`, going on past a panic of another holder: the SDK's shared state stays
 /// consistent under its locks (each critical section is a few assignments).

@@ -64,8 +64,10 @@ pub struct IdGenerator {
 
 impl IdGenerator {
     /// Ids from persistent-sequential nodes under `path` (created, with its parents,
-    /// on first use). A create whose outcome is unknown (a timeout) is not retried:
-    /// the error is returned, and the id it may have taken is skipped.
+    /// on first use). Through a session's client (`Session::client`) each create
+    /// carries the session and a request id, so the retry policy retries one whose
+    /// outcome is unknown safely; through a client with no session such a create is
+    /// not retried: the error is returned, and the id it may have taken is skipped.
     pub fn new(client: &Client, path: &str, options: IdOptions) -> IdGenerator {
         IdGenerator::build(client.clone(), path, options, 0)
     }

@@ -53,6 +53,14 @@ pub fn check(path: impl Into<String>, version: i32) -> Op {
     }))
 }
 
+impl Op {
+    /// Whether this op creates an ephemeral node (owned by the multi's session).
+    pub(crate) fn is_ephemeral_create(&self) -> bool {
+        let ephemeral = [CreateMode::Ephemeral, CreateMode::EphemeralSequential];
+        matches!(&self.0.op, Some(op::Op::Create(c)) if ephemeral.iter().any(|m| *m as i32 == c.mode))
+    }
+}
+
 fn wrap(op: op::Op) -> Op {
     Op(proto::Op { op: Some(op) })
 }

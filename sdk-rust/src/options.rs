@@ -44,13 +44,19 @@ impl ReadOptions {
     }
 }
 
-/// Who is writing, for retries and fencing. The default is an anonymous, unfenced write.
+/// Who is writing, for retries and fencing. The default is an unfenced write as the
+/// client's session if it is a session's client ([`Client::session_id`]), else as
+/// no session.
+///
+/// [`Client::session_id`]: crate::Client::session_id
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteOptions {
-    /// Session that scopes `request_id` (and owns ephemerals created by a multi); 0: none.
+    /// Session that scopes `request_id` (and owns ephemerals created by a multi); 0:
+    /// the client's session, if it has one, else none.
     pub session_id: u64,
     /// Retry id, unique within the session: the server applies a write with the same
-    /// `(session_id, request_id)` at most once. 0: none.
+    /// `(session_id, request_id)` at most once. 0: a fresh one when the write has a
+    /// session, else none.
     pub request_id: u64,
     /// Fencing token checked when the write is applied.
     pub fence: Option<Fence>,
@@ -61,11 +67,14 @@ pub struct WriteOptions {
 pub struct CreateOptions {
     /// Persistent, ephemeral, sequential, container or TTL.
     pub mode: CreateMode,
-    /// Owner session of an ephemeral node; also scopes `request_id`.
+    /// Owner session of an ephemeral node; also scopes `request_id`. 0: the client's
+    /// session, if it has one ([`Client::session_id`](crate::Client::session_id)),
+    /// else none.
     pub session_id: u64,
     /// For the TTL modes: idle milliseconds after which an empty node is deleted.
     pub ttl_ms: i64,
-    /// Retry id (see [`WriteOptions::request_id`]); 0: none.
+    /// Retry id (see [`WriteOptions::request_id`]); 0: a fresh one when the create
+    /// has a session, else none.
     pub request_id: u64,
     /// Fencing token checked when the write is applied.
     pub fence: Option<Fence>,

@@ -198,7 +198,8 @@ impl StateListener {
 /// An open session whose keep-alives run in a background task.
 #[derive(Debug)]
 pub struct Session {
-    /// The client the session was opened with (for close, and for recipes).
+    /// The client the session was opened with, bound to the session (for close,
+    /// recipes, and writes as the session).
     client: Client,
     /// The session id.
     id: u64,
@@ -237,7 +238,7 @@ impl Session {
         let timing = Timing::new(ttl_ms, client.settings().suspend_share);
         let task = tokio::spawn(keep_alive_loop(client.clone(), id, timing, state.clone()));
         Session {
-            client,
+            client: client.bound_to(id, state.current.subscribe()),
             id,
             ttl_ms,
             state,
@@ -255,7 +256,11 @@ impl Session {
         self.ttl_ms
     }
 
-    /// The client the session was opened with.
+    /// The client the session was opened with, writing as this session: an
+    /// ephemeral create through it belongs to the session unless its options name
+    /// another, and every write carries the session and a fresh request id, so
+    /// that the client's retry policy retries one whose outcome is unknown safely
+    /// (see [`Client::session_id`]).
     pub fn client(&self) -> &Client {
         &self.client
     }

@@ -3,12 +3,19 @@
 //! missing ancestor as an empty persistent node and leave existing ones alone, also
 //! when several clients race; `delete_recursive` (Curator's
 //! `deletingChildrenIfNeeded`) deletes a subtree depth first, following pages of
-//! children, and skips what another client deleted first.
+//! children, and skips what another client deleted first. A session's client
+//! (`Session::client`) writes as its session: its ephemerals are the session's, and
+//! every write carries the session and a fresh request id, so the retry policy
+//! retries a write whose outcome is unknown and the server applies it once; a
+//! client with no session writes as it always did.
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::Duration;
+
 use concord::{
-    op, ChildrenOptions, Client, CreateMode, CreateOptions, ErrorCode, ReadOptions, ANY_VERSION,
+    op, ChildrenOptions, Client, CreateMode, CreateOptions, ErrorCode, ReadOptions, RetryPolicy,
+    WriteOptions, ANY_VERSION,
 };
 use concord_tests::{Server, ServerOptions};
 
@@ -218,4 +225,131 @@ async fn t73_two_clients_deleting_one_subtree_skip_what_the_other_deleted() {
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a + b, total, "each node deleted once: {a} + {b}");
     assert!(stat_of(&client, "/t").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t73_a_sessions_client_writes_as_the_session_and_a_plain_client_as_before() {
+    let server = Server::start(ServerOptions::default());
+    let client = server.sdk().await;
+    let session = client.open_session(1_000).await.unwrap();
+    let mine = session.client().clone();
+    assert_eq!(mine.session_id(), Some(session.id()));
+    assert_eq!(client.session_id(), None);
+    // An ephemeral create with no session named is the session's.
+    let ephemeral = CreateOptions::mode(CreateMode::Ephemeral);
+    let created = mine.create("/e", "", ephemeral.clone()).await.unwrap();
+    assert_eq!(created.stat.ephemeral_owner, session.id());
+    // Unless told otherwise.
+    let other = client.open_session(1_000).await.unwrap();
+    let theirs = CreateOptions::ephemeral(other.id(), false);
+    let created = mine.create("/o", "", theirs).await.unwrap();
+    assert_eq!(created.stat.ephemeral_owner, other.id());
+    // Persistent writes through it are ordinary nodes.
+    let created = mine
+        .create("/p", "", CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(created.stat.ephemeral_owner, 0);
+    mine.set("/p", "1", ANY_VERSION).await.unwrap();
+    mine.delete("/p", ANY_VERSION).await.unwrap();
+    let ops = vec![op::create("/m", "", CreateMode::Ephemeral)];
+    mine.multi(ops, &WriteOptions::default()).await.unwrap();
+    assert_eq!(
+        stat_of(&client, "/m").await.unwrap().ephemeral_owner,
+        session.id()
+    );
+
+    // A client with no session writes as before; an ephemeral needs one.
+    client
+        .create("/q", "", CreateOptions::default())
+        .await
+        .unwrap();
+    client.set("/q", "1", ANY_VERSION).await.unwrap();
+    client.delete("/q", ANY_VERSION).await.unwrap();
+    let err = client
+        .create("/x", "", ephemeral.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadArguments, "{err:?}");
+    assert!(err.message().contains("need a session"), "{err:?}");
+
+    // Once the session is closed, its client writes as one with no session, and an
+    // ephemeral create through it is told the session is gone.
+    session.close().await.unwrap();
+    assert!(stat_of(&client, "/e").await.is_none());
+    let created = mine
+        .create("/after", "", CreateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(created.stat.ephemeral_owner, 0);
+    let err = mine.create("/late", "", ephemeral).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::SessionExpired, "{err:?}");
+    other.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t73_a_sessions_writes_are_retried_through_a_stall_and_applied_once() {
+    let server = Server::start(ServerOptions {
+        session_ttl_ms: Some((100, 60_000)),
+        ..ServerOptions::default()
+    });
+    let client = Client::builder()
+        .endpoint(server.endpoint())
+        .call_timeout(Duration::from_millis(250))
+        .retry(RetryPolicy {
+            attempts_max: 0,
+            elapsed_max_ms: 30_000,
+            delay_initial_ms: 50,
+            delay_max_ms: 200,
+        })
+        .connect()
+        .await
+        .unwrap();
+    // A TTL far longer than the stall: the session outlives it.
+    let session = client.open_session(30_000).await.unwrap();
+    let mine = session.client().clone();
+    for path in ["/seq", "/multi", "/set", "/gone"] {
+        mine.create(path, "", CreateOptions::default())
+            .await
+            .unwrap();
+    }
+    server.signal("STOP");
+    // Each write is sent while the server is stopped; each attempt times out after
+    // 250 ms, and the next goes with the same session and request id.
+    let seq = CreateOptions::mode(CreateMode::PersistentSequential);
+    let w = mine.clone();
+    let create = tokio::spawn(async move { w.create("/seq/n-", "", seq).await });
+    let w = mine.clone();
+    let set = tokio::spawn(async move { w.set("/set", "1", ANY_VERSION).await });
+    let w = mine.clone();
+    let delete = tokio::spawn(async move { w.delete("/gone", ANY_VERSION).await });
+    let w = mine.clone();
+    let multi = tokio::spawn(async move {
+        let ops = vec![op::create(
+            "/multi/n-",
+            "",
+            CreateMode::PersistentSequential,
+        )];
+        w.multi(ops, &WriteOptions::default()).await
+    });
+    let w = mine.clone();
+    let ephemeral = CreateOptions::mode(CreateMode::Ephemeral);
+    let eph = tokio::spawn(async move { w.create("/eph", "", ephemeral).await });
+    // Several attempts' worth of stall (a call's deadline is 250 ms).
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    server.signal("CONT");
+    // No error reaches the writer...
+    let created = create.await.unwrap().unwrap();
+    let updated = set.await.unwrap().unwrap();
+    delete.await.unwrap().unwrap();
+    let multi = multi.await.unwrap().unwrap();
+    let eph = eph.await.unwrap().unwrap();
+    // ...and each write was applied once.
+    assert_eq!(names(&client, "/seq").await, [&created.path[5..]]);
+    assert_eq!(names(&client, "/multi").await.len(), 1, "{multi:?}");
+    assert_eq!(updated.stat.version, 1);
+    assert_eq!(stat_of(&client, "/set").await.unwrap().version, 1);
+    assert!(stat_of(&client, "/gone").await.is_none());
+    assert_eq!(eph.stat.ephemeral_owner, session.id());
+    session.close().await.unwrap();
 }
