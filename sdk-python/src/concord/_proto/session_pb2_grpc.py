@@ -91,10 +91,9 @@ class SessionServicer:
     def KeepAlive(self, request_iterator, context):
         """Keep sessions alive. Send a KeepAliveRequest per ping; each is answered with the
         session's granted and remaining TTL. Only the session's owner (or an admin) may
-        keep it alive: a ping for another identity's session ends the stream with
-        PERMISSION_DENIED and changes nothing. A ping for a session that no longer exists
-        (as of the ping's `min_zxid`) is answered with `expired` set, and the stream
-        stays open. A server that has not applied the ping's `min_zxid` yet answers once
+        keep it alive. A ping for a session that no longer exists (as of the ping's
+        `min_zxid`), was never issued, or is another identity's is answered with
+        `expired` set (and renews nothing), and the stream stays open. A server that has not applied the ping's `min_zxid` yet answers once
         it has; if it cannot within 10 s, the stream ends with TIMEOUT and the client
         should try another server. A server that no leader hears (cut off from the
         ensemble, or while an election runs) holds its answers until one does: its
@@ -109,15 +108,16 @@ class SessionServicer:
 
     def Close(self, request, context):
         """Close a session now, deleting its ephemeral nodes. Only its owner (or an admin)
-        may. Errors: SESSION_EXPIRED, PERMISSION_DENIED.
+        may. Errors: SESSION_EXPIRED (gone, never issued, or another identity's: one
+        answer for all three).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Get(self, request, context):
-        """Describe one session. Errors: SESSION_EXPIRED, PERMISSION_DENIED (a session of an
-        identity outside the caller's team).
+        """Describe one session. Errors: SESSION_EXPIRED (gone, or of an identity outside
+        the caller's team: one answer for both).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
