@@ -233,6 +233,12 @@ impl Client {
         self.writer.session_id()
     }
 
+    /// True on a session's client once its session has ended (or its handle is
+    /// gone): what the session held is gone with it, or soon will be.
+    pub(crate) fn session_ended(&self) -> bool {
+        self.writer.session_ended()
+    }
+
     /// The newest zxid an answer to this client reflected; reads ask for at least it.
     pub fn last_seen_zxid(&self) -> u64 {
         self.seen.load(Ordering::Acquire)

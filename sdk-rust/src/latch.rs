@@ -21,6 +21,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -292,6 +293,9 @@ pub struct LeaderLatch {
     task: Mutex<Option<JoinHandle<()>>>,
     /// This latch's participant id, held from start to close.
     claim: Mutex<Option<Claim>>,
+    /// Set by the first `close` (the state alone cannot tell: a latch whose session
+    /// ended is `Closed` too, and closing it is no error).
+    closed: AtomicBool,
 }
 
 impl LeaderLatch {
@@ -321,6 +325,7 @@ impl LeaderLatch {
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
             claim: Mutex::new(None),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -427,13 +432,15 @@ impl LeaderLatch {
     /// `NotifyLeader` listeners hear `NotLeader` if it was leading. The state is
     /// `Closed` even if the resign fails (the candidacy then ends with the session);
     /// the error says why. A Campaign the stop dropped in flight is sent again with
-    /// a 1 ms timeout and resigned if it leads, before this returns. Errors:
-    /// BAD_STATE if already closed.
+    /// a 1 ms timeout and resigned if it leads, before this returns. A latch whose
+    /// session has ended (it is `Closed` already, or about to be) closes quietly:
+    /// its candidacy went with the session, so nothing is resigned. Errors:
+    /// BAD_STATE if `close` was called before.
     pub async fn close(&self, mode: CloseMode) -> Result<(), Error> {
-        let was = self.state();
-        if was == LatchState::Closed {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Err(Error::client(ErrorCode::BadState, "the latch is closed"));
         }
+        let was = self.state();
         lock(&self.states).take();
         let task = lock(&self.task).take();
         if let Some(task) = task {
@@ -447,10 +454,14 @@ impl LeaderLatch {
         self.shared
             .status
             .send_modify(|s| s.state = LatchState::Closed);
-        if was == LatchState::Latent {
+        if was == LatchState::Latent || self.shared.client.session_ended() {
             return Ok(());
         }
-        self.shared.resign_all().await
+        match self.shared.resign_all().await {
+            // The session ended meanwhile, and the candidacy with it.
+            Err(e) if e.code() == ErrorCode::SessionExpired => Ok(()),
+            other => other,
+        }
     }
 }
 

@@ -129,6 +129,9 @@ pub struct LeaderSelector {
     task: Mutex<Option<JoinHandle<()>>>,
     /// This selector's participant id, held from start to close.
     claim: Mutex<Option<Claim>>,
+    /// Set by the first `close` (the state alone cannot tell: a selector whose
+    /// session ended is `Closed` too, and closing it is no error).
+    closed: AtomicBool,
 }
 
 impl LeaderSelector {
@@ -166,6 +169,7 @@ impl LeaderSelector {
             states: Mutex::new(Some((session.state(), session.listen()))),
             task: Mutex::new(None),
             claim: Mutex::new(None),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -248,12 +252,14 @@ impl LeaderSelector {
     /// candidacy resigned. The state is `Closed` even if the resign fails (the
     /// candidacy then ends with the session). A Campaign the stop dropped in flight
     /// is sent again with a 1 ms timeout and resigned if it leads, before this
-    /// returns. Errors: BAD_STATE if already closed.
+    /// returns. A selector whose session has ended (it is `Closed` already, or about
+    /// to be) closes quietly: its candidacy went with the session, so nothing is
+    /// resigned. Errors: BAD_STATE if `close` was called before.
     pub async fn close(&self) -> Result<(), Error> {
-        let was = self.state();
-        if was == LatchState::Closed {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Err(Error::client(ErrorCode::BadState, "the selector is closed"));
         }
+        let was = self.state();
         lock(&self.states).take();
         let task = lock(&self.task).take();
         if let Some(task) = task {
@@ -265,10 +271,15 @@ impl LeaderSelector {
         self.shared.reclaims.wait().await;
         self.shared.leading.send_replace(None);
         self.shared.state.send_replace(LatchState::Closed);
-        if was == LatchState::Latent {
+        if was == LatchState::Latent || self.shared.client.session_ended() {
+            lock(&self.claim).take();
             return Ok(());
         }
-        let resigned = self.shared.resign_all().await;
+        let resigned = match self.shared.resign_all().await {
+            // The session ended meanwhile, and the candidacy with it.
+            Err(e) if e.code() == ErrorCode::SessionExpired => Ok(()),
+            other => other,
+        };
         lock(&self.claim).take();
         resigned
     }

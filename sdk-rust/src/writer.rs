@@ -67,6 +67,12 @@ impl Writer {
         self.session.as_ref().map(|b| b.id)
     }
 
+    /// Whether the client is a session's whose session has ended (or whose handle
+    /// is gone).
+    pub(crate) fn session_ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|b| !b.lives())
+    }
+
     /// The `(session_id, request_id)` a write goes with, from those its options give
     /// (0: not given). An `ephemeral` write takes the client's session even once it
     /// has ended, so that the server refuses it with SESSION_EXPIRED; any other
@@ -132,6 +138,7 @@ mod tests {
         let (state, receiver) = watch::channel(ConnectionState::Connected);
         let writer = Writer::default().bound_to(5, receiver);
         assert_eq!(writer.session_id(), Some(5));
+        assert!(!writer.session_ended() && !Writer::default().session_ended());
         let (s, r) = writer.stamp(0, 0, false);
         assert_eq!(s, 5);
         assert_ne!(r, 0);
@@ -140,6 +147,7 @@ mod tests {
         state.send_replace(ConnectionState::Suspended);
         assert_eq!(writer.stamp(0, 0, false).0, 5, "suspended: it may live");
         state.send_replace(ConnectionState::Lost);
+        assert!(writer.session_ended());
         assert_eq!(writer.stamp(0, 0, false), (0, 0));
         assert_eq!(writer.stamp(0, 0, true).0, 5, "told SESSION_EXPIRED");
         let (gone, receiver) = watch::channel(ConnectionState::Connected);

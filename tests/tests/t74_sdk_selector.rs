@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use concord::{Client, ConnectionState, LatchState, LeaderSelector, Leadership, Session};
+use concord::{
+    Client, ConnectionState, ErrorCode, LatchState, LeaderSelector, Leadership, Session,
+};
 use concord_tests::{eventually, Server, ServerOptions};
 use tokio::sync::{mpsc, watch};
 
@@ -215,6 +217,119 @@ async fn t74_the_closure_is_cancelled_on_suspended_and_on_lost() {
             .unwrap_or(None)
             .is_none(),
         "the closure ran after Lost"
+    );
+}
+
+/// A selector whose session is gone closes quietly, whether the selector had
+/// already ended (the session closed under it) or the server cannot be reached at
+/// all (a stall longer than the TTL: the session is lost on the client's clock, and
+/// nothing is sent); closing it twice is BAD_STATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t74_close_after_the_session_is_lost_succeeds_quietly() {
+    let server = Server::start(ServerOptions::default());
+    let client = server.sdk().await;
+    let session = client.open_session(1_000).await.unwrap();
+    let (selector, mut rx) = endless(&session, "gone");
+    selector.start().unwrap();
+    assert!(matches!(seen(&mut rx, WAIT).await, Seen::Started(_)));
+    client.close_session(session.id()).await.unwrap();
+    cancelled_and_dropped(&mut rx, WAIT).await;
+    eventually("the selector to end", WAIT, || async {
+        (selector.state() == LatchState::Closed).then_some(())
+    })
+    .await;
+    selector.close().await.unwrap();
+    let err = selector.close().await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::BadState, "{err:?}");
+
+    // Lost while the server is stopped: close sends nothing (a resign would time
+    // out on the stopped server) and succeeds.
+    let session = client.open_session(1_000).await.unwrap();
+    let (selector, mut rx) = endless(&session, "stalled");
+    selector.start().unwrap();
+    assert!(matches!(seen(&mut rx, WAIT).await, Seen::Started(_)));
+    server.signal("STOP");
+    let lost = tokio::time::timeout(WAIT, session.ended()).await;
+    let closed = selector.close().await;
+    server.signal("CONT");
+    assert_eq!(lost.unwrap(), ConnectionState::Lost);
+    closed.unwrap();
+    assert_eq!(selector.state(), LatchState::Closed);
+}
+
+/// When one closure of a participant ran: from its start to its return or drop.
+#[derive(Default)]
+struct Spans(Mutex<Vec<(&'static str, Instant, Option<Instant>)>>);
+
+/// Records the end of the span it was made for when the closure's future goes.
+struct SpanEnd(Arc<Spans>, usize);
+
+impl Drop for SpanEnd {
+    fn drop(&mut self) {
+        self.0 .0.lock().unwrap()[self.1].2 = Some(Instant::now());
+    }
+}
+
+/// A selector that leads until cancelled, recording each leadership's span.
+fn recorded(session: &Session, who: &'static str, spans: &Arc<Spans>) -> LeaderSelector {
+    let spans = spans.clone();
+    LeaderSelector::new(session, "spans", who, move |lead: Leadership| {
+        let spans = spans.clone();
+        async move {
+            let index = {
+                let mut all = spans.0.lock().unwrap();
+                all.push((who, Instant::now(), None));
+                all.len() - 1
+            };
+            let _end = SpanEnd(spans, index);
+            // Work that ends only when told to (Curator's interruption), then goes
+            // on a little: were it left to run after the resign (the Python SDK's
+            // gap), b would start while it runs.
+            lead.cancelled().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+}
+
+/// Curator keeps leadership until takeLeadership has exited: the next participant's
+/// closure must not start while a closed one still runs. close() drops the closure's
+/// future (its end) before it resigns, so their spans never overlap. (This passed
+/// before issue 46 too: the Rust selector never had the Python SDK's gap.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t74_a_closed_selectors_closure_has_ended_before_the_next_one_starts() {
+    let server = Server::start(ServerOptions::default());
+    let client = server.sdk().await;
+    let spans = Arc::new(Spans::default());
+    let (one, two) = (
+        client.open_session(1_000).await.unwrap(),
+        client.open_session(1_000).await.unwrap(),
+    );
+    let a = recorded(&one, "a", &spans);
+    a.start().unwrap();
+    eventually("a to lead", WAIT, || async {
+        a.has_leadership().then_some(())
+    })
+    .await;
+    let b = recorded(&two, "b", &spans);
+    b.start().unwrap();
+    eventually("b in line", WAIT, || async {
+        (line(&client, "spans").await.len() == 2).then_some(())
+    })
+    .await;
+    a.close().await.unwrap();
+    eventually("b to lead", WAIT, || async {
+        (spans.0.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    b.close().await.unwrap();
+    let all = spans.0.lock().unwrap().clone();
+    let (a_span, b_span) = (all[0], all[1]);
+    assert_eq!((a_span.0, b_span.0), ("a", "b"));
+    let a_end = a_span.2.expect("a's closure ended");
+    assert!(
+        a_end <= b_span.1,
+        "b started {:?} before a's closure ended",
+        a_end - b_span.1
     );
 }
 
