@@ -20,8 +20,8 @@ use super::error::{bad_arguments, error};
 use super::owner::{check_session, may_see, may_use_session, no_session};
 use super::ready_for_read;
 use crate::replica::Replica;
-use crate::security::{Caller, Security};
-use crate::tree::{TxnResult, SESSION_OWNER_BYTES_MAX};
+use crate::security::{self, Caller, Security};
+use crate::tree::{DataTree, TxnResult, SESSION_OWNER_BYTES_MAX};
 use crate::txn::{CloseReason, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
@@ -295,6 +295,17 @@ pub(super) async fn answer_ping(
     caller: &Caller,
     ping: &pb::KeepAliveRequest,
 ) -> Result<pb::KeepAliveResponse, Status> {
+    // Heard as it arrives: the answer may wait (for the ping's zxid, for a leader, or
+    // for the core's word after this server stalled), and the session must not run
+    // out meanwhile for the server's wait. Only a session applied here and the
+    // caller's is touched now; the answer below decides about the others.
+    let yours = |t: &DataTree| {
+        t.session(ping.session_id)
+            .is_some_and(|s| security::may_use(caller, &s.owner))
+    };
+    if replica.read(yours) {
+        replica.keep_alive(ping.session_id);
+    }
     ready_for_read(replica, ping.min_zxid, false).await?;
     let usable = caller.is_admin() || may_use_session(replica, caller, ping.session_id).await?;
     tokio::select! {

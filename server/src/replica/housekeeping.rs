@@ -36,6 +36,7 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
     let reaping: Arc<Mutex<HashSet<String>>> = Arc::default();
     // The expiry task, while it runs (one at a time).
     let mut expiring: Option<JoinHandle<()>> = None;
+    let mut last_tick_ms = None;
     loop {
         interval.tick().await;
         let Some(shared) = shared.upgrade() else {
@@ -45,6 +46,14 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
             return;
         }
         let replica = Replica { shared };
+        let now = replica.now_ms();
+        if let Some(stalled_ms) = stall_ms(last_tick_ms.replace(now), now, tick_ms) {
+            tracing::info!(
+                stalled_ms,
+                "the server did not run; session deadlines postponed"
+            );
+            replica.shared.lock_sessions().postpone_all(stalled_ms);
+        }
         // Only the leader expires sessions and reaps nodes.
         if replica.is_leader() {
             if expiring.as_ref().is_none_or(JoinHandle::is_finished) {
@@ -55,6 +64,15 @@ pub(super) async fn ticker(shared: Weak<Shared>, tick_ms: u64) {
             report_touched(&replica).await;
         }
     }
+}
+
+/// How long the server did not run between two ticks at `last` and `now` (ms), if
+/// longer than one more tick: a session is not charged for the time its server
+/// could not hear it (ZooKeeper's promise: a session lives while its client is heard
+/// within the timeout), so a stall shorter than the TTL expires nothing by itself.
+fn stall_ms(last: Option<u64>, now: u64, tick_ms: u64) -> Option<u64> {
+    let late = now.saturating_sub(last?).saturating_sub(tick_ms);
+    (late > tick_ms).then_some(late)
 }
 
 /// Tells the leader which sessions were kept alive here since the last report; on
@@ -309,8 +327,27 @@ mod tests {
 
     use tokio::sync::mpsc;
 
+    use super::stall_ms;
     use crate::config::Config;
     use crate::replica::Replica;
+
+    #[test]
+    fn a_stall_is_what_a_tick_came_late_by_past_one_more_tick() {
+        assert_eq!(stall_ms(None, 5_000, 50), None);
+        assert_eq!(stall_ms(Some(1_000), 1_050, 50), None);
+        assert_eq!(
+            stall_ms(Some(1_000), 1_100, 50),
+            None,
+            "a tick late by a tick"
+        );
+        assert_eq!(stall_ms(Some(1_000), 1_101, 50), Some(51));
+        assert_eq!(stall_ms(Some(1_000), 3_550, 50), Some(2_500));
+        assert_eq!(
+            stall_ms(Some(1_000), 900, 50),
+            None,
+            "a clock read out of order"
+        );
+    }
 
     /// A tree that cannot be encoded whole is not saved (an empty or partial snapshot
     /// would lose state at the next restart), and the server stops naming it.

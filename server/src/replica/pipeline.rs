@@ -224,10 +224,13 @@ impl Shell {
         self.publish_contact(status);
     }
 
-    /// Publishes this server's contact with a leader, from the core's `status`.
+    /// Publishes this server's contact with a leader, from the core's `status`. An
+    /// ensemble of one takes its core's word after a gap too: no other server can
+    /// have been elected meanwhile.
     fn publish_contact(&self, status: &Status) {
         let now = self.shared.now_ms();
-        let trusted = self.gaps.trusted(now, self.shared.sync_limit_ms);
+        let alone = self.peers.is_none();
+        let trusted = alone || self.gaps.trusted(now, self.shared.sync_limit_ms);
         self.shared.contact.send_if_modified(|contact| {
             let next = Contact::after(*contact, status, trusted, now);
             std::mem::replace(contact, next) != next

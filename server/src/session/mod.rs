@@ -77,6 +77,20 @@ impl SessionTracker {
         }
     }
 
+    /// Every deadline moves `by_ms` later: this server did not run for that long (a
+    /// SIGSTOP, a frozen VM, a starved process), so it heard no keep-alive then, and
+    /// a session whose client kept trying must not expire for the server's silence.
+    pub fn postpone_all(&mut self, by_ms: u64) {
+        if by_ms == 0 {
+            return;
+        }
+        self.by_deadline.clear();
+        for (&id, t) in &mut self.sessions {
+            t.deadline_ms = t.deadline_ms.saturating_add(by_ms);
+            self.by_deadline.insert((t.deadline_ms, id));
+        }
+    }
+
     /// Milliseconds left before the session's deadline (0 once passed).
     pub fn remaining_ms(&self, session_id: u64, now_ms: u64) -> Option<u64> {
         let t = self.sessions.get(&session_id)?;
@@ -160,6 +174,18 @@ mod tests {
         assert_eq!(t.take_expired(2300), vec![2], "closing marks are cleared");
         assert_eq!(t.remaining_ms(1, 2000), Some(1000));
         assert_eq!(t.take_expired(3000), vec![1]);
+    }
+
+    #[test]
+    fn postpone_all_moves_every_deadline() {
+        let mut t = SessionTracker::new();
+        t.add(1, 1000, 0);
+        t.add(2, 300, 0);
+        t.postpone_all(500);
+        assert!(t.take_expired(799).is_empty());
+        assert_eq!(t.take_expired(800), vec![2]);
+        assert_eq!(t.remaining_ms(1, 800), Some(700));
+        assert_eq!(t.take_expired(1500), vec![1]);
     }
 
     #[test]
