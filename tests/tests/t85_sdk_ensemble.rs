@@ -1,7 +1,8 @@
 //! The Rust SDK against a 3-server ensemble, given every server's address: calls are
 //! spread over the servers, reads never go back in time, a session outlives the
 //! server its keep-alives went to, clients leave a server cut off from its leader,
-//! and a write a follower refuses goes to the leader that follower names.
+//! a write a follower refuses goes to the leader that follower names, and a
+//! session's writes go through the leader's death once each.
 
 #![allow(clippy::unwrap_used)]
 
@@ -329,4 +330,107 @@ where
         }
     }
     panic!("still failing after 50 tries");
+}
+
+/// What the writers of the failover test share.
+#[derive(Default)]
+struct Writes {
+    /// Values whose create was answered.
+    acked: std::sync::Mutex<Vec<u64>>,
+    /// Errors that reached a writer.
+    errors: std::sync::Mutex<Vec<concord::Error>>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// Writes through a session's client (`Session::client`) carry the session and a
+/// fresh request id by default, so the client's retry policy retries one whose
+/// outcome the leader's death left unknown, and the server applies it once: four
+/// writers of sequential nodes through a kill -9 of the leader see no error, and
+/// every value is in exactly one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t85_a_sessions_writes_go_through_the_leaders_death_once_each() {
+    let mut ensemble = Ensemble::start(
+        3,
+        ServerOptions {
+            session_ttl_ms: Some((100, 20_000)),
+            ..ServerOptions::default()
+        },
+    );
+    let leader = ensemble.leader(LEADER_WAIT).await;
+    let client = Client::builder()
+        .endpoints(ensemble.servers.iter().map(|s| s.endpoint()))
+        .call_timeout(Duration::from_secs(1))
+        .retry(RetryPolicy {
+            attempts_max: 0,
+            elapsed_max_ms: 30_000,
+            delay_initial_ms: 50,
+            delay_max_ms: 500,
+        })
+        .connect()
+        .await
+        .unwrap();
+    let session = client.open_session(10_000).await.unwrap();
+    let mine = session.client().clone();
+    mine.create("/w", "", CreateOptions::default())
+        .await
+        .unwrap();
+    let writes = std::sync::Arc::new(Writes::default());
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut writers = Vec::new();
+    for _ in 0..4 {
+        let (mine, writes, next) = (mine.clone(), writes.clone(), next.clone());
+        writers.push(tokio::spawn(async move {
+            let sequential = CreateOptions::mode(CreateMode::PersistentSequential);
+            while !writes.stop.load(Ordering::SeqCst) {
+                let value = next.fetch_add(1, Ordering::SeqCst);
+                match mine
+                    .create("/w/n-", value.to_string(), sequential.clone())
+                    .await
+                {
+                    Ok(_) => writes.acked.lock().unwrap().push(value),
+                    Err(e) => writes.errors.lock().unwrap().push(e),
+                }
+            }
+        }));
+    }
+    let acked = |n: usize| {
+        let writes = writes.clone();
+        move || {
+            let writes = writes.clone();
+            async move { (writes.acked.lock().unwrap().len() >= n).then_some(()) }
+        }
+    };
+    eventually("writes before the kill", LEADER_WAIT, acked(100)).await;
+    ensemble.servers[leader].kill9();
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    ensemble.leader_among(&survivors, LEADER_WAIT).await;
+    let so_far = writes.acked.lock().unwrap().len();
+    eventually("writes after the kill", LEADER_WAIT, acked(so_far + 100)).await;
+    writes.stop.store(true, Ordering::SeqCst);
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let errors = writes.errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "errors reached the writers: {errors:?}");
+    // Every value acknowledged is in exactly one node, and no node holds a value
+    // twice.
+    let listed = mine.children_all("/w", &Default::default()).await.unwrap();
+    let mut values = Vec::new();
+    for child in &listed.children {
+        let node = mine
+            .get(&format!("/w/{}", child.name), ReadOptions::default())
+            .await
+            .unwrap();
+        values.push(
+            String::from_utf8(node.data)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap(),
+        );
+    }
+    values.sort_unstable();
+    let mut acked = writes.acked.lock().unwrap().clone();
+    acked.sort_unstable();
+    assert_eq!(values, acked, "a write applied twice, or not at all");
+    session.close().await.unwrap();
 }
