@@ -7,6 +7,10 @@
 #   scripts/ensemble.sh status      # each server's role, leader and zxid
 #   scripts/ensemble.sh members     # Cluster/Members as the leader sees it
 #   scripts/ensemble.sh stop        # SIGTERM to every server it started, then waits
+#   scripts/ensemble.sh stop I      # server I alone (a rolling restart's first half)
+#   scripts/ensemble.sh restart I   # server I stopped and started again with its own
+#                                   # config and flags; returns once it follows a
+#                                   # leader (or leads) again
 #
 # With --tls, certificates come from `concord certs ENSEMBLE_DIR/certs --members N`
 # (made once, kept): a development CA, each member's server and peer certificate
@@ -105,6 +109,15 @@ tls_help() {
   echo "  grpcurl -cacert $ca -cert $cert -key $key 127.0.0.1:$(client_port 1) concord.v1.Cluster/Status"
 }
 
+# Starts server $1 from its config in $dir (over TLS when the ensemble runs it),
+# appending to its log.
+launch() {
+  local flags=()
+  if is_tls; then tls_flags "$1"; fi
+  "$bin/concord" --config "$dir/concord-$1.toml" "${flags[@]}" >>"$dir/server-$1.out" 2>>"$dir/server-$1.log" &
+  echo $! >"$dir/server-$1.pid"
+}
+
 start() {
   local n=3 tls=false observers=0 voters
   while (($#)); do
@@ -154,10 +167,9 @@ data_dir = "$dir/data-$i"
 ${TICK_MS:+tick_ms = $TICK_MS}
 $members
 EOF
-    local flags=()
-    if $tls; then tls_flags "$i"; fi
-    "$bin/concord" --config "$dir/concord-$i.toml" "${flags[@]}" >"$dir/server-$i.out" 2>"$dir/server-$i.log" &
-    echo $! >"$dir/server-$i.pid"
+    : >"$dir/server-$i.out"
+    : >"$dir/server-$i.log"
+    launch "$i"
   done
   # Wait (bounded) until every server answers and one reports that it leads an
   # established epoch, so a server that could not start (its port taken, say) fails
@@ -201,27 +213,69 @@ members() {
   ctl 1 members
 }
 
+# Stops the server whose pid file is $1: SIGTERM, then SIGKILL after 10 s.
+stop_pidfile() {
+  local pid
+  pid=$(cat "$1")
+  kill -TERM "$pid" 2>/dev/null || true
+  # A server drains for up to a few seconds; then it is killed.
+  for _ in $(seq 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$1"
+}
+
+# Server $1's number, checked against the configs in $dir.
+member() {
+  [[ $1 =~ ^[0-9]+$ && -e $dir/concord-$1.toml ]] ||
+    die "no server '$1' in $dir (the configs there: $(cd "$dir" 2>/dev/null && echo concord-*.toml))"
+}
+
 stop() {
-  local pidfile pid
+  local pidfile
+  if (($#)); then
+    member "$1"
+    [[ -e $dir/server-$1.pid ]] || die "server $1 is not running"
+    stop_pidfile "$dir/server-$1.pid"
+    return 0
+  fi
   for pidfile in "$dir"/server-*.pid; do
     [[ -e $pidfile ]] || continue
-    pid=$(cat "$pidfile")
-    kill -TERM "$pid" 2>/dev/null || true
-    # A server drains for up to a few seconds; then it is killed.
-    for _ in $(seq 100); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-    rm -f "$pidfile"
+    stop_pidfile "$pidfile"
   done
   rm -f "$dir/tls"
+}
+
+# Stops server $1 (if it runs) and starts it again; waits (bounded) until it has
+# rejoined: it answers and leads, or follows or observes a leader.
+restart() {
+  (($#)) || die "restart needs a server number"
+  member "$1"
+  binaries
+  if [[ -e $dir/server-$1.pid ]]; then stop_pidfile "$dir/server-$1.pid"; fi
+  launch "$1"
+  local deadline=$((SECONDS + 30)) out
+  while ((SECONDS < deadline)); do
+    kill -0 "$(cat "$dir/server-$1.pid")" 2>/dev/null ||
+      die "server $1 exited (see $dir/server-$1.log)"
+    if out=$(ctl "$1" status 2>/dev/null) &&
+      grep -E "^role = (LEADER|FOLLOWER|OBSERVER)$" >/dev/null <<<"$out" &&
+      ! grep "^leader_id = 0$" >/dev/null <<<"$out"; then
+      echo "server $1 restarted: $(grep "^role = " <<<"$out")"
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "server $1 did not rejoin within 30 s; see $dir/server-$1.log"
 }
 
 case ${1:-} in
   start) shift; start "$@" ;;
   status) status ;;
   members) members ;;
-  stop) stop ;;
-  *) die "usage: $0 start [--tls] [--observers M] [N] | status | members | stop" ;;
+  stop) shift; stop "$@" ;;
+  restart) shift; restart "$@" ;;
+  *) die "usage: $0 start [--tls] [--observers M] [N] | status | members | stop [I] | restart I" ;;
 esac
