@@ -66,6 +66,36 @@ impl Address {
     }
 }
 
+impl Address {
+    /// This address as a client can dial it: an IP on every interface (0.0.0.0 or
+    /// [::]) is what a server binds, not where anyone reaches it, so it takes the
+    /// host of `peer` (the same server's peer address, which the other servers
+    /// dial), or loopback when that too binds every interface (a server alone).
+    pub fn dialable(&self, peer: &Address) -> Address {
+        let Address::Ip(a) = self else {
+            return self.clone();
+        };
+        if !a.ip().is_unspecified() {
+            return self.clone();
+        }
+        let port = a.port();
+        match peer {
+            Address::Ip(p) if !p.ip().is_unspecified() => {
+                Address::Ip(SocketAddr::new(p.ip(), port))
+            }
+            Address::Name { host, .. } => Address::Name {
+                host: host.clone(),
+                port,
+            },
+            Address::Ip(_) if a.is_ipv6() => Address::Ip(SocketAddr::new(
+                IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+                port,
+            )),
+            Address::Ip(_) => Address::Ip(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port)),
+        }
+    }
+}
+
 impl From<SocketAddr> for Address {
     fn from(a: SocketAddr) -> Address {
         Address::Ip(a)

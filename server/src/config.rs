@@ -629,18 +629,28 @@ impl Config {
         Ok(())
     }
 
-    /// The ensemble: `members`, or this server alone as a voter when none are listed.
+    /// The ensemble: `members`, or this server alone as a voter when none are listed;
+    /// each member's client address as clients dial it (`Address::dialable`: not
+    /// 0.0.0.0), as `Cluster.Members` and NOT_LEADER hints show it.
     pub fn ensemble(&self) -> Vec<Member> {
-        if !self.members.is_empty() {
-            return self.members.clone();
-        }
-        vec![Member {
-            id: self.server_id,
-            client_addr: self.client_addr.into(),
-            peer_addr: self.peer_addr.into(),
-            role: Role::Voter,
-            peer_identity: None,
-        }]
+        let members = if self.members.is_empty() {
+            vec![Member {
+                id: self.server_id,
+                client_addr: self.client_addr.into(),
+                peer_addr: self.peer_addr.into(),
+                role: Role::Voter,
+                peer_identity: None,
+            }]
+        } else {
+            self.members.clone()
+        };
+        members
+            .into_iter()
+            .map(|m| Member {
+                client_addr: m.client_addr.dialable(&m.peer_addr),
+                ..m
+            })
+            .collect()
     }
 
     /// Ids unique and non-zero, this server listed with addresses it binds (the
@@ -1188,6 +1198,37 @@ role = "voter"
         assert!(by_ip.validate().is_err());
         let bad = BY_NAME.replace("concord-0.concord-peers", "http://concord-0");
         assert!(toml::from_str::<Config>(&bad).is_err());
+    }
+
+    /// A member listed (or a server alone) on every interface is shown where a client
+    /// reaches it: its peer address's host, or loopback.
+    #[test]
+    fn the_ensemble_shows_client_addresses_a_client_can_dial() {
+        let mut c = three();
+        c.insecure = true;
+        c.members[0].client_addr = "0.0.0.0:7181".parse().unwrap();
+        c.members[0].peer_addr = "10.1.2.3:7182".parse().unwrap();
+        c.members[1].client_addr = "[::]:7191".parse().unwrap();
+        c.members[1].peer_addr = "concord-1.peers:7192".parse().unwrap();
+        let e = c.ensemble();
+        assert_eq!(e[0].client_addr.to_string(), "10.1.2.3:7181");
+        assert_eq!(e[1].client_addr.to_string(), "concord-1.peers:7191");
+        assert_eq!(e[2].client_addr, c.members[2].client_addr);
+        let alone = Config {
+            client_addr: "0.0.0.0:7181".parse().unwrap(),
+            peer_addr: "0.0.0.0:7182".parse().unwrap(),
+            ..Config::default()
+        };
+        assert_eq!(
+            alone.ensemble()[0].client_addr.to_string(),
+            "127.0.0.1:7181"
+        );
+        let v6 = Config {
+            client_addr: "[::]:7181".parse().unwrap(),
+            peer_addr: "[::]:7182".parse().unwrap(),
+            ..Config::default()
+        };
+        assert_eq!(v6.ensemble()[0].client_addr.to_string(), "[::1]:7181");
     }
 
     #[test]
