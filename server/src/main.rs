@@ -188,8 +188,9 @@ enum Command {
     /// Write a development CA and certificates for an ensemble and its clients.
     ///
     /// Into DIR: ca.pem, ca-key.pem; per member N server-N.pem/-key.pem (client port,
-    /// SANs 127.0.0.1, ::1, localhost) and peer-N.pem/-key.pem (DNS SAN
-    /// concord-peer-N); per client NAME.pem/-key.pem (CN = NAME). Keys are 0600.
+    /// SANs 127.0.0.1, ::1, localhost and every --dns and --ip) and peer-N.pem/-key.pem
+    /// (DNS SAN concord-peer-N); per client NAME.pem/-key.pem (CN = NAME). Keys are
+    /// 0600. A bad name or address: exit status 2, nothing written.
     Certs(CertsArgs),
     /// Make a new data folder from a backup file (`concordctl snapshot save`).
     ///
@@ -245,6 +246,19 @@ struct CertsArgs {
     /// Overwrite existing files.
     #[arg(long)]
     force: bool,
+    /// A DNS name every member's client-port certificate also carries (a host, a
+    /// pod, a Service; `*.` for a wildcard); repeat or separate with commas.
+    #[arg(long, value_name = "NAME", value_delimiter = ',', value_parser = dns_name)]
+    dns: Vec<String>,
+    /// An IP address every member's client-port certificate also carries; repeat or
+    /// separate with commas.
+    #[arg(long, value_name = "ADDR", value_delimiter = ',')]
+    ip: Vec<std::net::IpAddr>,
+}
+
+/// `--dns`: a name a certificate can carry.
+fn dns_name(name: &str) -> Result<String, String> {
+    concord_server::security::certs::check_dns_name(name).map_err(|e| e.to_string())
 }
 
 /// `concord certs`: writes the files and lists them.
@@ -253,6 +267,8 @@ fn certs(args: &CertsArgs) -> ExitCode {
         members: args.members,
         clients: args.clients.clone(),
         force: args.force,
+        dns: args.dns.clone(),
+        ips: args.ip.clone(),
     };
     match concord_server::security::certs::write(&args.dir, &plan) {
         Ok(files) => {

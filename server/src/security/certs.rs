@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!   DIR/ca.pem, ca-key.pem                      the CA (signs everything below)
-//!   DIR/server-N.pem, server-N-key.pem          member N's client port: SANs 127.0.0.1, ::1, localhost
+//!   DIR/server-N.pem, server-N-key.pem          member N's client port: SANs 127.0.0.1, ::1, localhost,
+//!                                               and every name of `--dns` and `--ip`
 //!   DIR/peer-N.pem, peer-N-key.pem              member N's peer links: DNS SAN concord-peer-N
 //!                                               (security::peers::default_identity), IP SAN 127.0.0.1;
 //!                                               serverAuth + clientAuth
@@ -40,6 +41,8 @@ pub enum CertsError {
     Exists(PathBuf),
     #[error("bad client name {0:?}: use letters, digits, '-', '_' and '.'")]
     BadName(String),
+    #[error("bad DNS name {0:?}: {1}")]
+    BadDnsName(String, &'static str),
 }
 
 /// The common name of the development CA.
@@ -190,6 +193,43 @@ impl Ca {
     }
 }
 
+/// Checks a DNS name for a certificate's SAN: labels of ASCII letters, digits and
+/// '-' (not first or last), 1 to 63 bytes each, 253 in all, at least one letter or
+/// '-' somewhere (an IP address goes in an IP SAN), and optionally `*.` first (a
+/// wildcard for one label, with at least two labels after it). Returns it in lower
+/// case.
+pub fn check_dns_name(name: &str) -> Result<String, CertsError> {
+    let bad = |why| Err(CertsError::BadDnsName(name.to_owned(), why));
+    if name.is_empty() || name.len() > 253 {
+        return bad("must be 1 to 253 characters long");
+    }
+    if name.parse::<IpAddr>().is_ok() {
+        return bad("an IP address: pass it with --ip");
+    }
+    let rest = match name.strip_prefix("*.") {
+        Some(rest) if rest.split('.').count() < 2 => {
+            return bad("a wildcard needs at least two labels after it (*.example.com)");
+        }
+        Some(rest) => rest,
+        None => name,
+    };
+    for label in rest.split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return bad("every label between dots must be 1 to 63 characters long");
+        }
+        if !label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return bad("use letters, digits and '-' (and '*.' first for a wildcard)");
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return bad("a label cannot start or end with '-'");
+        }
+    }
+    if rest.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return bad("all digits: not a DNS name");
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
 /// Member `id`'s client-port certificate: loopback names.
 pub fn server_leaf(id: u64) -> Leaf {
     Leaf {
@@ -236,6 +276,12 @@ pub struct Plan {
     pub clients: Vec<String>,
     /// Overwrite existing files.
     pub force: bool,
+    /// DNS names every member's client-port certificate carries besides
+    /// `localhost` (real hosts, pods, a Service; `*.` wildcards allowed).
+    pub dns: Vec<String>,
+    /// IP addresses every member's client-port certificate carries besides
+    /// 127.0.0.1 and ::1.
+    pub ips: Vec<IpAddr>,
 }
 
 /// One file to write.
@@ -257,6 +303,10 @@ pub fn write(dir: &Path, plan: &Plan) -> Result<Vec<PathBuf>, CertsError> {
         if !ok || name == "ca" || name.starts_with("server-") || name.starts_with("peer-") {
             return Err(CertsError::BadName(name.clone()));
         }
+    }
+    let mut server_dns = Vec::new();
+    for name in &plan.dns {
+        server_dns.push(check_dns_name(name)?);
     }
     let ca = Ca::generate()?;
     let mut outs = Vec::new();
@@ -280,7 +330,18 @@ pub fn write(dir: &Path, plan: &Plan) -> Result<Vec<PathBuf>, CertsError> {
         },
     );
     for id in 1..=plan.members {
-        add(format!("server-{id}"), ca.issue(&server_leaf(id))?);
+        let mut leaf = server_leaf(id);
+        for name in &server_dns {
+            if !leaf.dns.contains(name) {
+                leaf.dns.push(name.clone());
+            }
+        }
+        for ip in &plan.ips {
+            if !leaf.ips.contains(ip) {
+                leaf.ips.push(*ip);
+            }
+        }
+        add(format!("server-{id}"), ca.issue(&leaf)?);
         add(format!("peer-{id}"), ca.issue(&peer_leaf(id))?);
     }
     for name in &plan.clients {
@@ -333,6 +394,8 @@ mod tests {
             members: 2,
             clients: vec!["admin".into(), "team-a".into()],
             force: false,
+            dns: Vec::new(),
+            ips: Vec::new(),
         };
         let written = write(dir.path(), &plan).unwrap();
         let names: Vec<String> = written
@@ -396,6 +459,8 @@ mod tests {
             members: 1,
             clients: vec!["team-b".into()],
             force: false,
+            dns: Vec::new(),
+            ips: Vec::new(),
         };
         write(dir.path(), &plan).unwrap();
         let leaf =
@@ -419,5 +484,107 @@ mod tests {
             .unwrap()
             .issue(&client_leaf("x"))
             .unwrap();
+    }
+
+    /// The DNS and IP SANs of a PEM certificate file.
+    fn sans(path: &Path) -> (Vec<String>, Vec<IpAddr>) {
+        use rustls_pki_types::pem::PemObject;
+        use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+        let der = rustls_pki_types::CertificateDer::from_pem_file(path).unwrap();
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let (mut dns, mut ips) = (Vec::new(), Vec::new());
+        for name in &cert
+            .subject_alternative_name()
+            .unwrap()
+            .unwrap()
+            .value
+            .general_names
+        {
+            match name {
+                GeneralName::DNSName(d) => dns.push((*d).to_owned()),
+                GeneralName::IPAddress(b) => ips.push(match b.len() {
+                    4 => IpAddr::from(<[u8; 4]>::try_from(*b).unwrap()),
+                    _ => IpAddr::from(<[u8; 16]>::try_from(*b).unwrap()),
+                }),
+                _ => {}
+            }
+        }
+        (dns, ips)
+    }
+
+    #[test]
+    fn extra_names_go_into_every_members_server_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = Plan {
+            members: 2,
+            clients: vec!["admin".into()],
+            force: false,
+            dns: vec![
+                "Concord.Example.com".into(),
+                "*.concord-peers.concord.svc.cluster.local".into(),
+                "localhost".into(),
+            ],
+            ips: vec!["10.0.0.5".parse().unwrap(), "fd00::5".parse().unwrap()],
+        };
+        write(dir.path(), &plan).unwrap();
+        for id in [1, 2] {
+            let (dns, ips) = sans(&dir.path().join(format!("server-{id}.pem")));
+            assert_eq!(
+                dns,
+                [
+                    "localhost",
+                    "concord.example.com",
+                    "*.concord-peers.concord.svc.cluster.local"
+                ]
+            );
+            let want: Vec<IpAddr> = ["127.0.0.1", "::1", "10.0.0.5", "fd00::5"]
+                .iter()
+                .map(|a| a.parse().unwrap())
+                .collect();
+            assert_eq!(ips, want);
+            // Peer certificates keep their identity only.
+            let (peer_dns, peer_ips) = sans(&dir.path().join(format!("peer-{id}.pem")));
+            assert_eq!(peer_dns, [format!("concord-peer-{id}")]);
+            assert_eq!(peer_ips, [IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+        }
+    }
+
+    #[test]
+    fn a_bad_dns_name_writes_nothing() {
+        for bad in [
+            "",
+            "a..b",
+            ".example.com",
+            "example.com.",
+            "-a.example.com",
+            "a-.example.com",
+            "under_score.example.com",
+            "sp ace.example.com",
+            "*.com",
+            "a.*.example.com",
+            "*example.com",
+            "10.0.0.5",
+            "::1",
+            "1.2.3",
+            &"a".repeat(64),
+            &format!("{}.com", "a.".repeat(126)),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let plan = Plan {
+                members: 1,
+                clients: vec!["admin".into()],
+                force: false,
+                dns: vec!["ok.example.com".into(), bad.to_owned()],
+                ips: Vec::new(),
+            };
+            match write(dir.path(), &plan) {
+                Err(CertsError::BadDnsName(name, _)) => assert_eq!(name, bad),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{bad:?}");
+        }
+        for good in ["a", "db-1.example.com", "*.a.b", "x1.2", "A.B"] {
+            assert!(check_dns_name(good).is_ok(), "{good}");
+        }
     }
 }

@@ -20,6 +20,8 @@ fn certs_dir() -> tempfile::TempDir {
         members: 1,
         clients: vec!["admin".into(), "team-a".into()],
         force: false,
+        dns: Vec::new(),
+        ips: Vec::new(),
     };
     certs::write(dir.path(), &plan).unwrap();
     dir
