@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use super::{check_append_order, Storage, StorageError};
+use super::{check_append_order, DiskUsage, Storage, StorageError};
 use crate::txn::{Txn, Zxid};
 
 /// The contents of a `MemStorage`.
@@ -140,6 +140,16 @@ impl Storage for MemStorage {
     fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError> {
         self.lock()?.meta.insert(key.to_owned(), value);
         Ok(())
+    }
+
+    /// No file: nothing to measure.
+    fn disk_usage(&self) -> Result<Option<DiskUsage>, StorageError> {
+        Ok(None)
+    }
+
+    /// No file: nothing to compact.
+    fn compact_file(&self) -> Result<Option<DiskUsage>, StorageError> {
+        Ok(None)
     }
 }
 

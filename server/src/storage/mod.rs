@@ -38,6 +38,22 @@ pub enum StorageError {
     Misuse(String),
 }
 
+/// A store's file: its size, and the bytes of it that hold live data (the pages of
+/// its tables, as full pages). The rest is free space, which the store reuses for
+/// new writes but which only `Storage::compact_file` gives back to the file system.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub file_bytes: u64,
+    pub in_use_bytes: u64,
+}
+
+impl DiskUsage {
+    /// The bytes of the file that hold nothing live.
+    pub fn free_bytes(&self) -> u64 {
+        self.file_bytes.saturating_sub(self.in_use_bytes)
+    }
+}
+
 /// The log, epochs and snapshots of one server. Every method that changes state is
 /// durable (fsynced) when it returns Ok.
 pub trait Storage: Send + Sync + 'static {
@@ -67,6 +83,15 @@ pub trait Storage: Send + Sync + 'static {
     /// A durable named u64 (accepted_epoch, current_epoch, ...).
     fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError>;
     fn set_u64(&self, key: &str, value: u64) -> Result<(), StorageError>;
+    /// The file's size and the bytes of it in use; None for a store without a file.
+    /// Reads every page in use (about the kept snapshots and log): for housekeeping,
+    /// never the write path.
+    fn disk_usage(&self) -> Result<Option<DiskUsage>, StorageError>;
+    /// Moves what is in use to the start of the file and cuts the free end off
+    /// (redb's compaction), then measures the file; None for a store without a
+    /// file. Changes nothing the other methods read, but every other call waits
+    /// until it is done: worth it only when most of the file is free.
+    fn compact_file(&self) -> Result<Option<DiskUsage>, StorageError>;
 }
 
 /// The `Storage` methods other than `append`, passed on to the field `$inner`: for
@@ -118,6 +143,16 @@ macro_rules! storage_but_append_from {
         }
         fn set_u64(&self, key: &str, value: u64) -> Result<(), $crate::storage::StorageError> {
             self.$inner.set_u64(key, value)
+        }
+        fn disk_usage(
+            &self,
+        ) -> Result<Option<$crate::storage::DiskUsage>, $crate::storage::StorageError> {
+            self.$inner.disk_usage()
+        }
+        fn compact_file(
+            &self,
+        ) -> Result<Option<$crate::storage::DiskUsage>, $crate::storage::StorageError> {
+            self.$inner.compact_file()
         }
     };
 }

@@ -21,6 +21,9 @@
 //!
 //! What it must not do: interpret txns beyond checking them, or know Zab's rules.
 
+mod compact;
+#[cfg(test)]
+mod compact_tests;
 #[cfg(test)]
 mod crash_disk;
 #[cfg(test)]
@@ -32,14 +35,14 @@ mod tests;
 
 use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use ::redb::{
     Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
 };
 
-use super::{check_append_order, Storage, StorageError};
+use super::{check_append_order, DiskUsage, Storage, StorageError};
 use crate::telemetry::Seconds;
 use crate::txn::{Txn, Zxid};
 
@@ -123,8 +126,10 @@ fn check_entry(key: Zxid, value: &[u8]) -> Result<Txn, String> {
 
 /// `Storage` in one redb file. Open with `RedbStorage::open`.
 pub struct RedbStorage {
-    /// The one redb file of this server.
-    db: Database,
+    /// The one redb file of this server. Every call holds it shared for as long as
+    /// its transaction lives (`db`); only a compaction holds it alone (redb's
+    /// `Database::compact` wants no transaction alive).
+    db: RwLock<Database>,
     /// max(newest log zxid, newest snapshot zxid), cached so appends need no read.
     /// Moved only while `order_lock` is held.
     last_zxid: AtomicU64,
@@ -139,6 +144,17 @@ pub struct RedbStorage {
     commit_seconds: Seconds,
     /// Waiting appends go before the next commit of a snapshot or a purge.
     turns: Turns,
+    /// Where the bytes are, to learn their size.
+    place: Place,
+}
+
+/// Where a store's bytes are.
+enum Place {
+    /// The file at this path.
+    File(std::path::PathBuf),
+    /// A test's backend (a disk that crashes), shared with redb.
+    #[cfg(test)]
+    Backend(std::sync::Arc<dyn ::redb::StorageBackend>),
 }
 
 /// Longest a snapshot's or a purge's next commit waits for an append to go first.
@@ -225,10 +241,32 @@ impl RedbStorage {
         what: &str,
         body: impl FnOnce(&WriteTransaction) -> Result<T, StorageError>,
     ) -> Result<T, StorageError> {
-        let (out, took) = write_timed(&self.db, what, body)?;
+        let (out, took) = write_timed(&*self.db()?, what, body)?;
         self.commits_total.fetch_add(1, Ordering::Relaxed);
         self.commit_seconds.observe(took);
         Ok(out)
+    }
+
+    /// The database, shared: hold the guard for as long as a transaction begun from
+    /// it lives (declare it first), and never take a second one while holding it (a
+    /// compaction waiting between the two would deadlock them).
+    fn db(&self) -> Result<RwLockReadGuard<'_, Database>, StorageError> {
+        self.db
+            .read()
+            .map_err(|_| StorageError::Io("storage database lock poisoned".into()))
+    }
+
+    /// The size of the store's file.
+    fn file_bytes(&self) -> Result<u64, StorageError> {
+        match &self.place {
+            Place::File(path) => std::fs::metadata(path)
+                .map(|m| m.len())
+                .map_err(|e| StorageError::Io(format!("size of {}: {e}", path.display()))),
+            #[cfg(test)]
+            Place::Backend(backend) => backend
+                .len()
+                .map_err(|e| StorageError::Io(format!("size of the backend: {e}"))),
+        }
     }
 
     fn lock_order(&self) -> Result<MutexGuard<'_, ()>, StorageError> {
@@ -239,7 +277,8 @@ impl RedbStorage {
 
     fn read_state(&self, key: &str) -> Result<Option<u64>, StorageError> {
         let what = "read state";
-        let rtx = self.db.begin_read().map_err(redb_err(what))?;
+        let db = self.db()?;
+        let rtx = db.begin_read().map_err(redb_err(what))?;
         let table = rtx.open_table(STATE).map_err(redb_err(what))?;
         let value = table.get(key).map_err(redb_err(what))?;
         Ok(value.map(|v| v.value()))
@@ -274,7 +313,8 @@ impl Storage for RedbStorage {
 
     fn read_after(&self, after: Zxid, max: usize) -> Result<Vec<Txn>, StorageError> {
         let what = "read log";
-        let rtx = self.db.begin_read().map_err(redb_err(what))?;
+        let db = self.db()?;
+        let rtx = db.begin_read().map_err(redb_err(what))?;
         let log = rtx.open_table(LOG).map_err(redb_err(what))?;
         let range = log
             .range::<u64>((Bound::Excluded(after), Bound::Unbounded))
@@ -320,11 +360,11 @@ impl Storage for RedbStorage {
     }
 
     fn snapshots(&self) -> Result<Vec<Zxid>, StorageError> {
-        snapshot::list(&self.db)
+        snapshot::list(&*self.db()?)
     }
 
     fn load_snapshot(&self, zxid: Zxid) -> Result<Vec<u8>, StorageError> {
-        snapshot::load(&self.db, zxid)
+        snapshot::load(&*self.db()?, zxid)
     }
 
     fn purge(&self, keep: usize) -> Result<(), StorageError> {
@@ -337,7 +377,8 @@ impl Storage for RedbStorage {
 
     fn get_u64(&self, key: &str) -> Result<Option<u64>, StorageError> {
         let what = "read meta";
-        let rtx = self.db.begin_read().map_err(redb_err(what))?;
+        let db = self.db()?;
+        let rtx = db.begin_read().map_err(redb_err(what))?;
         let meta = rtx.open_table(META).map_err(redb_err(what))?;
         let value = meta.get(key).map_err(redb_err(what))?;
         Ok(value.map(|v| v.value()))
@@ -350,5 +391,13 @@ impl Storage for RedbStorage {
             meta.insert(key, value).map_err(redb_err(what))?;
             Ok(())
         })
+    }
+
+    fn disk_usage(&self) -> Result<Option<DiskUsage>, StorageError> {
+        compact::usage(self).map(Some)
+    }
+
+    fn compact_file(&self) -> Result<Option<DiskUsage>, StorageError> {
+        compact::compact(self).map(Some)
     }
 }

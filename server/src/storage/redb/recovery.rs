@@ -21,13 +21,14 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use ::redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable};
 
 use super::snapshot::remove_chunks;
 use super::{
-    check_entry, redb_err, write_durably, RedbStorage, LOG, META, SNAP_CHUNKS, SNAP_INDEX, STATE,
+    check_entry, redb_err, write_durably, Place, RedbStorage, LOG, META, SNAP_CHUNKS, SNAP_INDEX,
+    STATE,
 };
 use crate::storage::StorageError;
 use crate::txn::Zxid;
@@ -63,7 +64,7 @@ impl RedbStorage {
             .set_cache_size(CACHE_BYTES)
             .create(path)
             .map_err(redb_err(&what))?;
-        RedbStorage::recover(db, &what)
+        RedbStorage::recover(db, &what, Place::File(path.to_path_buf()))
     }
 
     /// `open` over another redb backend (a test's disk that crashes).
@@ -72,15 +73,20 @@ impl RedbStorage {
         backend: impl ::redb::StorageBackend,
     ) -> Result<(RedbStorage, OpenReport), StorageError> {
         let what = "open backend";
+        let backend = std::sync::Arc::new(backend);
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
-            .create_with_backend(backend)
+            .create_with_backend(SharedBackend(backend.clone()))
             .map_err(redb_err(what))?;
-        RedbStorage::recover(db, what)
+        RedbStorage::recover(db, what, Place::Backend(backend))
     }
 
     /// What `open` does once redb has opened the file.
-    fn recover(db: Database, what: &str) -> Result<(RedbStorage, OpenReport), StorageError> {
+    fn recover(
+        db: Database,
+        what: &str,
+        place: Place,
+    ) -> Result<(RedbStorage, OpenReport), StorageError> {
         create_tables(&db, what)?;
         let report = OpenReport {
             incomplete_snapshots_removed: remove_incomplete_snapshots(&db)?,
@@ -90,14 +96,39 @@ impl RedbStorage {
         }
         let last_zxid = newest_zxid(&db)?;
         let store = RedbStorage {
-            db,
+            db: RwLock::new(db),
             last_zxid: AtomicU64::new(last_zxid),
             order_lock: Mutex::new(()),
             commits_total: AtomicU64::new(0),
             commit_seconds: crate::telemetry::metrics::backend_commit_histogram(),
             turns: Default::default(),
+            place,
         };
         Ok((store, report))
+    }
+}
+
+/// A test's backend, shared between redb and the store (which asks its length).
+#[cfg(test)]
+#[derive(Debug)]
+struct SharedBackend<B>(std::sync::Arc<B>);
+
+#[cfg(test)]
+impl<B: ::redb::StorageBackend> ::redb::StorageBackend for SharedBackend<B> {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write(offset, data)
     }
 }
 

@@ -41,9 +41,12 @@ pub(super) fn save(store: &RedbStorage, zxid: Zxid, data: &[u8]) -> Result<(), S
     let chunk_count = u32::try_from(chunks.len())
         .map_err(|_| StorageError::Misuse(format!("snapshot of {} bytes", data.len())))?;
     let record = (data.len() as u64, chunk_count, crc32fast::hash(data));
-    let replacing = match index_record(&store.db, zxid)? {
-        Some(old) if old == record && load(&store.db, zxid).is_ok() => return Ok(()),
-        old => old.is_some(),
+    let replacing = {
+        let db = store.db()?;
+        match index_record(&db, zxid)? {
+            Some(old) if old == record && load(&db, zxid).is_ok() => return Ok(()),
+            old => old.is_some(),
+        }
     };
     if !replacing {
         let mut first_index: u32 = 0;
