@@ -210,7 +210,7 @@ async fn ls(client: &Client, args: LsArgs) -> Result<(), Error> {
                 continue;
             }
         }
-        let page = client.children_all(&path, &options).await?;
+        let page = client.children(&path, &options).await?;
         for child in page.children.into_iter().rev() {
             let child_path = output::join(&path, &child.name);
             let shown = if args.recursive {

@@ -36,7 +36,7 @@ use tokio::sync::watch;
 /// The endpoint used when none is given.
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
 
-/// Bound on the pages `children_all` and `list_sessions` follow, so a faulty server
+/// Bound on the pages `children` and `list_sessions` follow, so a faulty server
 /// cannot loop them forever.
 const PAGES_MAX: usize = 1_000_000;
 
@@ -102,7 +102,7 @@ pub struct Updated {
     pub zxid: u64,
 }
 
-/// One page (or, from `children_all`, every page) of a node's children.
+/// Every page (from `children`), or one (from `children_page`), of a node's children.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Children {
     /// Children sorted by name; `stat` set when asked for.
@@ -420,8 +420,12 @@ impl Client {
 
     /// One page of a node's children: at most `page_size`, and at most the server's
     /// cap (1000 by default) also when `page_size` is 0. Follow `next_page_token`,
-    /// or use [`Client::children_all`].
-    pub async fn children(&self, path: &str, options: &ChildrenOptions) -> Result<Children, Error> {
+    /// or use [`Client::children`], which does.
+    pub async fn children_page(
+        &self,
+        path: &str,
+        options: &ChildrenOptions,
+    ) -> Result<Children, Error> {
         let options = ChildrenOptions {
             read: self.not_older(options.read),
             ..options.clone()
@@ -440,15 +444,12 @@ impl Client {
         })
     }
 
-    /// Every child, following page tokens from `options.page_token`. Each page is read
-    /// at its own zxid; `stat` and `zxid` come from the last page.
-    pub async fn children_all(
-        &self,
-        path: &str,
-        options: &ChildrenOptions,
-    ) -> Result<Children, Error> {
+    /// Every child (Curator's `getChildren`, kazoo's `get_children`), following the
+    /// pages from `options.page_token` (`page_size` is the size of each). Each page
+    /// is read at its own zxid; `stat` and `zxid` come from the last page.
+    pub async fn children(&self, path: &str, options: &ChildrenOptions) -> Result<Children, Error> {
         let mut options = options.clone();
-        let mut all = self.children(path, &options).await?;
+        let mut all = self.children_page(path, &options).await?;
         let mut pages = 1;
         while !all.next_page_token.is_empty() {
             if pages >= PAGES_MAX || all.next_page_token == options.page_token {
@@ -458,7 +459,7 @@ impl Client {
                 ));
             }
             options.page_token = std::mem::take(&mut all.next_page_token);
-            let page = self.children(path, &options).await?;
+            let page = self.children_page(path, &options).await?;
             all.children.extend(page.children);
             all.stat = page.stat;
             all.zxid = page.zxid;

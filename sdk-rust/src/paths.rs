@@ -131,7 +131,7 @@ impl Client {
         while let Some(node) = stack.pop() {
             if !node.listed {
                 let read = ChildrenOptions::default();
-                let children = match self.children_all(&node.path, &read).await {
+                let children = match self.children(&node.path, &read).await {
                     Ok(all) => all.children,
                     Err(e) if e.code() == ErrorCode::NoNode => continue,
                     Err(e) => return Err(e),

@@ -69,17 +69,17 @@ async fn t10_create_get_and_errors_over_the_wire() {
 }
 
 #[tokio::test]
-async fn t11_children_all_follows_pages() {
+async fn t11_children_follows_pages() {
     let (endpoint, _state) = fake::start().await;
     let client = Client::connect(endpoint).await.expect("connect");
     let options = ChildrenOptions {
         page_size: 2,
         ..ChildrenOptions::default()
     };
-    let first = client.children("/", &options).await.expect("page");
+    let first = client.children_page("/", &options).await.expect("page");
     assert_eq!(first.children.len(), 2);
     assert_eq!(first.next_page_token, "2");
-    let all = client.children_all("/", &options).await.expect("all pages");
+    let all = client.children("/", &options).await.expect("all pages");
     let names: Vec<&str> = all.children.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
     assert!(all.next_page_token.is_empty());

@@ -86,7 +86,7 @@ async fn a_team_member_sees_its_namespace_root_as_slash() {
 
     // The root exists at once; paths, names and events are relative to it.
     let top = client
-        .children_all("/", &ChildrenOptions::default())
+        .children("/", &ChildrenOptions::default())
         .await
         .unwrap();
     assert!(top.children.is_empty(), "{top:?}");
@@ -197,7 +197,7 @@ async fn every_server_of_an_ensemble_seeds_the_same_grants_once() {
         let read = ReadOptions::at_least(zxid.max(created.zxid));
         assert!(client.get("/x", read).await.is_ok());
         let top = client
-            .children_all("/", &ChildrenOptions::default())
+            .children("/", &ChildrenOptions::default())
             .await
             .unwrap();
         let names: Vec<_> = top.children.iter().map(|c| c.name.as_str()).collect();

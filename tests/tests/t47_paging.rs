@@ -67,13 +67,57 @@ async fn t47_children_without_a_page_size_get_the_cap_and_a_token() {
     // The SDK and concordctl follow the tokens.
     let client = Client::connect(server.endpoint()).await.unwrap();
     let all = client
-        .children_all("/p", &ChildrenOptions::default())
+        .children("/p", &ChildrenOptions::default())
         .await
         .unwrap();
     let got: Vec<&str> = all.children.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(got, names);
     let listed = concordctl(&server, &["ls", "/p"]).await;
     assert_eq!(listed.lines().count(), names.len(), "{listed}");
+}
+
+/// With the server's default cap (1,000 a page), a node of 5,000 children is listed
+/// whole by the SDK's `children` and by `concordctl ls`: neither stops at a page.
+#[tokio::test]
+async fn t47_five_thousand_children_are_listed_whole() {
+    let server = Server::start(ServerOptions::default());
+    let mut tree = server.tree().await;
+    let create = |path: String| pb::Op {
+        op: Some(pb::op::Op::Create(pb::CreateOp {
+            path,
+            mode: pb::CreateMode::Persistent.into(),
+            ..Default::default()
+        })),
+    };
+    tree.create(pb::CreateRequest {
+        path: "/many".into(),
+        mode: pb::CreateMode::Persistent.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for batch in 0..10 {
+        let ops = (0..500)
+            .map(|i| create(format!("/many/c{:05}", batch * 500 + i)))
+            .collect();
+        let multi = pb::MultiRequest {
+            ops,
+            ..Default::default()
+        };
+        tree.multi(multi).await.unwrap();
+    }
+    let client = Client::connect(server.endpoint()).await.unwrap();
+    let all = client
+        .children("/many", &ChildrenOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(all.children.len(), 5_000);
+    assert!(all.next_page_token.is_empty());
+    let names: Vec<String> = all.children.into_iter().map(|c| c.name).collect();
+    let expected: Vec<String> = (0..5_000).map(|i| format!("c{i:05}")).collect();
+    assert_eq!(names, expected);
+    let listed = concordctl(&server, &["ls", "/many"]).await;
+    assert_eq!(listed.lines().count(), 5_000);
 }
 
 #[tokio::test]

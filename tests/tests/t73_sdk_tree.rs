@@ -29,7 +29,7 @@ async fn stat_of(client: &Client, path: &str) -> Option<concord::Stat> {
 
 async fn names(client: &Client, path: &str) -> Vec<String> {
     let all = client
-        .children_all(path, &ChildrenOptions::default())
+        .children(path, &ChildrenOptions::default())
         .await
         .unwrap();
     all.children.into_iter().map(|c| c.name).collect()

@@ -43,7 +43,7 @@ async fn read_tree(client: &Client, root: &str, zxid: u64) -> BTreeMap<String, N
             read,
             ..ChildrenOptions::default()
         };
-        let children = client.children_all(&path, &options).await.unwrap();
+        let children = client.children(&path, &options).await.unwrap();
         for child in children.children {
             todo.push(format!("{}/{}", path.trim_end_matches('/'), child.name));
         }

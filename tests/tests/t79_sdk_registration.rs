@@ -203,7 +203,7 @@ async fn t79_ids_from_concurrent_clients_are_unique_and_grow() {
     // Cleaned up: the folder is empty, and an id taken now is above all of them.
     let client = Client::connect(server.endpoint()).await.unwrap();
     let left = client
-        .children_all("/naming/ids", &ChildrenOptions::default())
+        .children("/naming/ids", &ChildrenOptions::default())
         .await
         .unwrap();
     assert!(left.children.is_empty(), "{:?}", left.children);
@@ -232,10 +232,10 @@ async fn t79_ids_without_cleanup_keep_their_nodes() {
     };
     let expected: Vec<String> = taken.iter().map(|id| format!("job-{id:010}")).collect();
     let all = ChildrenOptions::default();
-    let listed = client.children_all("/jobs", &all);
+    let listed = client.children("/jobs", &all);
     assert_eq!(names(listed.await.unwrap()), expected);
     session.close().await.unwrap();
-    let listed = client.children_all("/jobs", &all);
+    let listed = client.children("/jobs", &all);
     assert_eq!(names(listed.await.unwrap()), expected[..3].to_vec());
     // A generator whose session is gone says so.
     let err = ephemeral.next_id().await.unwrap_err();

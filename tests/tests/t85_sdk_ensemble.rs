@@ -37,7 +37,7 @@ async fn t85_reads_through_any_server_never_go_back_in_time() {
         // Whichever server answers, it has applied this client's own write.
         let got = client.get(&path, ReadOptions::default()).await.unwrap();
         assert!(got.zxid >= created.zxid);
-        let listed = client.children_all("/", &Default::default()).await.unwrap();
+        let listed = client.children("/", &Default::default()).await.unwrap();
         assert_eq!(listed.children.len(), n + 1, "a read went back in time");
     }
 }
@@ -414,7 +414,7 @@ async fn t85_a_sessions_writes_go_through_the_leaders_death_once_each() {
     assert!(errors.is_empty(), "errors reached the writers: {errors:?}");
     // Every value acknowledged is in exactly one node, and no node holds a value
     // twice.
-    let listed = mine.children_all("/w", &Default::default()).await.unwrap();
+    let listed = mine.children("/w", &Default::default()).await.unwrap();
     let mut values = Vec::new();
     for child in &listed.children {
         let node = mine
