@@ -1,6 +1,6 @@
 //! The redb store on a disk that crashes (`crash_disk.rs`). A seeded workload of
 //! appends, snapshots (new ones, replaced ones, and ones installed above the log),
-//! purges, truncations and epoch writes runs against a `CrashDisk`. At every crash
+//! purges, compactions of the file, truncations and epoch writes runs against a `CrashDisk`. At every crash
 //! point (each write, sync and length change redb makes) the image a crash would
 //! leave, under each `Tear`, is opened as a new store and checked against the
 //! workload's model as it was before the call in flight and as it is after it:
@@ -50,6 +50,8 @@ enum Call {
     Append(Vec<Zxid>),
     SaveSnapshot(Zxid),
     Purge(usize),
+    /// `compact_file`: moves pages and shortens the file, changes nothing stored.
+    Compact,
     TruncateAfter(Zxid),
     SetU64(&'static str, u64),
 }
@@ -76,6 +78,7 @@ impl Model {
                 let cut = m.snapshots.len().saturating_sub((*keep).max(1));
                 m.snapshots = m.snapshots.iter().skip(cut).copied().collect();
             }
+            Call::Compact => {}
             Call::TruncateAfter(zxid) => m.log.retain(|z| z <= zxid),
             Call::SetU64(key, value) => {
                 m.meta.insert(key, *value);
@@ -160,7 +163,8 @@ fn workload(seed: u64) -> Vec<Call> {
                 counter += 1 + rng.below(5);
                 Call::SaveSnapshot(make_zxid(epoch, counter))
             }
-            69..80 => Call::Purge(1 + rng.below(3) as usize),
+            69..77 => Call::Purge(1 + rng.below(3) as usize),
+            77..80 => Call::Compact,
             80..86 if above_snapshot.len() >= 2 => {
                 // A new leader's TRUNC, then its epoch.
                 let i = rng.below(above_snapshot.len() as u64 - 1) as usize;
@@ -185,6 +189,7 @@ fn perform(store: &RedbStorage, call: &Call) -> Result<(), String> {
         Call::Append(zxids) => store.append(&zxids.iter().map(|z| txn_at(*z)).collect::<Vec<_>>()),
         Call::SaveSnapshot(zxid) => store.save_snapshot(*zxid, &snapshot_at(*zxid)),
         Call::Purge(keep) => store.purge(*keep),
+        Call::Compact => store.compact_file().map(drop),
         Call::TruncateAfter(zxid) => store.truncate_after(*zxid),
         Call::SetU64(key, value) => store.set_u64(key, *value),
     };
@@ -395,6 +400,7 @@ fn every_kind_of_call_is_in_the_workload() {
     let has = |f: fn(&Call) -> bool| calls.iter().any(f);
     assert!(has(|c| matches!(c, Call::Append(_))));
     assert!(has(|c| matches!(c, Call::Purge(_))));
+    assert!(has(|c| matches!(c, Call::Compact)));
     assert!(has(|c| matches!(c, Call::TruncateAfter(_))));
     assert!(has(|c| matches!(c, Call::SetU64(..))));
     let (mut replaced, mut installed, mut large) = (false, false, false);
