@@ -100,6 +100,10 @@ pub struct Config {
     pub log_memory_bytes_max: u64,
     /// Snapshots kept on disk (with the log after the oldest of them).
     pub snapshots_keep: usize,
+    /// After a snapshot and its purge, the redb file is compacted (its free space
+    /// given back to the file system; writes wait meanwhile) when at least this many
+    /// of its bytes are free and they are over two thirds of the file. 0: never.
+    pub storage_compact_free_bytes_min: u64,
     /// Most txns in one group commit.
     pub batch_txns_max: usize,
     /// Writes waiting to be sequenced before callers are made to wait; also the most
@@ -347,6 +351,7 @@ impl Default for Config {
             snapshot_every_bytes: 64 << 20,
             log_memory_bytes_max: 256 << 20,
             snapshots_keep: 3,
+            storage_compact_free_bytes_min: 64 << 20,
             batch_txns_max: 1024,
             proposal_queue_max: 16_384,
             batch_bytes_max: 4 << 20,

@@ -1,8 +1,9 @@
 //! Background duties of the replica: every tick, on the leader, propose the expiry of
 //! sessions whose deadline passed and the reaping of empty containers and expired TTL
 //! nodes; on a follower, report the sessions its clients kept alive to the leader; and
-//! write snapshots handed over by the pipeline, purge what they make obsolete, and
-//! hand them back so the Zab core drops the log they cover.
+//! write snapshots handed over by the pipeline, purge what they make obsolete, hand
+//! them back so the Zab core drops the log they cover, and then compact the redb file
+//! when most of it is free (`tidy_file`).
 //!
 //! Expiry is one task at a time: it proposes the expiries of every session found
 //! expired, at most `EXPIRIES_IN_FLIGHT_MAX` at once (those in flight together share
@@ -20,7 +21,8 @@ use tokio::task::JoinHandle;
 
 use super::pipeline::SnapshotJob;
 use super::{lock, Replica, Shared};
-use crate::storage::Storage;
+use crate::storage::{DiskUsage, Storage, StorageError};
+use crate::telemetry::Metrics;
 use crate::tree::{DataTree, TreeError};
 use crate::txn::{CloseReason, TxnOp, Zxid};
 
@@ -180,14 +182,22 @@ fn reap_nodes(replica: &Replica, reaping: &Arc<Mutex<HashSet<String>>>) {
 }
 
 /// Writes snapshots handed over by the pipeline, then purges old ones and the log
-/// before them, and hands each written snapshot back for `Node::compact`. A storage
-/// failure here stops the server like any other.
+/// before them, and hands each written snapshot back for `Node::compact`; then, off
+/// the pipeline's way, measures the redb file and compacts it if most of it is free
+/// (`tidy_file`, at most once per snapshot; the file is measured at start too). A
+/// storage failure here stops the server like any other.
 pub(super) async fn snapshotter(
     shared: Weak<Shared>,
     mut jobs: mpsc::Receiver<SnapshotJob>,
     compacted: mpsc::Sender<Zxid>,
     keep: usize,
+    compact_free_bytes_min: u64,
 ) {
+    if let Some(shared) = shared.upgrade() {
+        if let Err(e) = tidy_file(&shared, 0).await {
+            return shared.set_fatal(e);
+        }
+    }
     while let Some(tree) = jobs.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -216,7 +226,77 @@ pub(super) async fn snapshotter(
             Ok(Err(e)) => return shared.set_fatal(format!("snapshot at {zxid:#x} failed: {e}")),
             Err(e) => return shared.set_fatal(format!("snapshot task failed: {e}")),
         }
+        if let Err(e) = tidy_file(&shared, compact_free_bytes_min).await {
+            return shared.set_fatal(e);
+        }
     }
+}
+
+/// `tidy_file_now` on a blocking thread; Err: a storage failure (fatal).
+async fn tidy_file(shared: &Shared, compact_free_bytes_min: u64) -> Result<(), String> {
+    let storage = shared.storage.clone();
+    let metrics = shared.readable.metrics.clone();
+    tokio::task::spawn_blocking(move || {
+        tidy_file_now(storage.as_ref(), &metrics, compact_free_bytes_min).map(drop)
+    })
+    .await
+    .map_err(|e| format!("the compaction task failed: {e}"))?
+}
+
+/// Measures the store's file into the disk gauges and compacts it when
+/// `worth_compacting` (0: never); returns the compaction's before and after, if one
+/// ran. Err: a storage failure. Writes wait while the compaction runs
+/// (docs/operations.md, "Data and recovery", says how long).
+pub(crate) fn tidy_file_now(
+    storage: &dyn Storage,
+    metrics: &Metrics,
+    compact_free_bytes_min: u64,
+) -> Result<Option<(DiskUsage, DiskUsage)>, String> {
+    let failed = |e: StorageError| format!("measuring the store's file failed: {e}");
+    let Some(before) = storage.disk_usage().map_err(failed)? else {
+        return Ok(None);
+    };
+    show_usage(metrics, before);
+    if !worth_compacting(before, compact_free_bytes_min) {
+        return Ok(None);
+    }
+    let started = std::time::Instant::now();
+    let after = match storage.compact_file() {
+        Ok(Some(after)) => after,
+        Ok(None) => return Ok(None),
+        Err(e @ StorageError::Misuse(_)) => {
+            // Nothing was moved (redb checks first): not worth stopping for.
+            tracing::warn!(error = %e, "the store's file was not compacted");
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("compacting the store's file failed: {e}")),
+    };
+    let took = started.elapsed();
+    metrics.disk_compact.observe(took);
+    show_usage(metrics, after);
+    tracing::info!(
+        took_ms = took.as_millis() as u64,
+        file_bytes_before = before.file_bytes,
+        file_bytes = after.file_bytes,
+        in_use_bytes = after.in_use_bytes,
+        "store file compacted"
+    );
+    Ok(Some((before, after)))
+}
+
+/// Worth it when at least `free_bytes_min` bytes (0: never) of the file are free,
+/// and they are over two thirds of it. Not at half: redb grows a file by doubling
+/// it (up to 4 GiB), so a file compacted to its data is half free again after its
+/// next growth, and compacting it then would only make it grow again.
+fn worth_compacting(usage: DiskUsage, free_bytes_min: u64) -> bool {
+    let free = usage.free_bytes();
+    free_bytes_min > 0 && free >= free_bytes_min && free / 2 > usage.in_use_bytes
+}
+
+fn show_usage(metrics: &Metrics, usage: DiskUsage) {
+    let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+    metrics.disk_file_bytes.set(gauge(usage.file_bytes));
+    metrics.disk_in_use_bytes.set(gauge(usage.in_use_bytes));
 }
 
 /// Saves a snapshot of `tree` at its zxid (`save_snapshot`), then purges what it
@@ -327,9 +407,11 @@ mod tests {
 
     use tokio::sync::mpsc;
 
-    use super::stall_ms;
+    use super::{stall_ms, tidy_file_now, worth_compacting};
     use crate::config::Config;
     use crate::replica::Replica;
+    use crate::storage::{DiskUsage, RedbStorage, Storage};
+    use crate::telemetry::Metrics;
 
     #[test]
     fn a_stall_is_what_a_tick_came_late_by_past_one_more_tick() {
@@ -347,6 +429,67 @@ mod tests {
             None,
             "a clock read out of order"
         );
+    }
+
+    #[test]
+    fn a_file_is_compacted_when_two_thirds_of_it_and_the_minimum_are_free() {
+        const MIB: u64 = 1 << 20;
+        let usage = |file_mib: u64, in_use_mib: u64| DiskUsage {
+            file_bytes: file_mib * MIB,
+            in_use_bytes: in_use_mib * MIB,
+        };
+        assert!(worth_compacting(usage(300, 99), 64 * MIB));
+        assert!(!worth_compacting(usage(300, 100), 64 * MIB), "not over 2/3");
+        assert!(
+            !worth_compacting(usage(200, 100), 64 * MIB),
+            "doubled: half free"
+        );
+        assert!(
+            !worth_compacting(usage(60, 1), 64 * MIB),
+            "under the minimum"
+        );
+        assert!(worth_compacting(usage(65, 1), 64 * MIB));
+        assert!(!worth_compacting(usage(300, 1), 0), "0: never");
+    }
+
+    /// After a snapshot's large purge, the housekeeping compacts the file (once: the
+    /// next look finds it small), and the gauges show its size and use.
+    #[test]
+    fn the_housekeeping_compacts_a_mostly_free_file_once_and_shows_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = RedbStorage::open(&dir.path().join("concord.redb")).unwrap();
+        let data = bytes::Bytes::from(vec![7u8; 15 << 10]);
+        for first in (1..=1_024u64).step_by(64) {
+            let txns: Vec<crate::txn::Txn> = (first..first + 64)
+                .map(|zxid| crate::txn::Txn {
+                    zxid,
+                    time_ms: 0,
+                    session_id: 0,
+                    request_id: 0,
+                    fence: None,
+                    op: crate::txn::TxnOp::Set(crate::txn::SetOp {
+                        path: "/big".into(),
+                        data: data.clone(),
+                        version: -1,
+                    }),
+                })
+                .collect();
+            store.append(&txns).unwrap();
+        }
+        store.save_snapshot(1_024, b"state").unwrap();
+        let metrics = Metrics::default();
+        let never = tidy_file_now(&store, &metrics, 0).unwrap();
+        assert_eq!(never, None, "0: never compacted");
+        store.purge(1).unwrap();
+        let (before, after) = tidy_file_now(&store, &metrics, 1 << 20).unwrap().unwrap();
+        assert!(
+            after.file_bytes < before.file_bytes / 4,
+            "{before:?} then {after:?}"
+        );
+        assert_eq!(metrics.disk_file_bytes.get(), after.file_bytes as i64);
+        assert_eq!(metrics.disk_in_use_bytes.get(), after.in_use_bytes as i64);
+        assert_eq!(tidy_file_now(&store, &metrics, 1 << 20).unwrap(), None);
+        assert_eq!(store.snapshots().unwrap(), vec![1_024]);
     }
 
     /// A tree that cannot be encoded whole is not saved (an empty or partial snapshot
@@ -369,6 +512,7 @@ mod tests {
             jobs_rx,
             compacted_tx,
             3,
+            0,
         ));
         jobs_tx.send(broken).await.unwrap();
         let reason = tokio::time::timeout(Duration::from_secs(10), replica.stopped())

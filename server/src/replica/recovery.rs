@@ -552,6 +552,7 @@ fn launch(
             snap_rx,
             compacted_tx,
             config.snapshots_keep,
+            config.storage_compact_free_bytes_min,
         ),
     );
     spawn_essential(

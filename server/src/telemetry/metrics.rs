@@ -8,7 +8,8 @@
 //!   api (Coded layer, api/measure.rs) ─▶ rpc_requests / rpc_duration {method, code}
 //!   pipeline ─▶ proposals_* , proposal_commit, leader_changes
 //!   persister ─▶ wal_fsync (+ threshold count)   redb ─▶ backend_commit
-//!   snapshotter ─▶ snapshot_duration, snapshot_size
+//!   snapshotter ─▶ snapshot_duration, snapshot_size,
+//!                  disk_file_bytes, disk_in_use_bytes, disk_compact
 //!   Metrics::register(registry) ─▶ /metrics (telemetry::http)
 //! ```
 //!
@@ -65,6 +66,14 @@ pub struct Metrics {
     pub snapshot_duration: Seconds,
     /// The newest snapshot's size in bytes (0 before the first).
     pub snapshot_size: Gauge,
+    /// The redb file's size in bytes, as measured at start and after each snapshot
+    /// and its purge (and compaction).
+    pub disk_file_bytes: Gauge,
+    /// The bytes of the redb file that hold live data (its tables' pages), measured
+    /// with `disk_file_bytes`; the rest is free.
+    pub disk_in_use_bytes: Gauge,
+    /// One compaction of the redb file: every write waits for it.
+    pub disk_compact: Seconds,
 }
 
 impl Metrics {
@@ -84,6 +93,9 @@ impl Metrics {
             backend_commit,
             snapshot_duration: Seconds::new(SNAPSHOT_BUCKETS),
             snapshot_size: Gauge::default(),
+            disk_file_bytes: Gauge::default(),
+            disk_in_use_bytes: Gauge::default(),
+            disk_compact: Seconds::new(DISK_BUCKETS),
         }
     }
 
@@ -162,6 +174,21 @@ impl Metrics {
             "Size of the newest snapshot written",
             self.snapshot_size.clone(),
         );
+        r.register(
+            "concord_disk_backend_size_bytes",
+            "Size of the redb file (at start, and after each snapshot, purge and compaction)",
+            self.disk_file_bytes.clone(),
+        );
+        r.register(
+            "concord_disk_backend_size_in_use_bytes",
+            "Bytes of the redb file that hold live data; the rest is free",
+            self.disk_in_use_bytes.clone(),
+        );
+        r.register(
+            "concord_disk_backend_compact_duration_seconds",
+            "One compaction of the redb file (writes wait for it)",
+            self.disk_compact.clone(),
+        );
     }
 }
 
@@ -204,6 +231,9 @@ mod tests {
             "concord_disk_wal_fsync_duration_seconds_bucket{le=\"8.192\"} 1",
             "concord_disk_wal_fsync_duration_seconds_count 1",
             "# TYPE concord_server_proposals_pending gauge",
+            "# TYPE concord_disk_backend_size_bytes gauge",
+            "# TYPE concord_disk_backend_size_in_use_bytes gauge",
+            "# TYPE concord_disk_backend_compact_duration_seconds histogram",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
