@@ -13,8 +13,8 @@ describe them).
   kubernetes-validate (strict: unknown fields are errors), for the oldest and the
   newest version we claim; then what the schemas cannot say: 3 replicas, the
   headless Service named by serviceName publishes not-ready pods, the PDB allows one
-  member down, the probes hit /readyz and /healthz on the metrics port the server
-  binds, the members in the ConfigMap are the pods' stable DNS names, ...; and the
+  member down, the probes hit /readyz and /healthz on the health port the server
+  binds (and no --insecure), the members in the ConfigMap are the pods' stable DNS names, ...; and the
   start script, run by /bin/sh with a stand-in `concord`, starts pod concord-N as
   server N+1 with that member's certificate files.
 - deploy/prometheus/concord-alerts.yaml: `promtool check rules` and `promtool test
@@ -43,7 +43,7 @@ from dockerfile_parse import DockerfileParser
 # the newest the installed kubernetes-validate bundles.
 K8S_OLDEST = "1.29.0"
 
-CLIENT_PORT, PEER_PORT, METRICS_PORT = 7181, 7182, 7183
+CLIENT_PORT, PEER_PORT, METRICS_PORT, HEALTH_PORT = 7181, 7182, 7183, 7184
 
 failures = []
 
@@ -363,13 +363,18 @@ def check_statefulset(sts, resources):
     )
     check("limits" in container.get("resources", {}) and "requests" in container["resources"], "no resource requests and limits")
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
-    check(ports == {"client": CLIENT_PORT, "peer": PEER_PORT, "metrics": METRICS_PORT}, f"container ports: {ports}")
+    want = {"client": CLIENT_PORT, "peer": PEER_PORT, "metrics": METRICS_PORT, "health": HEALTH_PORT}
+    check(ports == want, f"container ports: {ports}")
     m = re.search(r"--metrics-addr\s+0\.0\.0\.0:(\d+)", script)
     check(m is not None and int(m.group(1)) == METRICS_PORT, "the server does not bind the metrics port on 0.0.0.0")
+    m = re.search(r"--health-addr\s+0\.0\.0\.0:(\d+)", script)
+    check(m is not None and int(m.group(1)) == HEALTH_PORT, "the server does not bind the health port on 0.0.0.0")
+    check("--insecure" not in script, "the server runs with --insecure")
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         get = container.get(probe, {}).get("httpGet", {})
         check(get.get("path") == path, f"{probe} is not on {path}")
-        check(port_number(container, get.get("port")) == METRICS_PORT, f"{probe} is not on the metrics port")
+        check(get.get("scheme", "HTTP") == "HTTP", f"{probe} is not plain HTTP")
+        check(port_number(container, get.get("port")) == HEALTH_PORT, f"{probe} is not on the health port")
     check("--server-id" in script and "HOSTNAME" in script, "the server id is not derived from the pod's hostname")
     check_start_script(container)
 

@@ -187,9 +187,16 @@ pub struct Config {
     pub peer_connection_idle_timeout_ms: u64,
 
     // Metrics (docs/operations.md, "Metrics").
-    /// Where `/metrics`, `/healthz` and `/readyz` are served over plain HTTP; None:
-    /// not at all. Loopback only, unless `insecure`.
+    /// Where `/metrics`, `/healthz` and `/readyz` are served; None: not at all.
+    /// Over HTTPS with the client port's certificate (and its `trusted_ca_file`
+    /// rule) when the client port serves TLS, on any address; otherwise plain HTTP,
+    /// loopback only unless `insecure`.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where only `/healthz` and `/readyz` are served, over plain HTTP, on any
+    /// address (for probes without a certificate, such as Kubernetes'); None: not
+    /// at all. Anyone who reaches it learns whether the server is up and ready (and
+    /// the short reason it is not), nothing else.
+    pub health_addr: Option<SocketAddr>,
     /// A durable log append (write and fsync) slower than this is logged as a
     /// warning and counted (`concord_disk_wal_fsync_threshold_exceeded_total`).
     pub fsync_warn_threshold_ms: u64,
@@ -380,6 +387,7 @@ impl Default for Config {
             peer_connection_idle_timeout_ms: 30_000,
 
             metrics_addr: None,
+            health_addr: None,
             fsync_warn_threshold_ms: 1_000,
 
             otlp_endpoint: None,
@@ -532,7 +540,7 @@ impl Config {
                 "session_ttl_default_ms must be within [session_ttl_min_ms, session_ttl_max_ms] = [{lo}, {hi}]"
             )));
         }
-        if let Some(addr) = self.metrics_addr {
+        if let Some(addr) = self.metrics_addr.filter(|_| !self.client_tls()) {
             self.check_plain_text(addr)?;
         }
         if self.fsync_warn_threshold_ms == 0 {
@@ -978,6 +986,20 @@ mod tests {
         };
         assert!(never.validate().is_err());
         assert!(toml::from_str::<Config>("metrics_addr = \"nowhere\"").is_err());
+        // Over TLS (the client port's), any address.
+        let tls = Config {
+            client_addr: "0.0.0.0:7181".parse().unwrap(),
+            metrics_addr: Some("0.0.0.0:9181".parse().unwrap()),
+            cert_file: Some("c.pem".into()),
+            key_file: Some("k.pem".into()),
+            ..Config::default()
+        };
+        tls.validate().unwrap();
+        // The health port: plain text on any address, no insecure needed.
+        let c: Config = toml::from_str("health_addr = \"0.0.0.0:9182\"\n").unwrap();
+        assert_eq!(c.health_addr, Some("0.0.0.0:9182".parse().unwrap()));
+        c.validate().unwrap();
+        assert_eq!(Config::default().health_addr, None, "off unless set");
     }
 
     #[test]

@@ -92,10 +92,15 @@ struct Args {
     http2_keepalive_timeout_ms: Option<u64>,
 
     // Metrics.
-    /// Serve /metrics (Prometheus text), /healthz and /readyz over plain HTTP here
-    /// (off when unset; loopback only unless --insecure).
+    /// Serve /metrics (Prometheus text), /healthz and /readyz here (off when unset):
+    /// HTTPS with the client port's certificate when it serves TLS, any address;
+    /// plain HTTP otherwise, loopback only unless --insecure.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
+    /// Serve only /healthz and /readyz here, plain HTTP, any address (for probes
+    /// without a certificate; off when unset).
+    #[arg(long)]
+    health_addr: Option<SocketAddr>,
     /// Warn (and count) when a durable log append takes longer than this.
     #[arg(long)]
     fsync_warn_threshold_ms: Option<u64>,
@@ -345,6 +350,9 @@ impl Args {
         }
         if let Some(v) = self.metrics_addr {
             c.metrics_addr = Some(v);
+        }
+        if let Some(v) = self.health_addr {
+            c.health_addr = Some(v);
         }
         if let Some(v) = self.fsync_warn_threshold_ms {
             c.fsync_warn_threshold_ms = v;

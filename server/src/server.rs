@@ -118,7 +118,7 @@ pub async fn run(
     health
         .set_service_status("", tonic_health::ServingStatus::Serving)
         .await;
-    let metrics = match start_metrics(&config, &replica) {
+    let metrics = match start_metrics(&config, &replica, tls.clone()) {
         Ok(metrics) => metrics,
         Err(e) => {
             replica.shutdown();
@@ -175,7 +175,7 @@ pub async fn run(
         }
     };
     replica.shutdown();
-    if let Some((stop, task)) = metrics {
+    for (stop, task) in metrics {
         let _ = stop.send(());
         let _ = task.await;
     }
@@ -199,29 +199,56 @@ type MetricsTask = (
     tokio::task::JoinHandle<()>,
 );
 
-/// Binds `metrics_addr` (when set) and serves `/metrics`, `/healthz` and `/readyz`
-/// there until stopped (docs/operations.md, "Metrics").
-fn start_metrics(config: &Config, replica: &Replica) -> Result<Option<MetricsTask>, RunError> {
-    let Some(addr) = config.metrics_addr else {
-        return Ok(None);
-    };
-    let listener = listen::bind(addr)
-        .map_err(|e| RunError::Setup(format!("cannot listen for metrics on {addr}: {e}")))?;
-    let bound = listener.local_addr().unwrap_or(addr);
-    let mut registry = prometheus_client::registry::Registry::default();
-    replica.metrics().register(&mut registry);
-    let gauges = crate::replica::observe::Gauges::new(replica.clone(), config);
-    registry.register_collector(Box::new(gauges));
-    let endpoint = crate::telemetry::http::Endpoint {
-        registry,
-        probe: std::sync::Arc::new(crate::replica::observe::Readiness(replica.clone())),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(crate::telemetry::http::serve(listener, endpoint, async {
-        let _ = stop_rx.await;
-    }));
-    tracing::info!(addr = %bound, "serving metrics, /healthz and /readyz");
-    Ok(Some((stop_tx, task)))
+/// Binds `metrics_addr` and `health_addr` (those set) and serves `/metrics`,
+/// `/healthz` and `/readyz` on the first (over `tls`, the client port's, if it has
+/// it), `/healthz` and `/readyz` only on the second, until stopped
+/// (docs/operations.md, "Metrics").
+fn start_metrics(
+    config: &Config,
+    replica: &Replica,
+    tls: Option<crate::security::ServerTls>,
+) -> Result<Vec<MetricsTask>, RunError> {
+    let mut tasks: Vec<MetricsTask> = Vec::new();
+    let ports = [(config.metrics_addr, true), (config.health_addr, false)];
+    for (addr, metrics) in ports {
+        let Some(addr) = addr else { continue };
+        let what = if metrics { "metrics" } else { "health" };
+        let listener = match listen::bind(addr) {
+            Ok(l) => l,
+            Err(e) => {
+                for (stop, _) in tasks {
+                    let _ = stop.send(());
+                }
+                return Err(RunError::Setup(format!(
+                    "cannot listen for {what} on {addr}: {e}"
+                )));
+            }
+        };
+        let bound = listener.local_addr().unwrap_or(addr);
+        let registry = metrics.then(|| {
+            let mut registry = prometheus_client::registry::Registry::default();
+            replica.metrics().register(&mut registry);
+            let gauges = crate::replica::observe::Gauges::new(replica.clone(), config);
+            registry.register_collector(Box::new(gauges));
+            registry
+        });
+        let endpoint = crate::telemetry::http::Endpoint {
+            registry,
+            probe: std::sync::Arc::new(crate::replica::observe::Readiness(replica.clone())),
+            tls: if metrics { tls.clone() } else { None },
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(crate::telemetry::http::serve(listener, endpoint, async {
+            let _ = stop_rx.await;
+        }));
+        if metrics {
+            tracing::info!(addr = %bound, tls = tls.is_some(), "serving metrics, /healthz and /readyz");
+        } else {
+            tracing::info!(addr = %bound, "serving /healthz and /readyz (health port)");
+        }
+        tasks.push((stop_tx, task));
+    }
+    Ok(tasks)
 }
 
 /// Stops accepting, lets requests in flight finish for at most `DRAIN_TIMEOUT`, then

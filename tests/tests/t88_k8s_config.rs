@@ -73,8 +73,9 @@ fn t88_every_member_of_the_k8s_manifests_has_a_valid_config() {
                 "--peer-key-file" => c.peer_key_file = file(&value),
                 "--peer-trusted-ca-file" => c.peer_trusted_ca_file = file(&value),
                 "--insecure" => c.insecure = true,
-                // Checked with the rest: 0.0.0.0 needs the --insecure beside it.
+                // Checked with the rest: 0.0.0.0 needs TLS on the client port.
                 "--metrics-addr" => c.metrics_addr = Some(value.unwrap().parse().unwrap()),
+                "--health-addr" => c.health_addr = Some(value.unwrap().parse().unwrap()),
                 other => panic!("the start script passes {other}, unknown to this test"),
             }
         }

@@ -1,10 +1,16 @@
-//! The metrics port: plain HTTP/1.1 on its own listener (`metrics_addr`), serving
-//! `/metrics` (Prometheus text, version 0.0.4), `/healthz` (the process answers) and
-//! `/readyz` (200 while the server serves, 503 with the reason otherwise).
+//! The metrics port and the health port: HTTP/1.1 on listeners of their own.
+//! The metrics port (`metrics_addr`) serves `/metrics` (Prometheus text, version
+//! 0.0.4), `/healthz` (the process answers) and `/readyz` (200 while the server
+//! serves, 503 with the reason otherwise); over TLS with the client port's
+//! certificate (and its client-certificate rule) whenever the client port serves
+//! TLS, in plain text otherwise. The health port (`health_addr`) serves only
+//! `/healthz` and `/readyz`, in plain text, for probes that cannot present a
+//! certificate (Kubernetes' kubelet).
 //!
 //! ```text
 //!   accept ─▶ slot free? (CONNECTIONS_MAX) ─no─▶ closed at once
-//!              └─yes─▶ task: hyper http1, one request, head ≤ HEAD_BYTES_MAX,
+//!              └─yes─▶ task: [TLS handshake ≤ tls_handshake_timeout_ms]
+//!                       hyper http1, one request, head ≤ HEAD_BYTES_MAX,
 //!                       whole connection ≤ CONNECTION_TIME_MAX ─▶ route ─▶ close
 //! ```
 //!
@@ -15,7 +21,9 @@
 //! Only GET and HEAD are served.
 //!
 //! What it must not do: panic on any input, or hold anything the server needs (a
-//! scrape reads atomics and takes the tree's read lock only to clone it, O(1)).
+//! scrape reads atomics and takes the tree's read lock only to clone it, O(1)); or
+//! serve anything but `/healthz` and `/readyz` on the health port, which anyone who
+//! can reach it may ask.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -31,6 +39,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+
+use crate::security::ServerTls;
 
 /// Connections served at once; more are accepted and closed at once.
 pub const CONNECTIONS_MAX: usize = 16;
@@ -51,11 +61,18 @@ pub trait Probe: Send + Sync + 'static {
 
 /// What the endpoint answers from.
 pub struct Endpoint {
-    /// Every metric and collector, encoded on each scrape.
-    pub registry: Registry,
+    /// Every metric and collector, encoded on each scrape; None: the health port,
+    /// where `/metrics` is not found.
+    pub registry: Option<Registry>,
     /// The readiness rule.
     pub probe: Arc<dyn Probe>,
+    /// TLS for every connection (the client port's certificate, reloaded with it);
+    /// None: plain text.
+    pub tls: Option<ServerTls>,
 }
+
+/// ALPN for HTTP/1.1, the only protocol served here.
+const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// Serves `listener` until `stop` resolves; connections still open then are dropped.
 pub async fn serve(listener: TcpListener, endpoint: Endpoint, stop: impl Future<Output = ()>) {
@@ -91,12 +108,33 @@ pub async fn serve(listener: TcpListener, endpoint: Endpoint, stop: impl Future<
     tasks.abort_all();
 }
 
-/// One connection: one request, bounded in head size and in time.
+/// One connection: a TLS handshake first if the port serves TLS, then one request,
+/// bounded in head size and in time.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     endpoint: Arc<Endpoint>,
 ) {
+    let Some(tls) = endpoint.tls.clone() else {
+        return serve_http(stream, peer, endpoint).await;
+    };
+    // The client port's configuration as of now, speaking HTTP/1.1 instead of h2.
+    let mut config = (*tls.server_config()).clone();
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let timeout = tls.handshake_timeout();
+    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => serve_http(stream, peer, endpoint).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics port: TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "metrics port: no TLS handshake within {timeout:?}"),
+    }
+}
+
+/// One request over `stream`, plain or TLS.
+async fn serve_http<S>(stream: S, peer: SocketAddr, endpoint: Arc<Endpoint>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = hyper::service::service_fn(move |request| {
         let endpoint = endpoint.clone();
         async move { Ok::<_, Infallible>(answer(&endpoint, &request)) }
@@ -119,19 +157,23 @@ fn answer<B>(endpoint: &Endpoint, request: &Request<B>) -> Response<Full<Bytes>>
     if request.method() != Method::GET && request.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
     }
-    match request.uri().path() {
-        "/metrics" => metrics(&endpoint.registry),
-        "/healthz" => text(StatusCode::OK, "ok\n".into()),
-        "/readyz" => match endpoint.probe.ready() {
+    match (request.uri().path(), &endpoint.registry) {
+        ("/metrics", Some(registry)) => metrics(registry),
+        ("/healthz", _) => text(StatusCode::OK, "ok\n".into()),
+        ("/readyz", _) => match endpoint.probe.ready() {
             Ok(()) => text(StatusCode::OK, "ok\n".into()),
             Err(why) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("not ready: {why}\n"),
             ),
         },
-        _ => text(
+        (_, Some(_)) => text(
             StatusCode::NOT_FOUND,
             "not found; try /metrics, /healthz or /readyz\n".into(),
+        ),
+        (_, None) => text(
+            StatusCode::NOT_FOUND,
+            "not found; the health port serves /healthz and /readyz only\n".into(),
         ),
     }
 }
@@ -189,6 +231,13 @@ mod tests {
     }
 
     async fn start() -> (SocketAddr, Arc<Flag>, tokio::sync::oneshot::Sender<()>) {
+        start_port(true).await
+    }
+
+    /// The metrics port (`metrics`), or the health port.
+    async fn start_port(
+        metrics: bool,
+    ) -> (SocketAddr, Arc<Flag>, tokio::sync::oneshot::Sender<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let flag = Arc::new(Flag(AtomicBool::new(false)));
@@ -197,8 +246,9 @@ mod tests {
         counter.inc();
         registry.register("concord_test", "a test counter", counter);
         let endpoint = Endpoint {
-            registry,
+            registry: metrics.then_some(registry),
             probe: flag.clone(),
+            tls: None,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(serve(listener, endpoint, async {
@@ -245,6 +295,20 @@ mod tests {
         )
         .await;
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    }
+
+    #[tokio::test]
+    async fn the_health_port_serves_health_and_readiness_only() {
+        let (addr, flag, _stop) = start_port(false).await;
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        flag.0.store(true, Ordering::Relaxed);
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        for path in ["/metrics", "/", "/metrics/", "/nope"] {
+            let answer = get(addr, path).await;
+            assert!(answer.starts_with("HTTP/1.1 404"), "{path}: {answer}");
+            assert!(!answer.contains("concord_test"), "{path}: {answer}");
+        }
     }
 
     /// Garbage, an oversized head and a silent client get an answer or a close,
