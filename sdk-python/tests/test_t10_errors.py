@@ -277,8 +277,15 @@ def test_keep_alive_timing_follows_the_ttl_and_the_share() -> None:
     from concord.aio._session import Timing
 
     t = Timing.of(3000, 0.5)
-    assert (t.ping, t.suspend_after, t.lost_after) == (1.0, 1.5, 3.0)
+    # LOST only after twice the TTL without an answer, unless a server says so.
+    assert (t.ping, t.suspend_after, t.give_up_after) == (1.0, 1.5, 6.0)
     assert (t.stream_silence_max, t.first_answer_max) == (1.5, 0.25)
     assert Timing.of(0, 0.5).first_answer_max == 0.02 and Timing.of(0, 0.5).ping == 0.01
     assert Timing.of(3000, 7.0).suspend_after == 3.0
     assert Timing.of(3000, float("nan")).suspend_after == 1.5
+    # The give-up share: 1 to 10 (never before the server could expire the session).
+    assert Timing.of(3000, 0.5, 3.0).give_up_after == 9.0
+    assert Timing.of(3000, 0.5, 0.2).give_up_after == 3.0
+    assert Timing.of(3000, 0.5, 99.0).give_up_after == 30.0
+    assert Timing.of(3000, 0.5, float("inf")).give_up_after == 6.0
+

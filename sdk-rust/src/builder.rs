@@ -14,7 +14,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::Error;
 use crate::options::RetryPolicy;
-use crate::session::SUSPEND_SHARE_DEFAULT;
+use crate::session::{GIVE_UP_SHARE_DEFAULT, SUSPEND_SHARE_DEFAULT};
 use crate::tls::{ConnectOptions, TlsOptions};
 
 /// What every call and session of a client follows (from its builder).
@@ -30,6 +30,9 @@ pub(crate) struct Settings {
     /// The share of the TTL without an answered ping after which a session is
     /// `Suspended`.
     pub(crate) suspend_share: f64,
+    /// The share of the TTL without an answered ping after which a session is given
+    /// up (`Lost`) unless a server said so first.
+    pub(crate) give_up_share: f64,
 }
 
 impl Default for Settings {
@@ -39,6 +42,7 @@ impl Default for Settings {
             retry: None,
             session_ttl_ms: 0,
             suspend_share: SUSPEND_SHARE_DEFAULT,
+            give_up_share: GIVE_UP_SHARE_DEFAULT,
         }
     }
 }
@@ -123,6 +127,16 @@ impl ClientBuilder {
         self
     }
 
+    /// The share of a session's TTL without an answered ping after which the client
+    /// gives the session up (`Lost`) unless a server said it expired first (from 1 to
+    /// 10). Until then the session is `Suspended`: a server that stalled for less
+    /// than the TTL keeps the session (it charges none for its own silence) and
+    /// answers again. Default: 2.
+    pub fn give_up_share(mut self, share: f64) -> Self {
+        self.settings.give_up_share = share;
+        self
+    }
+
     fn endpoint_list(&self) -> String {
         if self.endpoints.is_empty() {
             crate::client::DEFAULT_ENDPOINT.to_owned()
@@ -163,12 +177,14 @@ mod tests {
             .call_timeout(Duration::from_secs(2))
             .retry(RetryPolicy::default())
             .session_ttl(Duration::from_secs(6))
-            .suspend_share(0.3);
+            .suspend_share(0.3)
+            .give_up_share(3.0);
         assert_eq!(built.endpoint_list(), "a:1,b:2,c:3");
         assert_eq!(built.settings.call_timeout, Some(Duration::from_secs(2)));
         assert_eq!(built.settings.retry, Some(RetryPolicy::default()));
         assert_eq!(built.settings.session_ttl_ms, 6_000);
         assert_eq!(built.settings.suspend_share, 0.3);
+        assert_eq!(built.settings.give_up_share, 3.0);
     }
 
     #[tokio::test]

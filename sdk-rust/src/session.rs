@@ -5,10 +5,18 @@
 //!  Session (handle) ◄── watch + broadcast of ConnectionState ◄── keep-alive task
 //!                                                                 │ KeepAlive stream: ping every TTL/3
 //!    Connected ──(no answer for suspend_share × TTL)──▶ Suspended │ answer → Reconnected
-//!    Suspended ──(no answer for the whole TTL, or the server says expired)──▶ Lost
+//!    Suspended ──(the server says expired, or no answer for give_up_share × TTL)──▶ Lost
 //!    close() ──▶ Closed                                           ├ broken stream → back off, reopen
 //!                                                                 └ silent stream → reopen at once
 //! ```
+//!
+//! Only a server decides that a session expired. A whole TTL without an answer is
+//! not `Lost` by itself: a server that stalled (SIGSTOP, a frozen VM) charges no
+//! session for its own silence and may answer again with the session alive, so the
+//! session stays `Suspended` until the give-up time (by default twice the TTL). That
+//! time bounds how long a client cut off from every server believes its session may
+//! still hold what it holds (the server may have expired it meanwhile: fences guard
+//! the writes).
 //!
 //! A stream is silent when its first ping is not answered within a quarter of the
 //! ping interval, or no answer comes for half the TTL: a stalled server keeps its
@@ -51,22 +59,34 @@ pub const SUSPEND_SHARE_DEFAULT: f64 = 0.5;
 /// The smallest suspend share: below it a session would be suspended between pings.
 const SUSPEND_SHARE_MIN: f64 = 0.1;
 
+/// The share of the TTL without an answer after which the client gives its session
+/// up (`Lost`) unless a server said so first, unless the client was built with
+/// another.
+pub const GIVE_UP_SHARE_DEFAULT: f64 = 2.0;
+
+/// The give-up share's bounds: never before the server could expire the session,
+/// never unbounded.
+const GIVE_UP_SHARE_MIN: f64 = 1.0;
+const GIVE_UP_SHARE_MAX: f64 = 10.0;
+
 /// What this client knows of its session's standing with the ensemble (Curator's
 /// connection states, plus `Closed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConnectionState {
     /// Pings are answered: the session is alive (the state a session starts in).
     Connected,
-    /// No ping has been answered for the suspend share of the TTL. The session may
-    /// still live and its ephemerals may still exist, but this client cannot tell:
+    /// No ping has been answered for the suspend share of the TTL (and, past the TTL,
+    /// not yet for the give-up time). The session may still live and its ephemerals
+    /// may still exist, but this client cannot tell:
     /// recipes stop acting as leader or holder until it is `Reconnected`.
     Suspended,
     /// A ping was answered again after `Suspended`: the same session lives on, with
     /// its ephemerals (recipes check whether they still lead or hold).
     Reconnected,
     /// The session is gone and its ephemerals with it: the server said it expired, or
-    /// no ping was answered for a whole TTL (after which the server expires it). The
-    /// session never leaves this state; open a new one.
+    /// no ping was answered for the give-up time (by default twice the TTL: a server
+    /// heard from meanwhile would have expired it). The session never leaves this
+    /// state; open a new one.
     Lost,
     /// [`Session::close`] closed it. The session never leaves this state.
     Closed,
@@ -88,15 +108,16 @@ impl ConnectionState {
 }
 
 /// How the keep-alive task times its pings and states, from the TTL the server
-/// granted and the client's suspend share.
+/// granted and the client's suspend and give-up shares.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Timing {
     /// Time between pings: a third of the TTL.
     pub(crate) ping: Duration,
     /// Time without an answer after which the session is `Suspended`.
     pub(crate) suspend_after: Duration,
-    /// Time without an answer after which the session is `Lost`: the TTL.
-    pub(crate) lost_after: Duration,
+    /// Time without an answer after which the session is `Lost` (the give-up time):
+    /// the give-up share of the TTL, at least the TTL.
+    pub(crate) give_up_after: Duration,
     /// Time an answered stream may go without an answer before it is given up for
     /// another (perhaps to another server): half the TTL, one and a half pings.
     pub(crate) stream_silence_max: Duration,
@@ -107,18 +128,23 @@ pub(crate) struct Timing {
 }
 
 impl Timing {
-    pub(crate) fn new(ttl_ms: i64, suspend_share: f64) -> Timing {
+    pub(crate) fn new(ttl_ms: i64, suspend_share: f64, give_up_share: f64) -> Timing {
         let ttl = Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0));
         let share = if suspend_share.is_finite() {
             suspend_share.clamp(SUSPEND_SHARE_MIN, 1.0)
         } else {
             SUSPEND_SHARE_DEFAULT
         };
+        let give_up = if give_up_share.is_finite() {
+            give_up_share.clamp(GIVE_UP_SHARE_MIN, GIVE_UP_SHARE_MAX)
+        } else {
+            GIVE_UP_SHARE_DEFAULT
+        };
         let ping = ping_interval(ttl_ms);
         Timing {
             ping,
             suspend_after: ttl.mul_f64(share),
-            lost_after: ttl,
+            give_up_after: ttl.mul_f64(give_up),
             stream_silence_max: ping.mul_f64(1.5),
             first_answer_max: (ping / 4).max(Duration::from_millis(FIRST_ANSWER_MIN_MS)),
         }
@@ -235,7 +261,8 @@ impl Session {
     /// `Lost` on the first ping if the server no longer knows the session.
     pub fn attach(client: Client, id: u64, ttl_ms: i64) -> Session {
         let state = StatePublisher::new();
-        let timing = Timing::new(ttl_ms, client.settings().suspend_share);
+        let settings = client.settings();
+        let timing = Timing::new(ttl_ms, settings.suspend_share, settings.give_up_share);
         let task = tokio::spawn(keep_alive_loop(client.clone(), id, timing, state.clone()));
         Session {
             client: client.bound_to(id, state.current.subscribe()),
@@ -373,19 +400,20 @@ impl Contact {
         }
     }
 
-    /// Returns once no ping has been answered for the whole TTL, having published
-    /// `Suspended` on the way (at the suspend share).
+    /// Returns once no ping has been answered for the give-up time, having published
+    /// `Suspended` on the way (at the suspend share). A whole TTL without an answer
+    /// is not `Lost` by itself: only a server says the session expired.
     async fn until_lost(&self) {
         loop {
             let since = self.last();
             let next = if self.state.get() == ConnectionState::Suspended {
-                since + self.timing.lost_after
+                since + self.timing.give_up_after
             } else {
                 since + self.timing.suspend_after
             };
             sleep_until(next).await;
             let silent_for = self.last().elapsed();
-            if silent_for >= self.timing.lost_after {
+            if silent_for >= self.timing.give_up_after {
                 return;
             }
             if silent_for >= self.timing.suspend_after {
@@ -547,21 +575,31 @@ mod tests {
 
     #[test]
     fn timing_follows_the_ttl_and_the_share() {
-        let t = Timing::new(3_000, 0.5);
+        let t = Timing::new(3_000, 0.5, GIVE_UP_SHARE_DEFAULT);
         assert_eq!(t.ping, Duration::from_millis(1_000));
         assert_eq!(t.suspend_after, Duration::from_millis(1_500));
-        assert_eq!(t.lost_after, Duration::from_millis(3_000));
+        // Lost only after twice the TTL without an answer, unless a server says so.
+        assert_eq!(t.give_up_after, Duration::from_millis(6_000));
         assert_eq!(t.stream_silence_max, Duration::from_millis(1_500));
         assert_eq!(t.first_answer_max, Duration::from_millis(250));
         assert_eq!(
-            Timing::new(0, 0.5).first_answer_max,
+            Timing::new(0, 0.5, 2.0).first_answer_max,
             Duration::from_millis(FIRST_ANSWER_MIN_MS)
         );
-        assert_eq!(Timing::new(3_000, 7.0).suspend_after, t.lost_after);
         assert_eq!(
-            Timing::new(3_000, f64::NAN).suspend_after,
+            Timing::new(3_000, 7.0, 2.0).suspend_after,
+            Duration::from_millis(3_000)
+        );
+        assert_eq!(
+            Timing::new(3_000, f64::NAN, 2.0).suspend_after,
             Duration::from_millis(1_500)
         );
+        // The give-up share: 1 to 10 (never before the server could expire the session).
+        let give_up = |share| Timing::new(3_000, 0.5, share).give_up_after;
+        assert_eq!(give_up(3.0), Duration::from_millis(9_000));
+        assert_eq!(give_up(0.2), Duration::from_millis(3_000));
+        assert_eq!(give_up(99.0), Duration::from_millis(30_000));
+        assert_eq!(give_up(f64::INFINITY), Duration::from_millis(6_000));
     }
 
     #[test]
@@ -582,13 +620,16 @@ mod tests {
     fn contact(ttl_ms: i64) -> Contact {
         Contact {
             last: std::sync::Mutex::new(Instant::now()),
-            timing: Timing::new(ttl_ms, 0.5),
+            timing: Timing::new(ttl_ms, 0.5, GIVE_UP_SHARE_DEFAULT),
             state: StatePublisher::new(),
         }
     }
 
+    /// Before issue 46 a session was lost after one TTL of silence; a server that
+    /// stalled for less than the TTL kept it, so the client now waits for the give-up
+    /// time (twice the TTL by default), suspended from the share on.
     #[tokio::test(start_paused = true)]
-    async fn silence_suspends_at_the_share_and_loses_at_the_ttl() {
+    async fn silence_suspends_at_the_share_and_loses_at_the_give_up_time() {
         let contact = contact(3_000);
         let start = Instant::now();
         let mut listener = StateListener {
@@ -596,8 +637,12 @@ mod tests {
             current: contact.state.current.subscribe(),
             done: false,
         };
-        contact.until_lost().await;
-        assert_eq!(start.elapsed(), Duration::from_millis(3_000));
+        let past_the_ttl = async {
+            tokio::time::sleep(Duration::from_millis(5_900)).await;
+            assert_eq!(contact.state.get(), ConnectionState::Suspended);
+        };
+        tokio::join!(contact.until_lost(), past_the_ttl);
+        assert_eq!(start.elapsed(), Duration::from_millis(6_000));
         contact.state.publish(ConnectionState::Lost);
         assert_eq!(listener.next().await, Some(ConnectionState::Suspended));
         assert_eq!(listener.next().await, Some(ConnectionState::Lost));
@@ -621,8 +666,8 @@ mod tests {
             Instant::now()
         };
         let (answered_at, ()) = tokio::join!(answered_at, contact.until_lost());
-        // Lost a whole TTL after the answer, not after the first silence.
-        assert_eq!(answered_at.elapsed(), Duration::from_millis(3_000));
+        // Lost the give-up time after the answer, not after the first silence.
+        assert_eq!(answered_at.elapsed(), Duration::from_millis(6_000));
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! is that a session lives while its client is heard within the timeout, and a
 //! stalled server hears nobody. Measured at 0.5, 0.75 and 0.9 of the TTL, on one
 //! server (its client pinging it throughout, as an SDK does) and on the leader of
-//! three (the client's SDK moves to the others).
+//! three (the client's SDK moves to the others), and through the Rust SDK on one
+//! server, whose client cannot move and must not call the session lost by its own
+//! clock while the server keeps it (it waits for the give-up time, twice the TTL;
+//! the Python SDK's twin is sdk-python/tests/test_t97_stall.py).
 
 #![allow(clippy::unwrap_used)]
 
@@ -114,6 +117,38 @@ fn answers_due(stall: Duration, every: Duration) -> u32 {
         at += every;
     }
     n
+}
+
+/// The same stalls seen through the Rust SDK on one server: its client cannot move,
+/// and must not call the session lost while the server, once resumed, keeps it.
+/// Each round stalls the server just before the session's next ping is due (the
+/// SDK pings at open, then every third of the TTL), so that the client hears
+/// nothing for the stall and most of a ping interval: at 0.9 of the TTL, longer
+/// than the TTL in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn t21_the_sdk_keeps_a_session_through_a_stall_of_its_only_server() {
+    let server = Server::start(options());
+    for share in STALLS {
+        let client = Client::connect(server.endpoint()).await.unwrap();
+        let session = client.open_session(TTL_MS as i64).await.unwrap();
+        let mut states = session.state_watch();
+        sleep(Duration::from_millis(TTL_MS / 3 - 50)).await;
+        server.signal("STOP");
+        let during = timeout(stall_of(share), ended(&mut states)).await;
+        server.signal("CONT");
+        assert!(during.is_err(), "stall {share}: {:?}", session.state());
+        let until = Instant::now() + Duration::from_millis(TTL_MS * 3 / 2);
+        let after = tokio::time::timeout_at(until, ended(&mut states)).await;
+        assert!(after.is_err(), "stall {share}: {:?}", session.state());
+        assert!(
+            session.state().is_connected(),
+            "stall {share}: {:?}",
+            session.state()
+        );
+        let info = client.session_info(session.id()).await.unwrap();
+        assert_eq!(info.session_id, session.id());
+        client.close_session(session.id()).await.unwrap();
+    }
 }
 
 /// Waits until the session has ended (Lost or Closed).

@@ -18,7 +18,8 @@ class State(str, enum.Enum):
     SUSPENDED = "SUSPENDED"
     #: A ping was answered again after SUSPENDED: the same session lives on.
     RECONNECTED = "RECONNECTED"
-    #: The server said the session expired, or no ping was answered for a whole TTL.
+    #: The server said the session expired, or no ping was answered for the give-up
+    #: time (``give_up_share`` of the TTL, twice it by default).
     #: The session and its ephemerals are gone; it never comes back.
     LOST = "LOST"
     #: ``stop()`` closed the session on the server.

@@ -6,7 +6,13 @@
     Client ◄── publish(State) ◄── KeepAlive task: one KeepAlive stream at a time,
                                    a ping every TTL/3 carrying the newest zxid seen
     CONNECTED ─(no answer for suspend_share × TTL)─▶ SUSPENDED ─(an answer)─▶ RECONNECTED
-    any ─(server says expired, or no answer for a whole TTL)─▶ LOST
+    any ─(server says expired, or no answer for give_up_share × TTL)─▶ LOST
+
+Only a server decides that a session expired: between one TTL without an answer and
+the give-up time (by default twice the TTL) the session stays SUSPENDED, since a
+server that stalled (SIGSTOP, a frozen VM) charges no session for its own silence
+and may answer again with the session alive. The give-up time bounds how long a
+client cut off from every server believes it may still hold what its session holds.
 
 A stream is given up for a new one (on the next server of the list) when its first
 ping is not answered within a quarter of the ping interval, or when it goes one and a
@@ -42,6 +48,12 @@ PING_INTERVAL_MIN_S = 0.010
 FIRST_ANSWER_MIN_S = 0.020
 #: The smallest suspend share: below it a session would be suspended between pings.
 SUSPEND_SHARE_MIN = 0.1
+#: The give-up share of the TTL unless the client was given another.
+GIVE_UP_SHARE_DEFAULT = 2.0
+#: The give-up share's bounds: never before the server could expire the session,
+#: never unbounded.
+GIVE_UP_SHARE_MIN = 1.0
+GIVE_UP_SHARE_MAX = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,19 +62,25 @@ class Timing:
 
     ping: float
     suspend_after: float
-    lost_after: float
+    #: No answer for this long (the give-up time, longer than the TTL): LOST.
+    give_up_after: float
     stream_silence_max: float
     first_answer_max: float
 
     @classmethod
-    def of(cls, ttl_ms: int, suspend_share: float) -> Timing:
+    def of(cls, ttl_ms: int, suspend_share: float, give_up_share: float = GIVE_UP_SHARE_DEFAULT) -> Timing:
         ttl = max(ttl_ms, 0) / 1000.0
         share = min(max(suspend_share, SUSPEND_SHARE_MIN), 1.0) if math.isfinite(suspend_share) else 0.5
+        give_up = (
+            min(max(give_up_share, GIVE_UP_SHARE_MIN), GIVE_UP_SHARE_MAX)
+            if math.isfinite(give_up_share)
+            else GIVE_UP_SHARE_DEFAULT
+        )
         ping = max(ttl / 3, PING_INTERVAL_MIN_S)
         return cls(
             ping=ping,
             suspend_after=ttl * share,
-            lost_after=ttl,
+            give_up_after=ttl * give_up,
             stream_silence_max=ping * 1.5,
             first_answer_max=max(ping / 4, FIRST_ANSWER_MIN_S),
         )
@@ -77,11 +95,18 @@ class _End(enum.Enum):
 class Session:
     """One open session of a client, kept alive by a task on the client's loop."""
 
-    def __init__(self, client: Client, session_id: int, ttl_ms: int, suspend_share: float) -> None:
+    def __init__(
+        self,
+        client: Client,
+        session_id: int,
+        ttl_ms: int,
+        suspend_share: float,
+        give_up_share: float = GIVE_UP_SHARE_DEFAULT,
+    ) -> None:
         self.client = client
         self.id = session_id
         self.ttl_ms = ttl_ms
-        self.timing = Timing.of(ttl_ms, suspend_share)
+        self.timing = Timing.of(ttl_ms, suspend_share, give_up_share)
         #: Set once this session published LOST or CLOSED: nothing follows.
         self.ended = False
         self._loop = asyncio.get_running_loop()
@@ -108,12 +133,15 @@ class Session:
             self.client._publish(self, State.RECONNECTED)
 
     async def _until_lost(self) -> None:
+        """Returns once no ping has been answered for the give-up time, having
+        published SUSPENDED on the way (at the suspend share). A whole TTL without an
+        answer is not LOST by itself: only a server says the session expired."""
         t = self.timing
         while True:
-            after = t.lost_after if self.client.state is State.SUSPENDED else t.suspend_after
+            after = t.give_up_after if self.client.state is State.SUSPENDED else t.suspend_after
             await asyncio.sleep(max(self._last + after - self._loop.time(), 0.0))
             silent_for = self._loop.time() - self._last
-            if silent_for >= t.lost_after:
+            if silent_for >= t.give_up_after:
                 return
             if silent_for >= t.suspend_after:
                 self.client._publish(self, State.SUSPENDED)

@@ -233,6 +233,9 @@ class Client:
     once; default ``DEFAULT_RETRY``: up to a minute; None: each call is sent once); ``call_timeout`` the
     longest one attempt of a call may take (None: no deadline); ``suspend_share`` the
     share of the TTL without an answered ping after which the state is SUSPENDED;
+    ``give_up_share`` the share of the TTL without an answered ping after which the
+    client gives the session up (LOST) unless a server said so first (1 to 10,
+    default 2: a server that stalled for less than the TTL keeps the session);
     ``randomize_hosts`` starts the client at a host of the list drawn at random (as
     kazoo's does), so that many clients given one list spread over the ensemble, and
     False at the first. Either way it moves on in list order. ``timeout`` is kazoo's
@@ -253,6 +256,7 @@ class Client:
         retry: Retry | None = DEFAULT_RETRY,
         call_timeout: float | None = None,
         suspend_share: float = 0.5,
+        give_up_share: float = 2.0,
         randomize_hosts: bool = True,
         timeout: float | None = None,
         client_id: tuple[int, bytes] | None = None,
@@ -265,6 +269,7 @@ class Client:
         self.retry = retry
         self.call_timeout = call_timeout
         self.suspend_share = suspend_share
+        self.give_up_share = give_up_share
         self._endpoints: list[_Endpoint] = []
         #: Index of the endpoint calls go to now.
         self._current = random.randrange(len(self.hosts)) if randomize_hosts else 0
@@ -376,7 +381,7 @@ class Client:
                 await asyncio.sleep(min(policy.jittered(attempt), max(remaining, 0.0)))
         if resume is not None:
             resp, self._resume_id = resp.session, None
-        self._session = Session(self, resp.session_id, resp.ttl_ms, self.suspend_share)
+        self._session = Session(self, resp.session_id, resp.ttl_ms, self.suspend_share, self.give_up_share)
         self._state = State.CONNECTED
         self._listeners.dispatch(State.CONNECTED)
 
