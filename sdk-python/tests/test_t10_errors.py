@@ -289,3 +289,28 @@ def test_keep_alive_timing_follows_the_ttl_and_the_share() -> None:
     assert Timing.of(3000, 0.5, 99.0).give_up_after == 30.0
     assert Timing.of(3000, 0.5, float("inf")).give_up_after == 6.0
 
+
+def test_a_watch_timeout_names_the_time_asked_for_not_what_was_left() -> None:
+    """``next(timeout)`` waits on past messages that are no events (progress), for
+    what is left of the time; its TIMEOUT names the time the caller asked for (it
+    named what was left: "no watch event within 0.19... s")."""
+    from concord._proto import watch_pb2
+
+    async def main() -> None:
+        c = concord.aio.Client("127.0.0.1:1")
+        w = c.watch("/a")
+        # As if started: a reader that reads nothing; one progress message comes.
+        w._task = asyncio.get_running_loop().create_task(asyncio.sleep(3600))
+        progress = watch_pb2.WatchResponse(progress=watch_pb2.Progress())
+        asyncio.get_running_loop().call_later(0.1, w._queue.put_nowait, progress)
+        try:
+            with pytest.raises(concord.TimeoutError) as e:
+                await w.next(timeout=0.3)
+            assert e.value.code is ErrorCode.TIMEOUT
+            assert "no watch event within 0.3 s" in str(e.value), str(e.value)
+        finally:
+            w._task.cancel()
+            await c.close()
+
+    asyncio.run(main())
+

@@ -16,6 +16,7 @@ import asyncio
 
 import pytest
 
+import concord
 import concord.aio
 from concord import State
 
@@ -76,3 +77,28 @@ def test_a_stall_of_the_only_server_shorter_than_the_ttl_keeps_the_session(own_s
 
     asyncio.run(main())
 
+
+def test_a_stream_that_does_not_start_on_a_stalled_server_says_how_long_it_waited(own_server: Server) -> None:
+    """A watch or an observer opened on a stalled server (its connection open, no
+    answer) fails with TIMEOUT naming how long it waited for the stream's first
+    message (the silence limit: three progress intervals of 1 s, 3 s), not an
+    unmeasured "in time"."""
+
+    async def main() -> None:
+        c = concord.aio.Client(own_server.addr)
+        try:
+            assert await c.exists("/") is not None  # connected
+            await asyncio.to_thread(own_server.stop)
+            try:
+                with pytest.raises(concord.TimeoutError) as e:
+                    await asyncio.wait_for(c.watch("/a").start(), 10)
+                assert "the watch stream did not start within 3 s" in str(e.value), str(e.value)
+                with pytest.raises(concord.TimeoutError) as e:
+                    await asyncio.wait_for(c.observe("e", resume=None).start(), 10)
+                assert "the observe stream did not start within 3 s" in str(e.value), str(e.value)
+            finally:
+                own_server.cont()
+        finally:
+            await c.close()
+
+    asyncio.run(main())

@@ -67,9 +67,11 @@ class QueuedStream(Generic[T]):
             raise StopAsyncIteration
         return item
 
-    async def _take(self, timeout: float | None) -> Any:
+    async def _take(self, timeout: float | None, asked: float | None = None) -> Any:
         """The next item the reader queued; None at the end; raises the error that
-        ended the stream (once), or TIMEOUT after ``timeout`` seconds (nothing lost)."""
+        ended the stream (once), or TIMEOUT after ``timeout`` seconds (nothing lost),
+        whose message names ``asked``: the time the caller asked for, when
+        ``timeout`` is what is left of it (default: ``timeout``)."""
         if self._task is None and not self._cancelled:
             await self.start()
         if self._done or self._cancelled:
@@ -77,7 +79,8 @@ class QueuedStream(Generic[T]):
         try:
             item = await within(self._queue.get(), timeout)
         except asyncio.TimeoutError:
-            raise make_error(ErrorCode.TIMEOUT, f"no {self._waits_for} within {timeout} s") from None
+            asked = timeout if asked is None else asked
+            raise make_error(ErrorCode.TIMEOUT, f"no {self._waits_for} within {asked} s") from None
         if item is END or self._cancelled:
             self._done = True
             return None

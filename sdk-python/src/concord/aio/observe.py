@@ -171,7 +171,9 @@ class LeaderObserver(QueuedStream[LeaderChange]):
             if client._current == index:
                 client._rotate()
             raise make_error(
-                ErrorCode.TIMEOUT, "the observe stream did not start in time", origin=Origin.TRANSPORT
+                ErrorCode.TIMEOUT,
+                f"the observe stream did not start within {OPEN_WAIT_S:g} s",
+                origin=Origin.TRANSPORT,
             ) from None
         except grpc.RpcError as e:
             call.cancel()

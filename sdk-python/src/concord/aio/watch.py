@@ -123,7 +123,7 @@ class Watch(QueuedStream[WatchEvent]):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-            msg = await self._message(remaining)
+            msg = await self._message(remaining, timeout)
             if msg is None:
                 return None
             if msg.WhichOneof("msg") == EVENT:
@@ -131,9 +131,10 @@ class Watch(QueuedStream[WatchEvent]):
 
     # -- for the caches -----------------------------------------------------------
 
-    async def _message(self, timeout: float | None = None) -> Any:
-        """The next accepted message (a ``WatchResponse``), None at the end."""
-        return await self._take(timeout)
+    async def _message(self, timeout: float | None = None, asked: float | None = None) -> Any:
+        """The next accepted message (a ``WatchResponse``), None at the end; a
+        TIMEOUT names ``asked`` (the caller's time, of which ``timeout`` is left)."""
+        return await self._take(timeout, asked)
 
     # -- the reader ---------------------------------------------------------------
 
@@ -149,7 +150,9 @@ class Watch(QueuedStream[WatchEvent]):
             call.cancel()
             self._moved_off(index)
             raise make_error(
-                ErrorCode.TIMEOUT, "the watch stream did not start in time", origin=Origin.TRANSPORT
+                ErrorCode.TIMEOUT,
+                f"the watch stream did not start within {self._silence:g} s",
+                origin=Origin.TRANSPORT,
             ) from None
         except grpc.RpcError as e:
             call.cancel()
