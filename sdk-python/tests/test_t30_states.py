@@ -87,7 +87,7 @@ def test_a_short_stall_suspends_and_reconnects_the_same_session(own_server: Serv
         first = c.session_id
         own_server.stop()
         try:
-            # Suspended at half the 3 s TTL without an answer, lost only at the whole.
+            # Suspended at half the 3 s TTL without an answer, lost only at twice it.
             await rec.heard(State.SUSPENDED, 5)
         finally:
             own_server.cont()

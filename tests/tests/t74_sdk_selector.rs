@@ -222,8 +222,8 @@ async fn t74_the_closure_is_cancelled_on_suspended_and_on_lost() {
 
 /// A selector whose session is gone closes quietly, whether the selector had
 /// already ended (the session closed under it) or the server cannot be reached at
-/// all (a stall longer than the TTL: the session is lost on the client's clock, and
-/// nothing is sent); closing it twice is BAD_STATE.
+/// all (a stall longer than the give-up time, twice the TTL: the session is lost on
+/// the client's clock, and nothing is sent); closing it twice is BAD_STATE.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn t74_close_after_the_session_is_lost_succeeds_quietly() {
     let server = Server::start(ServerOptions::default());

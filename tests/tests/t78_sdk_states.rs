@@ -103,9 +103,9 @@ async fn t78_a_stall_longer_than_the_ttl_loses_the_session() {
         Suspended
     );
     assert_eq!(next_state(&mut listener, ttl * 2, "Lost").await, Lost);
-    // No answer for a whole TTL, and the stall began at most a ping interval after
-    // the last answer.
-    assert!(stopped.elapsed() >= ttl * 2 / 3, "lost too early");
+    // No answer for the give-up time (twice the TTL), and the stall began at most a
+    // ping interval after the last answer (before issue 46: a whole TTL).
+    assert!(stopped.elapsed() >= ttl * 5 / 3, "lost too early");
     server.signal("CONT");
     assert_eq!(session.state(), Lost);
     assert_eq!(session.ended().await, Lost);

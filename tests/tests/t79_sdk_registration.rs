@@ -151,8 +151,9 @@ async fn t79_a_stall_longer_than_the_ttl_registers_again_under_a_new_session() {
     let admin = Client::connect(server.endpoint()).await.unwrap();
     let reg = register(&client, "i-3", "10.0.0.3:80").await;
     let first = reg.status();
-    // No answer for a whole TTL: the client calls its session lost on its own (the
-    // server, stalled too, may not have expired it yet when it resumes).
+    // No answer for the give-up time (twice the TTL): the client calls its session
+    // lost on its own (the server, stalled too, has not expired it yet when it
+    // resumes: it charges no session for its own stall).
     server.signal("STOP");
     status_until(&reg, "Lost", |s| s.state == ConnectionState::Lost).await;
     server.signal("CONT");
