@@ -90,6 +90,11 @@ impl Error {
         if let Some((code, rest)) = code_from_message(message) {
             return Error::new(code, rest.to_string(), status.code(), Origin::Server, call);
         }
+        if let Some((code, what)) = tls_mismatch(message) {
+            // A retry meets the same mismatch: say what to change, and stop.
+            let message = format!("{what} ({message})");
+            return Error::new(code, message, status.code(), Origin::NotSent, call);
+        }
         if concord_direct::was_never_sent(status) {
             // Whatever gRPC code carried it, no server was reached.
             let code = ErrorCode::Unavailable;
@@ -244,6 +249,82 @@ impl Error {
             Origin::Transport => false,
         }
     }
+}
+
+/// What the client must change, when a connection failed for a TLS mismatch that
+/// no retry mends (rustls's and h2's words, as the transport reports them): the
+/// code (BAD_ARGUMENTS for the client's own endpoint or TLS options,
+/// PERMISSION_DENIED for a client certificate the server refused) and the words.
+fn tls_mismatch(message: &str) -> Option<(ErrorCode, &'static str)> {
+    const MISMATCHES: [(&str, ErrorCode, &str); 10] = [
+        // A TLS server's first bytes (an alert record) read as an HTTP/2 frame.
+        (
+            "frame with invalid size",
+            ErrorCode::BadArguments,
+            "the server did not answer in plain-text HTTP/2: it expects TLS; use an \
+             https:// endpoint with the CA that signed its certificate",
+        ),
+        (
+            "InvalidContentType",
+            ErrorCode::BadArguments,
+            "the server does not speak TLS: use an http:// endpoint, or give it a certificate",
+        ),
+        (
+            "CertificateRequired",
+            ErrorCode::BadArguments,
+            "the server requires a client certificate: give one (and its key) with the \
+             TLS options",
+        ),
+        (
+            "alert: CertificateExpired",
+            ErrorCode::PermissionDenied,
+            "the server refused the client certificate as expired: renew it",
+        ),
+        (
+            "alert: BadCertificate",
+            ErrorCode::PermissionDenied,
+            "the server refused the client certificate: is it signed by a CA the server trusts?",
+        ),
+        // A certificate from another CA of the same name: its signature fails.
+        (
+            "alert: DecryptError",
+            ErrorCode::PermissionDenied,
+            "the server refused the client certificate: it is not signed by the CA the \
+             server trusts",
+        ),
+        (
+            "alert: UnknownCA",
+            ErrorCode::PermissionDenied,
+            "the server does not trust the CA that signed the client certificate",
+        ),
+        (
+            "UnknownIssuer",
+            ErrorCode::BadArguments,
+            "the server's certificate is not signed by the CA the client trusts",
+        ),
+        // Another CA of the same name.
+        (
+            "invalid peer certificate: BadSignature",
+            ErrorCode::BadArguments,
+            "the server's certificate is not signed by the CA the client trusts",
+        ),
+        (
+            "NotValidForName",
+            ErrorCode::BadArguments,
+            "the server's certificate does not name the endpoint's host",
+        ),
+    ];
+    if message.contains("certificate") && message.contains("Expired") && !message.contains("alert")
+    {
+        return Some((
+            ErrorCode::BadArguments,
+            "the server's certificate has expired (or is not valid yet)",
+        ));
+    }
+    MISMATCHES
+        .iter()
+        .find(|(words, _, _)| message.contains(words))
+        .map(|&(_, code, what)| (code, what))
 }
 
 /// Codes that describe the moment rather than the request: trying again may work.
