@@ -47,19 +47,27 @@ fn usage(s: &RedbStorage) -> DiskUsage {
 }
 
 /// What a store holds, to compare before and after a compaction.
-fn contents(s: &RedbStorage) -> (Vec<Txn>, Vec<(Zxid, Vec<u8>)>, Zxid, Zxid, Option<u64>) {
+#[derive(Debug, PartialEq)]
+struct Contents {
+    log: Vec<Txn>,
+    snapshots: Vec<(Zxid, Vec<u8>)>,
+    last_zxid: Zxid,
+    log_start: Zxid,
+    epoch: Option<u64>,
+}
+
+fn contents(s: &RedbStorage) -> Contents {
     let snapshots = s.snapshots().unwrap();
-    let snapshots = snapshots
-        .into_iter()
-        .map(|z| (z, s.load_snapshot(z).unwrap()))
-        .collect();
-    (
-        s.read_after(0, usize::MAX).unwrap(),
-        snapshots,
-        s.last_zxid().unwrap(),
-        s.log_start().unwrap(),
-        s.get_u64("current_epoch").unwrap(),
-    )
+    Contents {
+        log: s.read_after(0, usize::MAX).unwrap(),
+        snapshots: snapshots
+            .into_iter()
+            .map(|z| (z, s.load_snapshot(z).unwrap()))
+            .collect(),
+        last_zxid: s.last_zxid().unwrap(),
+        log_start: s.log_start().unwrap(),
+        epoch: s.get_u64("current_epoch").unwrap(),
+    }
 }
 
 /// A store that wrote a lot, snapshotted and purged keeps the file at its peak
@@ -79,7 +87,7 @@ fn the_file_shrinks_after_a_large_purge_and_keeps_everything() {
     s.purge(1).unwrap();
     let before = usage(&s);
     let kept = contents(&s);
-    assert_eq!(kept.0.len(), 36, "the log after the kept snapshot");
+    assert_eq!(kept.log.len(), 36, "the log after the kept snapshot");
     assert!(before.file_bytes >= 24 * MIB, "{before:?}");
     assert!(
         before.free_bytes() > 2 * before.in_use_bytes,
@@ -106,8 +114,9 @@ fn the_file_shrinks_after_a_large_purge_and_keeps_everything() {
 
     let (s, _) = RedbStorage::open(&path).unwrap();
     let mut reopened = contents(&s);
-    assert_eq!(reopened.0.pop().map(|t| t.zxid), Some(1_537));
-    reopened.2 = kept.2;
+    assert_eq!(reopened.log.pop().map(|t| t.zxid), Some(1_537));
+    assert_eq!(reopened.last_zxid, 1_537);
+    reopened.last_zxid = kept.last_zxid;
     assert_eq!(
         reopened, kept,
         "the compacted file reopens with the same contents"
