@@ -26,7 +26,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -43,7 +43,7 @@ mod link;
 mod target;
 mod tls;
 
-pub use link::Link;
+pub use link::{Link, CONNECTIONS_MAX, STREAMS_PER_CONNECTION};
 pub use target::target;
 pub use tls::client_tls;
 
@@ -66,6 +66,26 @@ pub struct Direct {
     /// Set once the connection's task ended (closed by either side, broken, or a
     /// keep-alive ping unanswered), or a call found it going away.
     closed: Arc<AtomicBool>,
+    /// Calls on the connection whose response has not ended yet (open streams,
+    /// unary or long-lived): counted from the call until its response body ends or
+    /// is dropped.
+    streams: Arc<AtomicUsize>,
+}
+
+/// One call counted in its connection's open streams until dropped.
+struct StreamCount(Arc<AtomicUsize>);
+
+impl StreamCount {
+    fn new(streams: &Arc<AtomicUsize>) -> StreamCount {
+        streams.fetch_add(1, Ordering::AcqRel);
+        StreamCount(streams.clone())
+    }
+}
+
+impl Drop for StreamCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// TLS for a connection: the client configuration (ALPN h2) and the name the
@@ -132,6 +152,7 @@ impl Direct {
             scheme,
             authority,
             closed,
+            streams: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -144,6 +165,24 @@ impl Direct {
     /// Whether `other` is a clone of this same connection.
     pub fn same(&self, other: &Direct) -> bool {
         Arc::ptr_eq(&self.closed, &other.closed)
+    }
+
+    /// The server dialled (`host:port`).
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// Calls made on the connection whose response has not ended yet: the streams
+    /// it holds open, long-lived ones (watches, keep-alives) and unary calls alike.
+    pub fn open_streams(&self) -> usize {
+        self.streams.load(Ordering::Acquire)
+    }
+
+    /// The most streams the server lets this connection hold open at once (its
+    /// SETTINGS_MAX_CONCURRENT_STREAMS; unbounded until its settings arrive). h2
+    /// holds a call beyond it until a stream ends.
+    pub fn stream_limit(&self) -> usize {
+        self.send.current_max_send_streams()
     }
 }
 
@@ -185,6 +224,9 @@ impl tower_service::Service<http::Request<Body>> for Direct {
         }
         let send = self.send.clone();
         let closed = self.closed.clone();
+        // Counted at once, so that a `Link` choosing a connection for the next call
+        // sees this one.
+        let counted = StreamCount::new(&self.streams);
         Box::pin(async move {
             // The frames of the body that are ready now (a few at most) go out with
             // the headers.
@@ -233,6 +275,7 @@ impl tower_service::Service<http::Request<Body>> for Direct {
             Ok(response.await?.map(|recv| Received {
                 recv,
                 data_done: false,
+                counted: Some(counted),
             }))
         })
     }
@@ -298,6 +341,9 @@ async fn send_rest(mut body: Body, mut stream: h2::SendStream<Bytes>) {
 pub struct Received {
     recv: h2::RecvStream,
     data_done: bool,
+    /// The call's place in its connection's open streams, given back once the body
+    /// ended (or when it is dropped).
+    counted: Option<StreamCount>,
 }
 
 impl http_body::Body for Received {
@@ -314,11 +360,17 @@ impl http_body::Body for Received {
                     let _ = self.recv.flow_control().release_capacity(data.len());
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
+                Some(Err(e)) => {
+                    self.counted = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
                 None => self.data_done = true,
             }
         }
-        match ready!(self.recv.poll_trailers(cx)) {
+        let trailers = ready!(self.recv.poll_trailers(cx));
+        // The stream has ended either way.
+        self.counted = None;
+        match trailers {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
             Err(e) => Poll::Ready(Some(Err(e))),

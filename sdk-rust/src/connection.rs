@@ -13,6 +13,13 @@
 //!                                             (from the leader a NOT_LEADER named, if listed)
 //! ```
 //!
+//! A stream (watch, cache, observer, keep-alive) or call goes on the link's first
+//! connection while it has fewer than `concord_direct::STREAMS_PER_CONNECTION`
+//! (1,000) streams open; when every connection is that full the link dials one more
+//! to the same server (at most `concord_direct::CONNECTIONS_MAX`, 64), since a
+//! server takes at most `client_streams_per_connection_max` (1,024) streams on one
+//! connection and holds any beyond until one ends.
+//!
 //! A dial tries each server once, in list order from where the last one left off,
 //! each for at most `CONNECT_TIMEOUT`; it fails (UNAVAILABLE, never sent) when none
 //! answers. A dial cut short by its caller's deadline still moves the list on, so
@@ -90,6 +97,23 @@ impl Servers {
         }
         Err(format!("no server answered ({})", failures.join("; ")).into())
     }
+
+    /// Dials one more connection to the server of `first` (a link's connections
+    /// to one server: room for more streams than one connection holds).
+    async fn dial_again(self, first: Authority) -> Result<Direct, BoxError> {
+        let Some(target) = self.targets.iter().find(|t| t.authority == first) else {
+            return Err(format!("{first} is not in the list").into());
+        };
+        let connect = Direct::connect(
+            target.authority.clone(),
+            target.tls.clone(),
+            Some(KEEPALIVE),
+        );
+        match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+            Ok(dialled) => dialled,
+            Err(_) => Err(format!("{first}: no connection within {CONNECT_TIMEOUT:?}").into()),
+        }
+    }
 }
 
 /// The link to the servers of `list` (comma-separated endpoints), starting at one
@@ -115,8 +139,11 @@ pub(crate) fn link_to(
         next: Arc::new(AtomicUsize::new(first % targets.len())),
         targets: Arc::new(targets),
     };
-    let dialled = servers.clone();
-    let link = Link::new(move || dialled.clone().dial());
+    let (dialled, again) = (servers.clone(), servers.clone());
+    let link = Link::pooled(
+        move || dialled.clone().dial(),
+        move |first: &Direct| again.clone().dial_again(first.authority().clone()),
+    );
     Ok((link, servers))
 }
 
