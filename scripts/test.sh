@@ -11,8 +11,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's time, printed as it ends (docs/testing.md, "How long it takes",
+# records them for a clean clone).
+stage_started=$SECONDS
+stage() {
+  echo "== stage $1: $((SECONDS - stage_started)) s" >&2
+  stage_started=$SECONDS
+}
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+stage lint
 
 if [ ! -x .venv/bin/grpcurl ]; then
   python3 -m venv .venv
@@ -39,8 +48,15 @@ if ! command -v promtool >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
 fi
 .venv/bin/python scripts/check_deploy.py
+stage setup
 
-cargo build --workspace --bins
+# Every target at once, so the binaries the tests start are built with the same
+# features as the tests (tokio's test-util comes with the dev-dependencies): built
+# apart (`--bins`), tokio and every crate above it were compiled twice.
+cargo build --workspace --all-targets
+stage build
 cargo test --workspace
+stage rust
 
 CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python -m pytest -q -p no:cacheprovider sdk-python/tests
+stage python
