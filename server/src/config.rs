@@ -203,9 +203,17 @@ pub struct Config {
 
     // Traces (docs/operations.md, "Traces").
     /// The OpenTelemetry collector spans are exported to over OTLP/gRPC, as
-    /// `http://HOST:PORT`; None: no traces. Plain text: loopback only, unless
-    /// `insecure`.
+    /// `http://HOST:PORT` (plain text: loopback only, unless `insecure`) or
+    /// `https://HOST:PORT` (TLS, with `otlp_ca_file`); None: no traces.
     pub otlp_endpoint: Option<String>,
+    /// CA certificates (PEM) the collector's certificate must be signed by; needed
+    /// by an `https://` endpoint, refused with an `http://` one. Read at start.
+    pub otlp_ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) this server presents to an `https://` collector
+    /// that asks for one, with `otlp_key_file`. Read at start.
+    pub otlp_cert_file: Option<PathBuf>,
+    /// The private key of `otlp_cert_file` (PEM).
+    pub otlp_key_file: Option<PathBuf>,
     /// The share of traces no caller started that are sampled (0 to 1). A caller's
     /// `traceparent` decides for its own trace.
     pub otlp_sample_ratio: f64,
@@ -391,6 +399,9 @@ impl Default for Config {
             fsync_warn_threshold_ms: 1_000,
 
             otlp_endpoint: None,
+            otlp_ca_file: None,
+            otlp_cert_file: None,
+            otlp_key_file: None,
             otlp_sample_ratio: 0.01,
 
             leader_wait_ms_max: 2_000,
@@ -760,7 +771,8 @@ impl Config {
     }
 
     /// The OTLP endpoint is `http://HOST:PORT` (plain text: loopback unless
-    /// `insecure`), and the sample ratio a share.
+    /// `insecure`) or `https://HOST:PORT` with a CA file (a client certificate
+    /// and key both or neither), and the sample ratio a share.
     fn validate_traces(&self) -> Result<(), ConfigError> {
         if !(0.0..=1.0).contains(&self.otlp_sample_ratio) {
             return Err(ConfigError::Invalid(format!(
@@ -768,19 +780,46 @@ impl Config {
                 self.otlp_sample_ratio
             )));
         }
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if self.otlp_cert_file.is_some() != self.otlp_key_file.is_some() {
+            return bad("otlp_cert_file and otlp_key_file go together: set both or neither");
+        }
         let Some(endpoint) = &self.otlp_endpoint else {
+            if self.otlp_ca_file.is_some() || self.otlp_cert_file.is_some() {
+                return bad("otlp_ca_file, otlp_cert_file and otlp_key_file need otlp_endpoint");
+            }
             return Ok(());
         };
-        let addr: Address = endpoint
-            .strip_prefix("http://")
+        let (tls, rest) = match endpoint.strip_prefix("https://") {
+            Some(rest) => (true, Some(rest)),
+            None => (false, endpoint.strip_prefix("http://")),
+        };
+        let addr: Address = rest
             .map(|a| a.trim_end_matches('/'))
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "otlp_endpoint must be http://HOST:PORT (an OTLP/gRPC collector), not {endpoint:?}"
+                    "otlp_endpoint must be http://HOST:PORT or https://HOST:PORT (an OTLP/gRPC collector), not {endpoint:?}"
                 ))
             })?;
-        self.check_plain_text_to(&addr)
+        match (tls, self.otlp_ca_file.is_some()) {
+            (true, true) => Ok(()),
+            (true, false) => bad("an https:// otlp_endpoint needs otlp_ca_file (the CA that signs the collector's certificate)"),
+            (false, false) if self.otlp_cert_file.is_none() => self.check_plain_text_to(&addr),
+            (false, _) => bad("otlp_ca_file, otlp_cert_file and otlp_key_file need an https:// otlp_endpoint"),
+        }
+    }
+
+    /// TLS to the OTLP collector, when the endpoint is `https://`.
+    pub fn otlp_tls(&self) -> Option<crate::telemetry::trace::CollectorTls> {
+        let endpoint = self.otlp_endpoint.as_deref()?;
+        if !endpoint.starts_with("https://") {
+            return None;
+        }
+        Some(crate::telemetry::trace::CollectorTls {
+            ca_file: self.otlp_ca_file.clone()?,
+            identity: self.otlp_cert_file.clone().zip(self.otlp_key_file.clone()),
+        })
     }
 
     /// Plain text only on loopback, unless `insecure`.
@@ -1016,6 +1055,8 @@ mod tests {
             "https://127.0.0.1:4317",
             "http://",
             "http://[::1]",
+            "https://",
+            "grpc://127.0.0.1:4317",
         ] {
             let c = Config {
                 otlp_endpoint: Some(bad.to_owned()),
@@ -1030,6 +1071,42 @@ mod tests {
         assert!(remote.validate().is_err(), "plain text beyond loopback");
         remote.insecure = true;
         remote.validate().unwrap();
+        // TLS: https with a CA file, any host; a client certificate with its key.
+        let f = |s: &str| Some(PathBuf::from(s));
+        let tls = Config {
+            otlp_endpoint: Some("https://collector.example:4317".to_owned()),
+            otlp_ca_file: f("ca.pem"),
+            ..Config::default()
+        };
+        tls.validate().unwrap();
+        assert!(tls.otlp_tls().is_some_and(|t| t.identity.is_none()));
+        let mtls = Config {
+            otlp_cert_file: f("c.pem"),
+            otlp_key_file: f("k.pem"),
+            ..tls.clone()
+        };
+        mtls.validate().unwrap();
+        assert!(mtls.otlp_tls().is_some_and(|t| t.identity.is_some()));
+        for refused in [
+            Config {
+                otlp_ca_file: None,
+                ..tls.clone()
+            },
+            Config {
+                otlp_key_file: None,
+                ..mtls.clone()
+            },
+            Config {
+                otlp_endpoint: Some("http://127.0.0.1:4317".to_owned()),
+                ..tls.clone()
+            },
+            Config {
+                otlp_endpoint: None,
+                ..tls.clone()
+            },
+        ] {
+            assert!(refused.validate().is_err(), "{refused:?}");
+        }
         for ratio in [-0.1, 1.5, f64::NAN] {
             let c = Config {
                 otlp_sample_ratio: ratio,

@@ -107,9 +107,19 @@ struct Args {
 
     // Traces.
     /// Export OpenTelemetry spans over OTLP/gRPC to this collector, as
-    /// http://HOST:PORT (off when unset; loopback only unless --insecure).
+    /// http://HOST:PORT (plain text: loopback only unless --insecure) or
+    /// https://HOST:PORT (TLS, with --otlp-ca-file); off when unset.
     #[arg(long)]
     otlp_endpoint: Option<String>,
+    /// CA certificates (PEM) that sign the https:// collector's certificate.
+    #[arg(long)]
+    otlp_ca_file: Option<PathBuf>,
+    /// A client certificate (PEM) for a collector that asks for one.
+    #[arg(long)]
+    otlp_cert_file: Option<PathBuf>,
+    /// The private key of --otlp-cert-file (PEM).
+    #[arg(long)]
+    otlp_key_file: Option<PathBuf>,
     /// Share of traces no caller started that are sampled, 0 to 1 (default 0.01).
     #[arg(long)]
     otlp_sample_ratio: Option<f64>,
@@ -359,6 +369,15 @@ impl Args {
         }
         if let Some(v) = self.otlp_endpoint {
             c.otlp_endpoint = Some(v);
+        }
+        if let Some(v) = self.otlp_ca_file {
+            c.otlp_ca_file = Some(v);
+        }
+        if let Some(v) = self.otlp_cert_file {
+            c.otlp_cert_file = Some(v);
+        }
+        if let Some(v) = self.otlp_key_file {
+            c.otlp_key_file = Some(v);
         }
         if let Some(v) = self.otlp_sample_ratio {
             c.otlp_sample_ratio = v;

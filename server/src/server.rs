@@ -96,8 +96,13 @@ pub async fn run(
     let tls = crate::security::ServerTls::client_port(&config)?;
     let traces = match &config.otlp_endpoint {
         Some(endpoint) => Some(
-            crate::telemetry::trace::init(endpoint, config.otlp_sample_ratio, config.server_id)
-                .map_err(RunError::Setup)?,
+            crate::telemetry::trace::init_with_tls(
+                endpoint,
+                config.otlp_tls().as_ref(),
+                config.otlp_sample_ratio,
+                config.server_id,
+            )
+            .map_err(RunError::Setup)?,
         ),
         None => None,
     };

@@ -12,6 +12,10 @@
 //!                                                       └─ reply    events published, caller answered
 //! ```
 //!
+//! The collector is dialled in plain text (`http://`), or over TLS (`https://`)
+//! trusting `otlp_ca_file` and presenting `otlp_cert_file` if set; the files are
+//! read once, at start.
+//!
 //! A forwarded write carries the follower's `forward` span as its `traceparent`
 //! (`SubmitRequest.traceparent`), so the leader's spans sit under it.
 //!
@@ -24,6 +28,7 @@
 //! What it must not do: slow a call that is not traced, or fail one because the
 //! collector is away.
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
@@ -32,7 +37,7 @@ use opentelemetry::trace::{
     Span as _, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _, TracerProvider as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
@@ -63,15 +68,65 @@ impl Tracing {
     }
 }
 
+/// TLS to the collector (an `https://` endpoint): PEM files.
+#[derive(Clone, Debug)]
+pub struct CollectorTls {
+    /// CA certificates the collector's certificate must be signed by.
+    pub ca_file: PathBuf,
+    /// This server's client certificate and its key, for a collector that asks
+    /// for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl CollectorTls {
+    /// tonic's client TLS settings, from the files (an error names the file).
+    fn client_config(&self) -> Result<tonic::transport::ClientTlsConfig, String> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        };
+        let ca = tonic::transport::Certificate::from_pem(read(&self.ca_file)?);
+        let mut config = tonic::transport::ClientTlsConfig::new().ca_certificate(ca);
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(tonic::transport::Identity::from_pem(
+                read(cert)?,
+                read(key)?,
+            ));
+        }
+        Ok(config)
+    }
+}
+
 /// Starts exporting spans to `endpoint` (an `http://host:port` OTLP/gRPC collector),
 /// sampling `ratio` of the traces no caller started (a caller's sampled trace is
 /// always continued, an unsampled one never). Must run inside the tokio runtime
 /// (the exporter's channel lives there). A second call changes nothing.
 pub fn init(endpoint: &str, ratio: f64, server_id: u64) -> Result<Tracing, String> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint)
-        .with_timeout(EXPORT_TIMEOUT)
+    init_with_tls(endpoint, None, ratio, server_id)
+}
+
+/// As `init`, to an `https://host:port` collector when `tls` is given.
+pub fn init_with_tls(
+    endpoint: &str,
+    tls: Option<&CollectorTls>,
+    ratio: f64,
+    server_id: u64,
+) -> Result<Tracing, String> {
+    let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+    let builder = match tls {
+        None => builder.with_endpoint(endpoint).with_timeout(EXPORT_TIMEOUT),
+        // The exporter's own TLS needs a feature of its own; a channel of ours
+        // uses tonic's (ring, as everywhere here).
+        Some(tls) => {
+            let channel = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+                .map_err(|e| format!("bad OTLP endpoint {endpoint}: {e}"))?
+                .tls_config(tls.client_config()?)
+                .map_err(|e| format!("cannot use TLS to {endpoint}: {e}"))?
+                .timeout(EXPORT_TIMEOUT)
+                .connect_lazy();
+            builder.with_channel(channel)
+        }
+    };
+    let exporter = builder
         .build()
         .map_err(|e| format!("cannot build the OTLP exporter for {endpoint}: {e}"))?;
     let resource = Resource::builder()
