@@ -75,13 +75,16 @@ pub(crate) async fn may_use_session(
     caller: &Caller,
     session_id: u64,
 ) -> Result<bool, Status> {
-    if !applied_if_issued(replica, session_id).await? {
-        return Ok(false);
-    }
-    Ok(replica.read(|t| {
+    Ok(applied_if_issued(replica, session_id).await? && may_use_now(replica, caller, session_id))
+}
+
+/// Whether `caller` may use session `session_id` as this server knows it now,
+/// without waiting: false also for a session not applied here yet.
+pub(crate) fn may_use_now(replica: &Replica, caller: &Caller, session_id: u64) -> bool {
+    replica.read(|t| {
         t.session(session_id)
             .is_some_and(|s| security::may_use(caller, &s.owner))
-    }))
+    })
 }
 
 /// Checks that `caller` may use session `session_id` (0: no session, nothing to

@@ -17,11 +17,11 @@ use tonic::{Request, Response, Status, Streaming};
 use super::authz::View;
 use super::convert::header;
 use super::error::{bad_arguments, error};
-use super::owner::{check_session, may_see, may_use_session, no_session};
+use super::owner::{check_session, may_see, may_use_now, may_use_session, no_session};
 use super::ready_for_read;
 use crate::replica::Replica;
-use crate::security::{self, Caller, Security};
-use crate::tree::{DataTree, TxnResult, SESSION_OWNER_BYTES_MAX};
+use crate::security::{Caller, Security};
+use crate::tree::{TxnResult, SESSION_OWNER_BYTES_MAX};
 use crate::txn::{CloseReason, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
@@ -299,11 +299,7 @@ pub(super) async fn answer_ping(
     // for the core's word after this server stalled), and the session must not run
     // out meanwhile for the server's wait. Only a session applied here and the
     // caller's is touched now; the answer below decides about the others.
-    let yours = |t: &DataTree| {
-        t.session(ping.session_id)
-            .is_some_and(|s| security::may_use(caller, &s.owner))
-    };
-    if replica.read(yours) {
+    if may_use_now(replica, caller, ping.session_id) {
         replica.keep_alive(ping.session_id);
     }
     ready_for_read(replica, ping.min_zxid, false).await?;
