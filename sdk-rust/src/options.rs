@@ -135,7 +135,9 @@ impl CreateOptions {
 pub struct ChildrenOptions {
     /// Also return each child's stat.
     pub with_stats: bool,
-    /// At most this many children per page; 0 means all in one page.
+    /// At most this many children per page; 0 (or more than the server's cap,
+    /// `children_page_max`, 1,000 by default) means the cap. `Client::children`
+    /// follows every page whatever the size; `Client::children_page` reads one.
     pub page_size: u32,
     /// Continue from a previous page's `next_page_token`; empty for the first page.
     pub page_token: String,
