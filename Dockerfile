@@ -45,7 +45,8 @@ COPY --from=builder /out/concord /out/concordctl /usr/local/bin/
 USER 10001:10001
 WORKDIR /var/lib/concord
 VOLUME ["/var/lib/concord"]
-# client gRPC, peers (Zab and forwarding), metrics (/metrics, /healthz, /readyz)
-EXPOSE 7181 7182 7183
+# client gRPC, peers (Zab and forwarding), metrics (/metrics, /healthz, /readyz),
+# health (/healthz and /readyz only, plain text: --health-addr)
+EXPOSE 7181 7182 7183 7184
 ENTRYPOINT ["concord"]
 CMD ["--data-dir", "/var/lib/concord"]

@@ -154,8 +154,8 @@ def check_dockerfile(root):
         if i["instruction"] == "EXPOSE":
             exposed.update(int(p.split("/")[0]) for p in i["value"].split())
     check(
-        {CLIENT_PORT, PEER_PORT, METRICS_PORT} <= exposed,
-        f"EXPOSE lacks the client, peer or metrics port: {sorted(exposed)}",
+        {CLIENT_PORT, PEER_PORT, METRICS_PORT, HEALTH_PORT} <= exposed,
+        f"EXPOSE lacks the client, peer, metrics or health port: {sorted(exposed)}",
     )
 
     bins = workspace_bins(root)
