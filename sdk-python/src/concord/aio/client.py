@@ -200,27 +200,73 @@ def _pem(value: str | bytes | None) -> bytes | None:
         return f.read()
 
 
+#: Long-lived streams (watches, caches, observers) the client puts on one
+#: connection at most before it opens another to the same host: below the 1,024 a
+#: Concord server allows on one connection by default
+#: (``client_streams_per_connection_max``), so that unary calls and the session's
+#: keep-alive, on the first connection, still fit beside them.
+STREAMS_PER_CONNECTION = 1000
+#: Connections to one host at most (so about 64,000 streams); past that a stream
+#: goes on the least busy one and waits there, in grpc, until one of its streams ends.
+CONNECTIONS_MAX = 64
+
+
 class _Endpoint:
     """One host's channel and stubs: grpc.aio's, or (``blocking``) grpcio's blocking
-    ones for the sync client's unary calls, with the same options and TLS."""
+    ones for the sync client's unary calls, with the same options and TLS.
 
-    def __init__(self, target: str, tls: TLS | None, *, blocking: bool = False) -> None:
+    Long-lived streams go through ``open_stream``: on this channel while it has
+    fewer than ``STREAMS_PER_CONNECTION`` of them open, else on another channel to
+    the same host with a connection of its own (grpc's subchannel pool local to it,
+    so that it does not share this one's), opened when every one is that full, up to
+    ``CONNECTIONS_MAX``."""
+
+    def __init__(
+        self, target: str, tls: TLS | None, *, blocking: bool = False, own_connection: bool = False
+    ) -> None:
         make = grpc if blocking else grpc.aio
         #: The ``host:port`` dialled.
         self.target = target
+        self.tls = tls
+        options = list(_CHANNEL_OPTIONS)
+        if own_connection:
+            options.append(("grpc.use_local_subchannel_pool", 1))
         if tls is None:
-            self.channel: Any = make.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            self.channel: Any = make.insecure_channel(target, options=options)
         else:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_pem(tls.ca),
                 private_key=_pem(tls.key),
                 certificate_chain=_pem(tls.cert),
             )
-            self.channel = make.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+            self.channel = make.secure_channel(target, creds, options=options)
         self.tree = tree_pb2_grpc.TreeStub(self.channel)
         self.session = session_pb2_grpc.SessionStub(self.channel)
         self.watch = watch_pb2_grpc.WatchStub(self.channel)
         self.cluster = cluster_pb2_grpc.ClusterStub(self.channel)
+        #: Streams opened through ``open_stream`` on this channel and not yet ended.
+        self.open_streams = 0
+        #: The channels streams go on: this one first, then those opened for room.
+        self.connections: list[_Endpoint] = [self]
+
+    def open_stream(self, start: Callable[[_Endpoint], Any]) -> Any:
+        """The call ``start`` makes on the first of the host's connections with room
+        for one more long-lived stream (one more connection opened when all are
+        full), counted there until it ends."""
+        conn = next((c for c in self.connections if c.open_streams < STREAMS_PER_CONNECTION), None)
+        if conn is None and len(self.connections) < CONNECTIONS_MAX:
+            conn = _Endpoint(self.target, self.tls, own_connection=True)
+            self.connections.append(conn)
+        if conn is None:
+            conn = min(self.connections, key=lambda c: c.open_streams)
+        call = start(conn)
+        conn.open_streams += 1
+
+        def ended(_: Any) -> None:
+            conn.open_streams -= 1
+
+        call.add_done_callback(ended)
+        return call
 
 
 class Client:
@@ -429,7 +475,7 @@ class Client:
         # Watches, caches, observers and recipes end, their tasks awaited (bounded).
         await close_tracked(self)
         endpoints, self._endpoints = self._endpoints, []
-        await close_channels([ep.channel for ep in endpoints])
+        await close_channels([c.channel for ep in endpoints for c in ep.connections])
         self._listeners.shutdown()
         self._callbacks.shutdown()
 

@@ -162,7 +162,7 @@ class LeaderObserver(QueuedStream[LeaderChange]):
         index = client._current
         ep = client._endpoint()
         request = election_pb2.ObserveRequest(election=self.name, progress_interval_ms=PROGRESS_INTERVAL_MS)
-        call = _election_stub(ep).Observe(request)
+        call = ep.open_stream(lambda conn: _election_stub(conn).Observe(request))
         try:
             first = await _read_within(call, OPEN_WAIT_S)
         except asyncio.TimeoutError:

@@ -143,7 +143,7 @@ class Watch(QueuedStream[WatchEvent]):
         client = self._client
         index = client._current
         ep = client._endpoint()
-        call = ep.watch.Watch(request)
+        call = ep.open_stream(lambda conn: conn.watch.Watch(request))
         try:
             first = await _read_within(call, self._silence)
         except asyncio.TimeoutError:
