@@ -6,7 +6,7 @@
 //!   log              zxid                 crc32 (LE u32) ++ Txn::encode()
 //!   meta             &str                 u64   (accepted_epoch, current_epoch, ...)
 //!   state            &str                 u64   (this module's own: log_start)
-//!   snapshot_chunks  (zxid, chunk index)  ~1 MiB of snapshot bytes
+//!   snapshot_chunks  (zxid, chunk index)  1 MiB - 4 KiB of snapshot bytes
 //!   snapshot_index   zxid                 (total bytes, chunk count, crc32 of all)
 //! ```
 //!

@@ -205,3 +205,19 @@ fn measure_one_compaction_of_a_mostly_free_100_mib_file() {
         before.file_bytes, after.file_bytes, before.in_use_bytes, after.in_use_bytes
     );
 }
+
+/// A snapshot's pages take about its size: a chunk of exactly 1 MiB did not fit a
+/// 1 MiB page beside its key and the page's header, so each took a 2 MiB page and
+/// every snapshot twice its size on disk.
+#[test]
+fn a_snapshot_takes_about_its_size_on_disk() {
+    let dir = TempDir::new().unwrap();
+    let (s, _) = RedbStorage::open(&dir.path().join("concord.redb")).unwrap();
+    let empty = usage(&s).in_use_bytes;
+    s.save_snapshot(1, &pattern(8 << 20, 1)).unwrap();
+    let taken = usage(&s).in_use_bytes - empty;
+    assert!(
+        taken < 8 * MIB + MIB / 2,
+        "an 8 MiB snapshot takes {taken} bytes of pages"
+    );
+}

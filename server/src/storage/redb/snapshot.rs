@@ -20,8 +20,11 @@ use super::{redb_err, RedbStorage, LOG, LOG_START_KEY, SNAP_CHUNKS, SNAP_INDEX, 
 use crate::storage::StorageError;
 use crate::txn::Zxid;
 
-/// Bytes per snapshot chunk.
-pub(super) const CHUNK_BYTES: usize = 1 << 20;
+/// Bytes per snapshot chunk: a 1 MiB page less room for the chunk's key and the
+/// page's header. A chunk of exactly 1 MiB took a 2 MiB page (redb's pages are 4 KiB
+/// times a power of two), so each snapshot took twice its size on disk. Loads take
+/// chunks of any size: stores written with 1 MiB chunks read as before.
+pub(super) const CHUNK_BYTES: usize = (1 << 20) - 4096;
 /// Chunks written per commit (a few MiB), so a log append waits at most for one such
 /// commit (`Turns` lets it go before the next).
 const CHUNKS_PER_COMMIT: usize = 4;
