@@ -1,5 +1,6 @@
-//! [`Client`]: one connection to a Concord server of the endpoint list
-//! (`connection.rs`), and the unary calls on it.
+//! [`Client`]: the connections to one Concord server of the endpoint list at a time
+//! (`connection.rs`: a pool, so that streams past one connection's limit fit), and
+//! the unary calls on them.
 //!
 //! ```text
 //!   Client ──(clone: same Link)──► TreeClient / SessionClient / WatchClient / ClusterClient
@@ -40,9 +41,11 @@ pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:7181";
 /// cannot loop them forever.
 const PAGES_MAX: usize = 1_000_000;
 
-/// A connection to a Concord server, or to one of an ensemble's servers at a time.
-/// Cheap to clone: clones share one connection, made again (to the next server of a
-/// list) on the first call after it broke, and one record of the newest zxid seen.
+/// Connections to a Concord server, or to one of an ensemble's servers at a time.
+/// Cheap to clone: clones share one pool of connections to that server (one, until
+/// its streams near the server's per-connection limit: docs/sdk.md, "Many
+/// streams"), made again (to the next server of a list) on the first call after the
+/// first broke, and one record of the newest zxid seen.
 ///
 /// Reads never go back in time: every read asks for at least the newest zxid any
 /// earlier answer to this client (or its clones) reflected (`min_zxid`), so a client
