@@ -89,8 +89,9 @@ pub(crate) fn may_use_now(replica: &Replica, caller: &Caller, session_id: u64) -
 
 /// Checks that `caller` may use session `session_id` (0: no session, nothing to
 /// check): SESSION_EXPIRED unless it is a live session of the caller's own (any
-/// live session, for an admin). A write never applies under a session that is gone,
-/// so its request id is never forgotten between a try and its retry.
+/// live session, for an admin). So a write is not sent under a session that is gone,
+/// where its request id would be remembered by no one (a session that ends between
+/// this check and the write's apply still lets that one through).
 pub(crate) async fn check_session(
     replica: &Replica,
     caller: &Caller,
