@@ -34,7 +34,8 @@ def test_members_and_status_of_an_ensemble(ensemble: Ensemble, kind: str) -> Non
         deadline = time.monotonic() + 10
         while True:
             m = await c.members()
-            if all(x.known for x in m.members) or time.monotonic() > deadline:
+            # Known once heard, with a zxid once its acknowledgement is reported.
+            if all(x.known and x.zxid > 0 for x in m.members) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.05)
         assert m.server_id == m.leader_id == leader + 1
