@@ -1,9 +1,11 @@
 //! A client whose endpoint or TLS options do not match the server is told what to
 //! change, with a code a retry policy does not retry: plain text to a TLS port
-//! (which h2 reported as "frame with invalid size"), TLS to a plain-text port, no
-//! client certificate for an mTLS server, a client certificate from another CA, and
-//! a server certificate the client's CA did not sign. Through concordctl (the SDK's
-//! errors, as a user reads them) and the SDK's codes.
+//! (which h2 reported as "frame with invalid size"), TLS to a plain-text port, and a
+//! server certificate the client's CA did not sign. Through concordctl (the SDK's
+//! errors, as a user reads them) and the SDK's codes. A client certificate missing
+//! or refused is not asserted: TLS 1.3 reports it after the client's side of the
+//! handshake is done, so the client sees the server's alert (then named) or only a
+//! closed stream, as the timing falls.
 
 #![allow(clippy::unwrap_used)]
 
@@ -61,19 +63,6 @@ async fn t90_a_tls_mismatch_says_what_to_change() {
             &certs.ctl_flags("admin"),
         ),
         "BAD_ARGUMENTS: the server does not speak TLS",
-    );
-    let ca_only = certs.ctl_flags("admin")[..2].to_vec();
-    says(
-        "no client certificate",
-        ctl(&format!("https://{tls_port}"), &ca_only),
-        "BAD_ARGUMENTS: the server requires a client certificate",
-    );
-    let mut foreign = certs.ctl_flags("admin");
-    foreign.splice(2.., others.ctl_flags("admin")[2..].to_vec());
-    says(
-        "a client certificate of another CA",
-        ctl(&format!("https://{tls_port}"), &foreign),
-        "PERMISSION_DENIED: the server refused the client certificate",
     );
     let mut untrusted = others.ctl_flags("admin")[..2].to_vec();
     untrusted.extend(certs.ctl_flags("admin")[2..].to_vec());
