@@ -449,6 +449,20 @@ impl Certs {
     }
 }
 
+/// The exit code and stderr of a `concord` started with `flags` (on a fresh data
+/// folder, clients on port 0) that must refuse to start, waited for at most 30 s.
+pub async fn start_refused(flags: &[String]) -> (Option<i32>, String) {
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Background::spawn(
+        Command::new(bin("concord"))
+            .args(["--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data.path())
+            .args(flags),
+    );
+    let code = child.wait_exit(Duration::from_secs(30)).await.code();
+    (code, child.stderr())
+}
+
 /// Polls `check` until it returns Some, or panics after `timeout` naming `what`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

@@ -10,13 +10,10 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use concord_tests::{
-    bin, eventually, free_addr, http_get, Background, Certs, Server, ServerOptions,
-};
+use concord_tests::{eventually, free_addr, http_get, start_refused, Certs, Server, ServerOptions};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls_pki_types::pem::PemObject;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -72,23 +69,10 @@ async fn the_health_port_serves_health_and_readiness_only() {
     assert!(body.contains("concord_"), "{body}");
 }
 
-/// Exit status and stderr of a `concord` that must refuse to start.
-async fn refused(flags: &[String]) -> (Option<i32>, String) {
-    let data = tempfile::tempdir().unwrap();
-    let mut child = Background::spawn(
-        Command::new(bin("concord"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data.path())
-            .args(flags),
-    );
-    let code = child.wait_exit(WAIT).await.code();
-    (code, child.stderr())
-}
-
 #[tokio::test]
 async fn plain_metrics_beyond_loopback_still_need_insecure() {
     let flags = ["--metrics-addr".to_owned(), anywhere(free_addr())];
-    let (code, stderr) = refused(&flags).await;
+    let (code, stderr) = start_refused(&flags).await;
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("refusing to serve plain text"), "{stderr}");
 }

@@ -8,11 +8,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use concord_tests::{bin, eventually, Background, Certs, Server, ServerOptions};
+use concord_tests::{eventually, start_refused, Certs, Server, ServerOptions};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
@@ -111,19 +110,6 @@ async fn spans_reach_a_collector_over_mtls() {
     .await;
 }
 
-/// Exit status and stderr of a `concord` that must refuse to start.
-async fn refused(flags: &[String]) -> (Option<i32>, String) {
-    let data = tempfile::tempdir().unwrap();
-    let mut child = Background::spawn(
-        Command::new(bin("concord"))
-            .args(["--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data.path())
-            .args(flags),
-    );
-    let code = child.wait_exit(WAIT).await.code();
-    (code, child.stderr())
-}
-
 #[tokio::test]
 async fn settings_that_cannot_work_are_refused_at_start() {
     let certs = Certs::generate(1, &["admin"]);
@@ -143,13 +129,13 @@ async fn settings_that_cannot_work_are_refused_at_start() {
         ([&https[..], &ca[..], &cert[..]].concat(), "go together"),
     ];
     for (flags, says) in cases {
-        let (code, stderr) = refused(&flags).await;
+        let (code, stderr) = start_refused(&flags).await;
         assert_eq!(code, Some(2), "{flags:?}: {stderr}");
         assert!(stderr.contains(says), "{flags:?}: {stderr}");
     }
     let missing = certs.path("nowhere.pem").display().to_string();
     let flags = [&https[..], &["--otlp-ca-file".to_owned(), missing.clone()]].concat();
-    let (code, stderr) = refused(&flags).await;
+    let (code, stderr) = start_refused(&flags).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains(&missing), "{stderr}");
 }
