@@ -11,7 +11,8 @@
 # Everything goes under a fresh folder /zkcli-<pid>-<seconds> (deleted at the end), so
 # it can run against a server other tests use. Prints one PASS or FAIL line per
 # check and then "zkcli: N passed, N failed"; exits 1 if any failed. Each command is
-# one zkCli.sh run (a JVM start, about a second).
+# one zkCli.sh run (a JVM start, under a second); zkCli 3.8 exits 0 after a command
+# that succeeded and 1 after one that failed, and both are checked.
 set -uo pipefail
 
 server=${1:?usage: $0 HOST:PORT[,HOST:PORT...]}
@@ -109,6 +110,9 @@ check "delete missing" 1 "Node does not exist: $root/b" delete "$root/b"
 check "get missing" 1 "Node does not exist: $root/b" get "$root/b"
 check "stat missing" 1 "Node does not exist: $root/b" stat "$root/b"
 check "ls after delete" 0 "[c, s0000000002]" ls "$root"
+check "create grandchild" 0 "Created $root/c/d" create "$root/c/d" deep
+check "ls missing" 1 "Node does not exist: $root/b" ls "$root/b"
+check "deleteall missing" 1 "Node does not exist: $root/b" deleteall "$root/b"
 check "deleteall" 0 "" deleteall "$root"
 check "stat after deleteall" 1 "Node does not exist: $root" stat "$root"
 

@@ -98,11 +98,13 @@ compile() {
   javac -Xlint:all,-path -Werror -d "$build/classes" -cp "$classpath" "$here"/src/concord/zk/*.java
 }
 
-# java CLASS ARGS...: a program, its log (ZooKeeper's client warnings) in $run.
+# java CLASS ARGS...: a program, its log (ZooKeeper's client warnings) in $run; one
+# that runs for over 5 minutes (its own waits end sooner) is killed and fails.
 java_run() {
   local class=$1
   shift
-  java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$classpath" "concord.zk.$class" "$@" \
+  timeout --kill-after=10 300 \
+    java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$classpath" "concord.zk.$class" "$@" \
     2>>"$run/$class.log"
 }
 
