@@ -377,8 +377,8 @@ impl Jute for Option<String> {
 }
 
 /// A `buffer`: null reads as empty. Concord stores a node's data as bytes, so the
-/// null data a client may send (kazoo sends `b""` as null) and empty data are one; it
-/// is written back with length 0.
+/// null data a client may send (Java's `create(path, null, ...)`, kazoo's `None`) and
+/// empty data are one; it is written back with length 0.
 impl Jute for Bytes {
     const MIN_BYTES: usize = 4;
     fn decode(r: &mut Reader<'_>) -> Result<Self, JuteError> {

@@ -1395,6 +1395,22 @@ mod tests {
         header.encode(&mut w);
         Request::Create(expected).encode(&mut w);
         assert_eq!(w.into_frame(), bytes);
+
+        // kazoo: client.create("/n", None, ephemeral=True) as xid 2: null data.
+        let bytes = hex(&format!(
+            "00000031 00000002 00000001 00000002 2f6e ffffffff {} 00000001",
+            open_acl_hex()
+        ));
+        let (_, request) = decode_request(&one_frame(&bytes), 16).unwrap();
+        assert_eq!(
+            request,
+            Ok(Request::Create(CreateRequest {
+                path: "/n".to_owned(),
+                data: Bytes::new(),
+                acl: vec![Acl::open_unsafe()],
+                flags: CreateMode::Ephemeral.into(),
+            }))
+        );
     }
 
     #[test]
@@ -1424,11 +1440,11 @@ mod tests {
 
     #[test]
     fn a_multi_request_as_kazoo_sends_it() {
-        // kazoo transaction as xid 9: create("/t", b"") (kazoo sends b"" as a null
-        // buffer), check("/t", 0), delete("/u"), set_data("/t", b"v", 3).
+        // kazoo transaction as xid 9: create("/t", b""), check("/t", 0),
+        // delete("/u"), set_data("/t", b"v", 3).
         let bytes = hex(&format!(
             "00000081 00000009 0000000e
-             00000001 00 ffffffff  00000002 2f74 ffffffff {} 00000000
+             00000001 00 ffffffff  00000002 2f74 00000000 {} 00000000
              0000000d 00 ffffffff  00000002 2f74 00000000
              00000002 00 ffffffff  00000002 2f75 ffffffff
              00000005 00 ffffffff  00000002 2f74 00000001 76 00000003
