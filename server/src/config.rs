@@ -197,6 +197,23 @@ pub struct Config {
     /// at all. Anyone who reaches it learns whether the server is up and ready (and
     /// the short reason it is not), nothing else.
     pub health_addr: Option<SocketAddr>,
+
+    // The ZooKeeper-protocol port (docs/zookeeper.md).
+    /// Where ZooKeeper's own clients connect (jute over TCP); None: not at all. TLS
+    /// with the client port's certificate and client rule when the client port
+    /// serves TLS (ZooKeeper's secureClientPort), on any address; otherwise plain
+    /// text, loopback only unless `insecure`.
+    pub zookeeper_addr: Option<SocketAddr>,
+    /// Largest ZooKeeper frame accepted or sent (ZooKeeper's `jute.maxbuffer`): a
+    /// longer one closes its connection; a getChildren answer over it fails.
+    pub zookeeper_frame_bytes_max: usize,
+    /// The four-letter words the ZooKeeper port answers (ZooKeeper's
+    /// `4lw.commands.whitelist`): `["*"]` for all; by default only `srvr`, as
+    /// ZooKeeper 3.5 and later.
+    pub zookeeper_four_letter_words: Vec<String>,
+    /// Most ZooKeeper watches one connection may hold (data, child and persistent
+    /// together); one more is refused.
+    pub zookeeper_watches_per_connection_max: usize,
     /// A durable log append (write and fsync) slower than this is logged as a
     /// warning and counted (`concord_disk_wal_fsync_threshold_exceeded_total`).
     pub fsync_warn_threshold_ms: u64,
@@ -396,6 +413,10 @@ impl Default for Config {
 
             metrics_addr: None,
             health_addr: None,
+            zookeeper_addr: None,
+            zookeeper_frame_bytes_max: 1 << 20,
+            zookeeper_four_letter_words: vec!["srvr".to_owned()],
+            zookeeper_watches_per_connection_max: 100_000,
             fsync_warn_threshold_ms: 1_000,
 
             otlp_endpoint: None,
@@ -553,6 +574,14 @@ impl Config {
         }
         if let Some(addr) = self.metrics_addr.filter(|_| !self.client_tls()) {
             self.check_plain_text(addr)?;
+        }
+        if let Some(addr) = self.zookeeper_addr.filter(|_| !self.client_tls()) {
+            self.check_plain_text(addr)?;
+        }
+        if self.zookeeper_frame_bytes_max < 1024 || self.zookeeper_watches_per_connection_max == 0 {
+            return bad(
+                "zookeeper_frame_bytes_max must be at least 1024, and zookeeper_watches_per_connection_max at least 1",
+            );
         }
         if self.fsync_warn_threshold_ms == 0 {
             return bad("fsync_warn_threshold_ms must be at least 1");

@@ -29,6 +29,7 @@ pub mod tree;
 pub mod txn;
 pub mod watch;
 pub mod zab;
+pub mod zk;
 
 pub use config::Config;
-pub use server::{run, runtime, RunError};
+pub use server::{run, runtime, RunError, Serving};

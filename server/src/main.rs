@@ -101,6 +101,11 @@ struct Args {
     /// without a certificate; off when unset).
     #[arg(long)]
     health_addr: Option<SocketAddr>,
+    /// Serve ZooKeeper's client protocol here, for ZooKeeper's own clients (off when
+    /// unset): TLS as the client port when it serves TLS; plain text otherwise,
+    /// loopback only unless --insecure. Prints `zookeeper listening ADDR` once bound.
+    #[arg(long)]
+    zookeeper_addr: Option<SocketAddr>,
     /// Warn (and count) when a durable log append takes longer than this.
     #[arg(long)]
     fsync_warn_threshold_ms: Option<u64>,
@@ -364,6 +369,9 @@ impl Args {
         if let Some(v) = self.health_addr {
             c.health_addr = Some(v);
         }
+        if let Some(v) = self.zookeeper_addr {
+            c.zookeeper_addr = Some(v);
+        }
         if let Some(v) = self.fsync_warn_threshold_ms {
             c.fsync_warn_threshold_ms = v;
         }
@@ -462,8 +470,11 @@ async fn serve(config: Config) -> ExitCode {
     };
     // `listening ADDR` only once recovery is done and the server accepts: a
     // supervisor waiting for the line must not read a failing start as healthy.
-    let serving = |addr| {
-        println!("listening {addr}");
+    let serving = |s: concord_server::Serving| {
+        if let Some(addr) = s.zookeeper {
+            println!("zookeeper listening {addr}");
+        }
+        println!("listening {}", s.client);
         let _ = std::io::stdout().flush();
     };
     match concord_server::run(config, listener, shutdown_signal(), serving).await {

@@ -81,14 +81,23 @@ pub enum RunError {
     Fatal(String),
 }
 
+/// Where a started server serves.
+#[derive(Clone, Copy, Debug)]
+pub struct Serving {
+    /// The gRPC client port.
+    pub client: SocketAddr,
+    /// The ZooKeeper-protocol port, if `zookeeper_addr` is set.
+    pub zookeeper: Option<SocketAddr>,
+}
+
 /// Serves until `shutdown` resolves (Ok) or the server hits a fatal error (Err).
-/// `serving` is called with the client address once recovery is done and the gRPC
+/// `serving` is called with the bound addresses once recovery is done and the
 /// server is about to accept (never when start-up fails).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
-    serving: impl FnOnce(SocketAddr) + Send,
+    serving: impl FnOnce(Serving) + Send,
 ) -> Result<(), RunError> {
     config.validate()?;
     let security = crate::security::Security::new(&config)?;
@@ -125,6 +134,13 @@ pub async fn run(
         .await;
     let metrics = match start_metrics(&config, &replica, tls.clone()) {
         Ok(metrics) => metrics,
+        Err(e) => {
+            replica.shutdown();
+            return Err(e);
+        }
+    };
+    let zookeeper = match start_zookeeper(&config, &replica, &security, tls.clone()) {
+        Ok(zookeeper) => zookeeper,
         Err(e) => {
             replica.shutdown();
             return Err(e);
@@ -169,7 +185,10 @@ pub async fn run(
         tls = tls_on,
         "serving"
     );
-    serving(addr);
+    serving(Serving {
+        client: addr,
+        zookeeper: zookeeper.as_ref().map(|z| z.0),
+    });
     let mut fatal = None;
     let served = tokio::select! {
         served = &mut server => served,
@@ -180,6 +199,10 @@ pub async fn run(
         }
     };
     replica.shutdown();
+    if let Some((_, stop, task)) = zookeeper {
+        let _ = stop.send(());
+        let _ = task.await;
+    }
     for (stop, task) in metrics {
         let _ = stop.send(());
         let _ = task.await;
@@ -256,6 +279,46 @@ fn start_metrics(
     Ok(tasks)
 }
 
+/// The ZooKeeper port's address, and what stops its task.
+type ZookeeperTask = (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+);
+
+/// Binds `zookeeper_addr`, if set, and serves ZooKeeper's client protocol there
+/// (over `tls`, the client port's, if it has it) until stopped (docs/zookeeper.md).
+fn start_zookeeper(
+    config: &Config,
+    replica: &Replica,
+    security: &crate::security::Security,
+    tls: Option<crate::security::ServerTls>,
+) -> Result<Option<ZookeeperTask>, RunError> {
+    let Some(addr) = config.zookeeper_addr else {
+        return Ok(None);
+    };
+    let listener = listen::bind(addr)
+        .map_err(|e| RunError::Setup(format!("cannot listen for zookeeper on {addr}: {e}")))?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let door = std::sync::Arc::new(crate::zk::Door::new(
+        replica.clone(),
+        security.clone(),
+        config,
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tracing::info!(addr = %bound, tls = tls.is_some(), "serving ZooKeeper's protocol");
+    let task = tokio::spawn(crate::zk::serve(
+        listener,
+        client_limits(config),
+        tls,
+        door,
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    Ok(Some((bound, stop_tx, task)))
+}
+
 /// Stops accepting, lets requests in flight finish for at most `DRAIN_TIMEOUT`, then
 /// drops whatever is left (long-lived streams end with the connection).
 async fn drain<F>(
@@ -314,8 +377,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let notify = Arc::new(Notify::new());
         let (serving_tx, serving_rx) = oneshot::channel();
-        let serving = move |addr| {
-            let _ = serving_tx.send(addr);
+        let serving = move |s: Serving| {
+            let _ = serving_tx.send(s.client);
         };
         let running = CRASH.scope(
             ("pipeline", notify.clone()),

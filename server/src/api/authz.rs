@@ -45,7 +45,12 @@ impl View {
     /// The view of the caller of `request`; PERMISSION_DENIED for an identity no
     /// rule names (it may only call WhoAmI and Status).
     pub(crate) fn of<T>(request: &Request<T>) -> Result<View, Status> {
-        let caller = caller_of(request);
+        View::for_caller(caller_of(request))
+    }
+
+    /// The view of `caller`, for any door; PERMISSION_DENIED for an identity no
+    /// rule names.
+    pub(crate) fn for_caller(caller: Caller) -> Result<View, Status> {
         if caller.access == Access::Unmapped {
             return Err(error(
                 ErrorCode::PermissionDenied,

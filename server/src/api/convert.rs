@@ -103,7 +103,24 @@ pub fn create_op(
     session_id: u64,
     limits: Limits,
 ) -> Result<CreateOp, Status> {
-    let mode = create_mode(mode)?;
+    let op = CreateOp {
+        path,
+        data,
+        mode: create_mode(mode)?,
+        ttl_ms,
+    };
+    check_create(op, session_id, limits)
+}
+
+/// Validates one create of any door, made under `session_id` (0: none), and
+/// returns it with its data copied (`owned_data`).
+pub fn check_create(op: CreateOp, session_id: u64, limits: Limits) -> Result<CreateOp, Status> {
+    let CreateOp {
+        path,
+        data,
+        mode,
+        ttl_ms,
+    } = op;
     // A sequential name may end in "/" (the suffix becomes the last segment).
     if mode.is_sequential() {
         check_path(&format!("{path}0"))?;

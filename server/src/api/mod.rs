@@ -41,6 +41,21 @@ use crate::security::{Authenticated, Security};
 pub use access::SEEDED;
 pub use convert::Limits;
 
+/// What the other doors (the ZooKeeper port, `zk`) call, as the gRPC services do:
+/// the caller's view, the tree's reads and writes, sessions, and input checks.
+pub(crate) mod shared {
+    pub(crate) use super::authz::View;
+    pub(crate) use super::convert::{check_create, check_path, check_version, owned_data};
+    pub(crate) use super::error::code_of;
+    #[cfg(test)]
+    pub(crate) use super::error::error;
+    pub(crate) use super::owner::may_use_session;
+    pub(crate) use super::session::{close_session, open_session};
+    pub(crate) use super::tree::TreeService;
+    pub(crate) use super::watch::Filter;
+    pub(crate) use super::{ready_for_read, READ_WAIT_MAX};
+}
+
 /// How long a read waits for `min_zxid` or the read index before TIMEOUT.
 pub(crate) const READ_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 

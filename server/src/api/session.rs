@@ -144,28 +144,13 @@ impl Session for SessionService {
         request: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
         let caller = View::of(&request)?.caller;
-        if caller.identity.len() > SESSION_OWNER_BYTES_MAX {
-            return Err(bad_arguments(format!(
-                "an identity of {} bytes is too long to own a session (at most {SESSION_OWNER_BYTES_MAX})",
-                caller.identity.len()
-            )));
-        }
         let ttl = self.grant(request.into_inner().ttl_ms)?;
-        let op = TxnOp::OpenOwnedSession {
-            ttl_ms: ms(ttl),
-            owner: caller.identity.to_string(),
-        };
-        let committed = self.replica.submit(0, 0, op).await?;
-        match committed.result? {
-            TxnResult::SessionOpened { session_id, ttl_ms } => {
-                Ok(Response::new(pb::OpenSessionResponse {
-                    header: header(self.replica.server_id(), committed.zxid),
-                    session_id,
-                    ttl_ms,
-                }))
-            }
-            other => Err(error(ErrorCode::Internal, format!("unexpected {other:?}"))),
-        }
+        let (zxid, session_id, ttl_ms) = open_session(&self.replica, &caller, ttl).await?;
+        Ok(Response::new(pb::OpenSessionResponse {
+            header: header(self.replica.server_id(), zxid),
+            session_id,
+            ttl_ms,
+        }))
     }
 
     type KeepAliveStream = KeepAliveStream;
@@ -204,15 +189,9 @@ impl Session for SessionService {
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
         let caller = View::of(&request)?.caller;
         let session_id = request.into_inner().session_id;
-        check_session(&self.replica, &caller, session_id).await?;
-        let op = TxnOp::CloseSession {
-            session_id,
-            reason: CloseReason::Closed,
-        };
-        let committed = self.replica.submit(0, 0, op).await?;
-        committed.result?;
+        let zxid = close_session(&self.replica, &caller, session_id).await?;
         Ok(Response::new(pb::CloseSessionResponse {
-            header: header(self.replica.server_id(), committed.zxid),
+            header: header(self.replica.server_id(), zxid),
         }))
     }
 
@@ -276,6 +255,47 @@ impl Session for SessionService {
             next_page_token,
         }))
     }
+}
+
+/// Opens a session owned by `caller` with a TTL of `ttl_ms` (already within the
+/// configured range), for any door: its zxid, id and TTL.
+pub(crate) async fn open_session(
+    replica: &Replica,
+    caller: &Caller,
+    ttl_ms: u64,
+) -> Result<(Zxid, u64, i64), Status> {
+    if caller.identity.len() > SESSION_OWNER_BYTES_MAX {
+        return Err(bad_arguments(format!(
+            "an identity of {} bytes is too long to own a session (at most {SESSION_OWNER_BYTES_MAX})",
+            caller.identity.len()
+        )));
+    }
+    let op = TxnOp::OpenOwnedSession {
+        ttl_ms: ms(ttl_ms),
+        owner: caller.identity.to_string(),
+    };
+    let committed = replica.submit(0, 0, op).await?;
+    match committed.result? {
+        TxnResult::SessionOpened { session_id, ttl_ms } => Ok((committed.zxid, session_id, ttl_ms)),
+        other => Err(error(ErrorCode::Internal, format!("unexpected {other:?}"))),
+    }
+}
+
+/// Closes session `session_id` for `caller` (its owner or an admin), for any door:
+/// the zxid of the close, which deleted its ephemerals.
+pub(crate) async fn close_session(
+    replica: &Replica,
+    caller: &Caller,
+    session_id: u64,
+) -> Result<Zxid, Status> {
+    check_session(replica, caller, session_id).await?;
+    let op = TxnOp::CloseSession {
+        session_id,
+        reason: CloseReason::Closed,
+    };
+    let committed = replica.submit(0, 0, op).await?;
+    committed.result?;
+    Ok(committed.zxid)
 }
 
 /// Answers one ping of `caller`'s KeepAlive stream. A server behind the client's

@@ -12,8 +12,8 @@ use super::{ready_for_read, READ_WAIT_MAX};
 use crate::replica::{Committed, Replica};
 use crate::security::{Grants, Perms};
 use crate::tree::path::{self, clip};
-use crate::tree::{DataTree, OpResult, TxnResult};
-use crate::txn::{CheckOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
+use crate::tree::{DataTree, NodeView, OpResult, Stat, TxnResult};
+use crate::txn::{CheckOp, CreateOp, DeleteOp, MultiOp, SetOp, TxnOp, Zxid};
 use concord_proto::v1::ErrorCode;
 
 /// Most ops in one Multi.
@@ -52,7 +52,7 @@ impl TreeService {
     /// session id (for its ephemerals or its request id), that it comes from the
     /// session's owner or an admin; submits it (fence key mapped in) and turns a
     /// deterministic tree error into its status, paths mapped out.
-    async fn write(
+    pub(crate) async fn write(
         &self,
         view: &View,
         session_id: u64,
@@ -87,6 +87,92 @@ impl TreeService {
     fn header(&self, zxid: Zxid) -> Option<pb::ResponseHeader> {
         header(self.replica.server_id(), zxid)
     }
+
+    /// The node at client path `path` as `view` may read it (None: no node), and the
+    /// zxid the read reflects, once this server can answer (`ready_for_read`).
+    pub(crate) async fn read_node(
+        &self,
+        view: &View,
+        path: &str,
+        min_zxid: Zxid,
+        linearizable: bool,
+    ) -> Result<(Zxid, Option<NodeView>), Status> {
+        convert::check_path(path)?;
+        let at = view.path_in(path)?;
+        ready_for_read(&self.replica, min_zxid, linearizable).await?;
+        self.replica.read(|t| {
+            view.check(t.grants(), &at, Perms::READ)?;
+            Ok::<_, Status>((t.last_zxid(), t.get(&at)))
+        })
+    }
+
+    /// Every child name of client path `path` in one read, with the node's stat
+    /// (ZooKeeper's getChildren, which does not page); RESPONSE_TOO_LARGE once the
+    /// names pass `bytes_max`, NO_NODE if there is no node.
+    pub(crate) async fn all_children(
+        &self,
+        view: &View,
+        path: &str,
+        min_zxid: Zxid,
+        bytes_max: usize,
+    ) -> Result<(Zxid, Stat, Vec<String>), Status> {
+        convert::check_path(path)?;
+        let at = view.path_in(path)?;
+        ready_for_read(&self.replica, min_zxid, false).await?;
+        let (zxid, parent, names) = self.replica.read(|t| {
+            view.check(t.grants(), &at, Perms::READ)?;
+            let parent = t.get(&at).map(|n| n.stat);
+            Ok::<_, Status>((t.last_zxid(), parent, t.child_names(&at, bytes_max)))
+        })?;
+        let (Some(parent), Some((names, complete))) = (parent, names) else {
+            return Err(no_node(path));
+        };
+        if !complete {
+            return Err(error(
+                ErrorCode::ResponseTooLarge,
+                format!(
+                    "the children of {} weigh more than {bytes_max} bytes",
+                    clip(path)
+                ),
+            ));
+        }
+        Ok((zxid, parent, names))
+    }
+
+    /// Validates the ops of a Multi made under `session_id` (at most
+    /// `MULTI_OPS_MAX`) and maps their paths into the caller's namespace; a failure
+    /// names its op.
+    pub(crate) fn multi_in(
+        &self,
+        view: &View,
+        ops: Vec<MultiOp>,
+        session_id: u64,
+    ) -> Result<Vec<MultiOp>, Status> {
+        if ops.len() > MULTI_OPS_MAX {
+            return Err(bad_arguments(format!(
+                "{} ops is more than the limit of {MULTI_OPS_MAX}",
+                ops.len()
+            )));
+        }
+        ops.into_iter()
+            .enumerate()
+            .map(|(index, op)| {
+                check_multi_op(op, session_id, self.limits)
+                    .and_then(|op| multi_op_in(view, op))
+                    .map_err(|s| in_op(index, &s))
+            })
+            .collect()
+    }
+
+    /// The input limits the tree's writes are checked against.
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
+    }
+}
+
+/// NO_NODE for client path `path`.
+fn no_node(path: &str) -> Status {
+    error(ErrorCode::NoNode, format!("{} does not exist", clip(path)))
 }
 
 /// A write answered with a result of the wrong kind: a server bug, reported as such.
@@ -132,19 +218,10 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::GetResponse>, Status> {
         let view = View::of(&request)?;
         let r = request.into_inner();
-        convert::check_path(&r.path)?;
-        let at = view.path_in(&r.path)?;
-        ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
-        let (zxid, node) = self.replica.read(|t| {
-            view.check(t.grants(), &at, Perms::READ)?;
-            Ok::<_, Status>((t.last_zxid(), t.get(&at)))
-        })?;
-        let node = node.ok_or_else(|| {
-            error(
-                ErrorCode::NoNode,
-                format!("{} does not exist", clip(&r.path)),
-            )
-        })?;
+        let (zxid, node) = self
+            .read_node(&view, &r.path, r.min_zxid, r.linearizable)
+            .await?;
+        let node = node.ok_or_else(|| no_node(&r.path))?;
         Ok(Response::new(pb::GetResponse {
             header: self.header(zxid),
             data: node.data,
@@ -158,17 +235,13 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::ExistsResponse>, Status> {
         let view = View::of(&request)?;
         let r = request.into_inner();
-        convert::check_path(&r.path)?;
-        let at = view.path_in(&r.path)?;
-        ready_for_read(&self.replica, r.min_zxid, r.linearizable).await?;
-        let (zxid, s) = self.replica.read(|t| {
-            view.check(t.grants(), &at, Perms::READ)?;
-            Ok::<_, Status>((t.last_zxid(), t.get(&at).map(|n| n.stat)))
-        })?;
+        let (zxid, node) = self
+            .read_node(&view, &r.path, r.min_zxid, r.linearizable)
+            .await?;
         Ok(Response::new(pb::ExistsResponse {
             header: self.header(zxid),
-            exists: s.is_some(),
-            stat: s.as_ref().map(stat),
+            exists: node.is_some(),
+            stat: node.map(|n| stat(&n.stat)),
         }))
     }
 
@@ -284,19 +357,12 @@ impl Tree for TreeService {
     ) -> Result<Response<pb::MultiResponse>, Status> {
         let view = View::of(&request)?;
         let r = request.into_inner();
-        if r.ops.len() > MULTI_OPS_MAX {
-            return Err(bad_arguments(format!(
-                "{} ops is more than the limit of {MULTI_OPS_MAX}",
-                r.ops.len()
-            )));
-        }
-        let mut ops = Vec::with_capacity(r.ops.len());
+        // Counted by multi_in; the request's size bounds this loop meanwhile.
+        let mut ops = Vec::with_capacity(r.ops.len().min(MULTI_OPS_MAX));
         for (index, op) in r.ops.into_iter().enumerate() {
-            let op = multi_op(op, r.session_id, self.limits)
-                .and_then(|op| multi_op_in(&view, op))
-                .map_err(|s| in_op(index, &s))?;
-            ops.push(op);
+            ops.push(multi_op(op).map_err(|s| in_op(index, &s))?);
         }
+        let ops = self.multi_in(&view, ops, r.session_id)?;
         let (zxid, result) = self
             .write(
                 &view,
@@ -327,39 +393,53 @@ impl Tree for TreeService {
     }
 }
 
-/// Validates and converts one op of a Multi.
-fn multi_op(op: pb::Op, session_id: u64, limits: Limits) -> Result<MultiOp, Status> {
+/// Converts one op of a Multi (`check_multi_op` validates it).
+fn multi_op(op: pb::Op) -> Result<MultiOp, Status> {
     use pb::op::Op as O;
     let op = op.op.ok_or_else(|| bad_arguments("empty op"))?;
     Ok(match op {
-        O::Create(c) => MultiOp::Create(convert::create_op(
-            c.path, c.data, c.mode, c.ttl_ms, session_id, limits,
-        )?),
-        O::Set(s) => {
+        O::Create(c) => MultiOp::Create(CreateOp {
+            path: c.path,
+            data: c.data,
+            mode: convert::create_mode(c.mode)?,
+            ttl_ms: c.ttl_ms,
+        }),
+        O::Set(s) => MultiOp::Set(SetOp {
+            path: s.path,
+            data: s.data,
+            version: s.version,
+        }),
+        O::Delete(d) => MultiOp::Delete(DeleteOp {
+            path: d.path,
+            version: d.version,
+        }),
+        O::Check(c) => MultiOp::Check(CheckOp {
+            path: c.path,
+            version: c.version,
+        }),
+    })
+}
+
+/// Checks one op of a Multi made under `session_id` as its single form is checked,
+/// and returns it with its data copied.
+fn check_multi_op(op: MultiOp, session_id: u64, limits: Limits) -> Result<MultiOp, Status> {
+    Ok(match op {
+        MultiOp::Create(c) => MultiOp::Create(convert::check_create(c, session_id, limits)?),
+        MultiOp::Set(s) => {
             convert::check_path(&s.path)?;
             let data = convert::owned_data(&s.data, limits)?;
             convert::check_version(s.version)?;
-            MultiOp::Set(SetOp {
-                path: s.path,
-                data,
-                version: s.version,
-            })
+            MultiOp::Set(SetOp { data, ..s })
         }
-        O::Delete(d) => {
+        MultiOp::Delete(d) => {
             convert::check_path(&d.path)?;
             convert::check_version(d.version)?;
-            MultiOp::Delete(DeleteOp {
-                path: d.path,
-                version: d.version,
-            })
+            MultiOp::Delete(d)
         }
-        O::Check(c) => {
+        MultiOp::Check(c) => {
             convert::check_path(&c.path)?;
             convert::check_version(c.version)?;
-            MultiOp::Check(CheckOp {
-                path: c.path,
-                version: c.version,
-            })
+            MultiOp::Check(c)
         }
     })
 }

@@ -195,15 +195,15 @@ impl WatchService {
 
 /// What a stream may deliver: everything (an admin), or what a team caller may read,
 /// checked against the grants at delivery and mapped into its namespace.
-struct Filter {
+pub(crate) struct Filter {
     /// None for an admin.
-    view: Option<View>,
-    replica: Replica,
+    pub(crate) view: Option<View>,
+    pub(crate) replica: Replica,
 }
 
 impl Filter {
     /// The grant table now: one O(1) clone for a whole batch, outside the tree's lock.
-    fn grants(&self) -> Grants {
+    pub(crate) fn grants(&self) -> Grants {
         match self.view {
             Some(_) => self.replica.read(|t| t.grants().clone()),
             None => Grants::new(),
@@ -212,7 +212,7 @@ impl Filter {
 
     /// The client's path of tree path `path` if the caller may read it under
     /// `grants` (None: hidden).
-    fn visible(&self, grants: &Grants, path: &str) -> Option<String> {
+    pub(crate) fn visible(&self, grants: &Grants, path: &str) -> Option<String> {
         let Some(view) = &self.view else {
             return Some(path.to_string());
         };

@@ -74,6 +74,26 @@ pub struct Metrics {
     pub disk_in_use_bytes: Gauge,
     /// One compaction of the redb file: every write waits for it.
     pub disk_compact: Seconds,
+    /// ZooKeeper-protocol requests answered, by opcode and ZooKeeper code.
+    pub zk_requests: Family<ZkLabels, Counter>,
+    /// How long each ZooKeeper-protocol request took, by opcode and code.
+    pub zk_duration: Family<ZkLabels, Seconds, fn() -> Seconds>,
+    /// Open connections on the ZooKeeper port.
+    pub zk_connections: Gauge,
+    /// Connections on the ZooKeeper port that hold a session (ZooKeeper-protocol
+    /// sessions served here).
+    pub zk_sessions: Gauge,
+    /// ZooKeeper connections closed for a malformed or oversized frame.
+    pub zk_frames_refused: Counter,
+}
+
+/// The labels of a ZooKeeper-protocol request's metrics: its opcode's name
+/// (`create`, `getData`, ..., `unknown`) and the ZooKeeper code it ended with
+/// (`OK`, `NONODE`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ZkLabels {
+    pub op: &'static str,
+    pub code: &'static str,
 }
 
 impl Metrics {
@@ -96,7 +116,19 @@ impl Metrics {
             disk_file_bytes: Gauge::default(),
             disk_in_use_bytes: Gauge::default(),
             disk_compact: Seconds::new(DISK_BUCKETS),
+            zk_requests: Family::default(),
+            zk_duration: Family::new_with_constructor(rpc_histogram),
+            zk_connections: Gauge::default(),
+            zk_sessions: Gauge::default(),
+            zk_frames_refused: Counter::default(),
         }
+    }
+
+    /// Counts one ZooKeeper-protocol request that ended with `code` after `elapsed`.
+    pub fn zk_request(&self, op: &'static str, code: &'static str, elapsed: std::time::Duration) {
+        let labels = ZkLabels { op, code };
+        self.zk_requests.get_or_create(&labels).inc();
+        self.zk_duration.get_or_create(&labels).observe(elapsed);
     }
 
     /// Counts one RPC that ended with `code` after `elapsed`.
@@ -188,6 +220,31 @@ impl Metrics {
             "concord_disk_backend_compact_duration_seconds",
             "One compaction of the redb file (writes wait for it)",
             self.disk_compact.clone(),
+        );
+        r.register(
+            "concord_zookeeper_requests",
+            "ZooKeeper-protocol requests answered, by opcode and ZooKeeper code",
+            self.zk_requests.clone(),
+        );
+        r.register(
+            "concord_zookeeper_request_duration_seconds",
+            "Time from a ZooKeeper-protocol request to its reply, by opcode and code",
+            self.zk_duration.clone(),
+        );
+        r.register(
+            "concord_zookeeper_connections",
+            "Open connections on the ZooKeeper port",
+            self.zk_connections.clone(),
+        );
+        r.register(
+            "concord_zookeeper_sessions",
+            "Sessions attached to this server's ZooKeeper port",
+            self.zk_sessions.clone(),
+        );
+        r.register(
+            "concord_zookeeper_frames_refused",
+            "ZooKeeper connections closed for a malformed or oversized frame",
+            self.zk_frames_refused.clone(),
         );
     }
 }

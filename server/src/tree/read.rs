@@ -29,6 +29,39 @@ impl DataTree {
         Some(out)
     }
 
+    /// Every child name of `path`, sorted, and whether they all fit: the list stops
+    /// once the names (4 bytes of length each, as jute counts them) pass
+    /// `bytes_max`. None if `path` does not exist.
+    pub fn child_names(&self, path: &str, bytes_max: usize) -> Option<(Vec<String>, bool)> {
+        let node = self.nodes.get(path)?;
+        let mut out = Vec::with_capacity(node.stat.num_children as usize);
+        let mut bytes = 0usize;
+        for (name, _) in self.nodes.children(path, "") {
+            bytes = bytes.saturating_add(4 + name.len());
+            if bytes > bytes_max {
+                return Some((out, false));
+            }
+            out.push(name.to_string());
+        }
+        Some((out, true))
+    }
+
+    /// How many nodes are below `path` (not counting it); None if it does not exist.
+    pub fn descendant_count(&self, path: &str) -> Option<u64> {
+        self.nodes.get(path)?;
+        let mut count = 0u64;
+        let mut stack = vec![path.to_string()];
+        while let Some(dir) = stack.pop() {
+            for (name, child) in self.nodes.children(&dir, "") {
+                count += 1;
+                if child.has_children() {
+                    stack.push(path::join(&dir, name));
+                }
+            }
+        }
+        Some(count)
+    }
+
     /// How many nodes the tree holds, the root included.
     pub fn node_count(&self) -> usize {
         self.nodes.len()

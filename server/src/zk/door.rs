@@ -1,0 +1,125 @@
+//! The ZooKeeper port's accept loop and what its connections share (`Door`).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tonic::transport::server::Connected;
+
+use crate::api::shared::TreeService;
+use crate::config::Config;
+use crate::listen::{self, ListenLimits};
+use crate::replica::Replica;
+use crate::security::{ConnInfo, Security, ServerTls};
+
+/// What every connection of the ZooKeeper port uses: the shared layer, the
+/// port's bounds, and its counters.
+pub struct Door {
+    pub(super) replica: Replica,
+    pub(super) security: Security,
+    /// The tree's reads and writes, as the gRPC Tree service does them.
+    pub(super) tree: TreeService,
+    /// Clamp range of negotiated session timeouts (`session_ttl_min_ms`,
+    /// `session_ttl_max_ms`), as ZooKeeper's min/maxSessionTimeout.
+    pub(super) ttl_range_ms: (u64, u64),
+    /// `zookeeper_frame_bytes_max` (ZooKeeper's jute.maxbuffer).
+    pub(super) frame_bytes_max: usize,
+    /// `zookeeper_watches_per_connection_max`.
+    pub(super) watches_max: usize,
+    /// The four-letter words answered (`zookeeper_four_letter_words`).
+    pub(super) words: Vec<String>,
+    /// The server's settings, for `conf`.
+    pub(super) config: Arc<Config>,
+    /// Frames received and sent on this port (srvr, stat, mntr).
+    pub(super) packets_received: AtomicU64,
+    pub(super) packets_sent: AtomicU64,
+}
+
+impl Door {
+    pub fn new(replica: Replica, security: Security, config: &Config) -> Door {
+        let limits = crate::api::Limits {
+            node_data_bytes_max: config.node_data_bytes_max,
+        };
+        Door {
+            tree: TreeService::new(replica.clone(), limits),
+            replica,
+            security,
+            ttl_range_ms: config.session_ttl_range_ms(),
+            frame_bytes_max: config.zookeeper_frame_bytes_max,
+            watches_max: config.zookeeper_watches_per_connection_max,
+            words: config.zookeeper_four_letter_words.clone(),
+            config: Arc::new(config.clone()),
+            packets_received: AtomicU64::new(0),
+            packets_sent: AtomicU64::new(0),
+        }
+    }
+
+    /// The answer to a four-letter word, if the first four bytes of a connection
+    /// are one (None: a length, the start of a connect request).
+    pub(super) fn four_letter_answer(&self, first: &[u8]) -> Option<String> {
+        let _ = (first, &self.words, &self.config);
+        None
+    }
+
+    pub(super) fn received(&self) {
+        self.packets_received.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(super) fn sent(&self) {
+        self.packets_sent.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves the ZooKeeper port on `listener` (over `tls` when set) within `limits`
+/// until `stop` resolves; then every connection is closed.
+pub async fn serve(
+    listener: TcpListener,
+    limits: ListenLimits,
+    tls: Option<ServerTls>,
+    door: Arc<Door>,
+    stop: impl Future<Output = ()> + Send,
+) {
+    match tls {
+        Some(tls) => {
+            let incoming = listen::incoming_tls(listener, limits, "zookeeper", tls);
+            accept(incoming, |c| c.info().clone(), door, stop).await;
+        }
+        None => {
+            let incoming = listen::incoming(listener, limits, "zookeeper");
+            accept(incoming, Connected::connect_info, door, stop).await;
+        }
+    }
+}
+
+/// Runs one connection task per accepted connection until `stop`.
+async fn accept<C, I>(
+    incoming: I,
+    info_of: impl Fn(&C) -> ConnInfo,
+    door: Arc<Door>,
+    stop: impl Future<Output = ()>,
+) where
+    C: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: futures::Stream<Item = Result<C, std::io::Error>>,
+{
+    let mut tasks = JoinSet::new();
+    tokio::pin!(incoming);
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            conn = incoming.next() => {
+                // The listen streams never end nor yield errors.
+                let Some(Ok(conn)) = conn else { break };
+                let info = info_of(&conn);
+                tasks.spawn(super::conn::run(conn, info, door.clone()));
+            }
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            () = &mut stop => break,
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
