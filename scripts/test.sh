@@ -33,7 +33,7 @@ export CONCORD_GRPCURL="$PWD/.venv/bin/grpcurl"
 # version is the one sdk-python/scripts/generate.sh pins.
 grpcio_tools="$(sed -n 's/^GRPCIO_TOOLS_VERSION=//p' sdk-python/scripts/generate.sh)"
 .venv/bin/pip install --quiet --disable-pip-version-check \
-  ./sdk-python pytest "grpcio-tools==$grpcio_tools"
+  ./sdk-python pytest "grpcio-tools==$grpcio_tools" kazoo==2.11.0
 
 # The Dockerfile, the Kubernetes manifests (deploy/k8s) and the Prometheus alerting
 # rules (deploy/prometheus), checked without Docker, a cluster or a Prometheus server:

@@ -39,7 +39,11 @@ class Server:
     """One `concord` process; `kill()` (and the fixtures' finalizers) end it."""
 
     def __init__(
-        self, config: str = "", extra: tuple[str, ...] = (), listen: str = "127.0.0.1:0"
+        self,
+        config: str = "",
+        extra: tuple[str, ...] = (),
+        listen: str = "127.0.0.1:0",
+        zookeeper: bool = False,
     ) -> None:
         if not CONCORD_BIN.exists():
             raise RuntimeError(f"{CONCORD_BIN} is missing: build it (cargo build --bins) or set CONCORD_BIN")
@@ -57,7 +61,11 @@ class Server:
         if config:
             (tmp / "concord.toml").write_text(config)
             args += ["--config", str(tmp / "concord.toml")]
+        if zookeeper:
+            args += ["--zookeeper-addr", "127.0.0.1:0"]
         args += extra
+        #: The ZooKeeper port's address, once bound (with zookeeper=True).
+        self.zookeeper_addr: str | None = None
         self._args = args
         self._spawn()
 
@@ -85,12 +93,17 @@ class Server:
         self._log.close()
         listen = self._args.index("--listen") + 1
         self._args[listen] = self.addr
+        if self.zookeeper_addr is not None:
+            self._args[self._args.index("--zookeeper-addr") + 1] = self.zookeeper_addr
         self._spawn()
 
     def _drain(self, lines: queue.Queue[str]) -> None:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             line = raw.decode(errors="replace").strip()
+            # Printed before `listening`, so it is set when the server is.
+            if line.startswith("zookeeper listening "):
+                self.zookeeper_addr = line[len("zookeeper listening ") :].strip()
             if line.startswith("listening "):
                 lines.put(line[len("listening ") :].strip())
 
