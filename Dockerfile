@@ -46,7 +46,8 @@ USER 10001:10001
 WORKDIR /var/lib/concord
 VOLUME ["/var/lib/concord"]
 # client gRPC, peers (Zab and forwarding), metrics (/metrics, /healthz, /readyz),
-# health (/healthz and /readyz only, plain text: --health-addr)
-EXPOSE 7181 7182 7183 7184
+# health (/healthz and /readyz only, plain text: --health-addr), ZooKeeper's own
+# clients (--zookeeper-addr)
+EXPOSE 7181 7182 7183 7184 2181
 ENTRYPOINT ["concord"]
 CMD ["--data-dir", "/var/lib/concord"]

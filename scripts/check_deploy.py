@@ -44,6 +44,8 @@ from dockerfile_parse import DockerfileParser
 K8S_OLDEST = "1.29.0"
 
 CLIENT_PORT, PEER_PORT, METRICS_PORT, HEALTH_PORT = 7181, 7182, 7183, 7184
+#: ZooKeeper's own clients (--zookeeper-addr), on ZooKeeper's usual client port.
+ZOOKEEPER_PORT = 2181
 
 failures = []
 
@@ -154,8 +156,8 @@ def check_dockerfile(root):
         if i["instruction"] == "EXPOSE":
             exposed.update(int(p.split("/")[0]) for p in i["value"].split())
     check(
-        {CLIENT_PORT, PEER_PORT, METRICS_PORT, HEALTH_PORT} <= exposed,
-        f"EXPOSE lacks the client, peer, metrics or health port: {sorted(exposed)}",
+        {CLIENT_PORT, PEER_PORT, METRICS_PORT, HEALTH_PORT, ZOOKEEPER_PORT} <= exposed,
+        f"EXPOSE lacks the client, peer, metrics, health or ZooKeeper port: {sorted(exposed)}",
     )
 
     bins = workspace_bins(root)
@@ -341,6 +343,10 @@ def check_statefulset(sts, resources):
             and not c["spec"].get("publishNotReadyAddresses") for c in clients),
         "no client Service that selects the ready pods",
     )
+    check(
+        any({p.get("port") for p in c["spec"].get("ports", [])} >= {CLIENT_PORT, ZOOKEEPER_PORT} for c in clients),
+        "no client Service offers both the gRPC and the ZooKeeper port",
+    )
 
     pdb = one(resources, "PodDisruptionBudget")
     if pdb:
@@ -363,8 +369,16 @@ def check_statefulset(sts, resources):
     )
     check("limits" in container.get("resources", {}) and "requests" in container["resources"], "no resource requests and limits")
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
-    want = {"client": CLIENT_PORT, "peer": PEER_PORT, "metrics": METRICS_PORT, "health": HEALTH_PORT}
+    want = {
+        "client": CLIENT_PORT,
+        "peer": PEER_PORT,
+        "metrics": METRICS_PORT,
+        "health": HEALTH_PORT,
+        "zookeeper": ZOOKEEPER_PORT,
+    }
     check(ports == want, f"container ports: {ports}")
+    m = re.search(r"--zookeeper-addr\s+0\.0\.0\.0:(\d+)", script)
+    check(m is not None and int(m.group(1)) == ZOOKEEPER_PORT, "the server does not bind the ZooKeeper port on 0.0.0.0")
     m = re.search(r"--metrics-addr\s+0\.0\.0\.0:(\d+)", script)
     check(m is not None and int(m.group(1)) == METRICS_PORT, "the server does not bind the metrics port on 0.0.0.0")
     m = re.search(r"--health-addr\s+0\.0\.0\.0:(\d+)", script)

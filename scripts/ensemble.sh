@@ -22,8 +22,8 @@
 # how to reach it with grpcurl and concordctl.
 #
 # Server i (1..N) takes clients on BASE_PORT + 10*(i-1) and peers on the port after
-# it, and serves /metrics on the port after that: 7181/7182/7183, 7191/7192/7193,
-# 7201/7202/7203 by default. Everything it writes (configs,
+# it, serves /metrics on the port after that, and ZooKeeper's own clients on the
+# next: 7181/7182/7183/7184, 7191/7192/7193/7194, 7201/7202/7203/7204 by default. Everything it writes (configs,
 # data folders, logs, pid files) goes under ENSEMBLE_DIR.
 #
 # Environment:
@@ -49,6 +49,13 @@ binaries() {
 }
 
 client_port() { echo $((base + 10 * ($1 - 1))); }
+
+# The ZooKeeper connect string of servers 1..$1.
+zookeeper_hosts() {
+  local i hosts=()
+  for ((i = 1; i <= $1; i++)); do hosts+=("127.0.0.1:$(($(client_port "$i") + 3))"); done
+  (IFS=,; echo "${hosts[*]}")
+}
 
 certs=$dir/certs
 # The client certificate concordctl uses here (one `concord certs` makes).
@@ -163,6 +170,7 @@ server_id = $i
 client_addr = "127.0.0.1:$(client_port "$i")"
 peer_addr = "127.0.0.1:$(($(client_port "$i") + 1))"
 metrics_addr = "127.0.0.1:$(($(client_port "$i") + 2))"
+zookeeper_addr = "127.0.0.1:$(($(client_port "$i") + 3))"
 data_dir = "$dir/data-$i"
 ${TICK_MS:+tick_ms = $TICK_MS}
 $members
@@ -187,6 +195,7 @@ EOF
     done
     if ((answering == n)) && [[ -n $leader ]]; then
       echo "ensemble of $n on 127.0.0.1$($tls && echo " (mTLS)")$( ((observers)) && echo " ($observers observers)"): server $leader leads; clients on ports $(client_port 1) to $(client_port "$n")"
+      echo "ZooKeeper clients (kazoo, Curator, zkCli): $(zookeeper_hosts "$n")"
       if $tls; then tls_help; fi
       return 0
     fi
