@@ -1983,7 +1983,7 @@ mod tests {
     }
 
     #[test]
-    fn arbitrary_bytes_never_panic() {
+    fn arbitrary_bytes_never_panic_and_what_decodes_re_encodes_to_itself() {
         // A fixed xorshift stream: mutations of valid frames and pure noise.
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move || {
@@ -1996,6 +1996,7 @@ mod tests {
             .iter()
             .map(|r| request_frame(1, r))
             .collect();
+        let (mut decoded, mut refused) = (0, 0);
         for round in 0..20_000 {
             let mut bytes = frames[round % frames.len()].clone();
             if round % 4 == 0 {
@@ -2007,10 +2008,30 @@ mod tests {
                     bytes[at] = next().to_le_bytes()[0];
                 }
             }
-            let _ = decode_request(&bytes, 8);
-            let _ = decode_all::<ConnectRequest>(&bytes, "connect");
-            let _ = decode_all::<MultiResponse>(&bytes, "multi");
+            match decode_request(&bytes, 8) {
+                Ok((header, Ok(request))) => {
+                    decoded += 1;
+                    assert_eq!(header.op, i32::from(request.op_code()));
+                    // Whatever was accepted means the same when written back.
+                    let again = request_frame(header.xid, &request);
+                    let (_, request_again) = decode_request(&again, 8).unwrap();
+                    assert_eq!(request_again, Ok(request), "from {bytes:02x?}");
+                }
+                Ok((_, Err(_))) | Err(_) => refused += 1,
+            }
+            if let Ok(connect) = decode_all::<ConnectRequest>(&bytes, "connect") {
+                let again = encode_to_vec(&connect);
+                assert_eq!(decode_all::<ConnectRequest>(&again, "c"), Ok(connect));
+            }
+            if let Ok(multi) = decode_all::<MultiResponse>(&bytes, "multi") {
+                let again = encode_to_vec(&multi);
+                assert_eq!(decode_all::<MultiResponse>(&again, "m"), Ok(multi));
+            }
         }
+        assert!(
+            decoded > 1_000 && refused > 1_000,
+            "{decoded} decoded, {refused} refused"
+        );
     }
 
     #[test]
