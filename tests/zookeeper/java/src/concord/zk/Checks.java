@@ -8,7 +8,7 @@ import java.util.function.BooleanSupplier;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.state.ConnectionState;
-import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.retry.BoundedExponentialBackoffRetry;
 import org.apache.curator.utils.ZookeeperFactory;
 import org.apache.zookeeper.Watcher;
 import org.apache.zookeeper.ZooKeeper;
@@ -162,7 +162,7 @@ final class Checks {
         .connectString(connect)
         .sessionTimeoutMs(SESSION_TIMEOUT_MS)
         .connectionTimeoutMs(10_000)
-        .retryPolicy(new ExponentialBackoffRetry(100, 29, 2_000));
+        .retryPolicy(new BoundedExponentialBackoffRetry(100, 2_000, 29));
   }
 
   private CuratorFramework start(CuratorFrameworkFactory.Builder b, States states)

@@ -27,6 +27,12 @@ import org.apache.curator.x.discovery.ServiceDiscovery;
 import org.apache.curator.x.discovery.ServiceDiscoveryBuilder;
 import org.apache.curator.x.discovery.ServiceInstance;
 import org.apache.curator.x.discovery.details.JsonInstanceSerializer;
+import org.apache.zookeeper.AddWatchMode;
+import org.apache.zookeeper.CreateMode;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.ZooKeeper;
 
 /**
  * Curator 5's recipes against a connect string, each with several clients (one
@@ -63,6 +69,7 @@ public final class Recipes {
     r.checks.run("mutex re-entrant", r::mutexReentrant);
     r.checks.run("mutex contention", r::mutexContention);
     r.checks.run("semaphore", r::semaphore);
+    r.checks.run("addWatch", r::addWatch);
     r.checks.run("curator cache", r::curatorCache);
     r.checks.run("service discovery", r::serviceDiscovery);
     r.checks.finish();
@@ -383,6 +390,76 @@ public final class Recipes {
     }
     checks.check("semaphore: 30 leases under contention", turns.get() == 30, turns.get() + " leases");
     checks.check("semaphore: 2 held at once, never more", most.get() == 2, "at most " + most.get() + " held at once");
+  }
+
+  /**
+   * ZooKeeper's own addWatch, under CuratorCache: each mode's reply is read without
+   * losing the connection (its body is an ErrorResponse), and the watch sees a
+   * create below it.
+   */
+  private void addWatch() throws Exception {
+    String path = base + "/addwatch";
+    AtomicInteger disconnects = new AtomicInteger();
+    CountDownLatch connected = new CountDownLatch(1);
+    ZooKeeper zk =
+        new ZooKeeper(
+            connect,
+            Checks.SESSION_TIMEOUT_MS,
+            e -> {
+              if (e.getState() == Watcher.Event.KeeperState.Disconnected) {
+                disconnects.incrementAndGet();
+              } else if (e.getState() == Watcher.Event.KeeperState.SyncConnected) {
+                connected.countDown();
+              }
+            });
+    try {
+      if (!checks.check("addWatch: connected", connected.await(WAIT_MS, TimeUnit.MILLISECONDS), "no connection")) {
+        return;
+      }
+      createRetrying(zk, base);
+      createRetrying(zk, path);
+      for (AddWatchMode mode : AddWatchMode.values()) {
+        List<String> events = new CopyOnWriteArrayList<>();
+        zk.addWatch(path, e -> events.add(e.getType() + " " + e.getPath()), mode);
+        // The next request is answered after a reconnection if the reply broke the
+        // connection; a sync's callback runs after every event before it.
+        String child = path + "/" + mode.name().toLowerCase();
+        createRetrying(zk, child);
+        CountDownLatch synced = new CountDownLatch(1);
+        zk.sync(path, (rc, p, ctx) -> synced.countDown(), null);
+        synced.await(WAIT_MS, TimeUnit.MILLISECONDS);
+        checks.check("addWatch " + mode + ": the reply keeps the connection", disconnects.get() == 0, disconnects.get() + " disconnections");
+        // A persistent watch sees its node's children change; a recursive one sees
+        // the child's creation itself.
+        String want =
+            mode == AddWatchMode.PERSISTENT ? "NodeChildrenChanged " + path : "NodeCreated " + child;
+        checks.check(
+            "addWatch " + mode + ": sees a create below it",
+            Checks.await(WAIT_MS, () -> events.contains(want)),
+            "events " + events + ", want " + want);
+        disconnects.set(0);
+      }
+    } finally {
+      zk.close();
+    }
+  }
+
+  /** Creates `path`, trying again (for up to WAIT_MS) after a lost connection. */
+  private static void createRetrying(ZooKeeper zk, String path) throws Exception {
+    long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(WAIT_MS);
+    while (true) {
+      try {
+        zk.create(path, new byte[0], ZooDefs.Ids.OPEN_ACL_UNSAFE, CreateMode.PERSISTENT);
+        return;
+      } catch (KeeperException.NodeExistsException e) {
+        return;
+      } catch (KeeperException.ConnectionLossException e) {
+        if (System.nanoTime() > deadline) {
+          throw e;
+        }
+        Thread.sleep(100);
+      }
+    }
   }
 
   /** Events for nodes made before and after start, then initialized, changes, deletes. */
