@@ -69,6 +69,8 @@ _FAILED_STARTS = 0
 
 #: Every member ever made here, so that exit stops them all.
 _MEMBERS: list["Member"] = []
+#: Other folders made here, removed at exit.
+_FOLDERS: list[Path] = []
 
 _FIRST_PORT, _PORT_COUNT = 20_000, 12_000
 _next_port = itertools.count(random.randrange(_PORT_COUNT))
@@ -442,7 +444,9 @@ class Cluster:
         """A CA, a server certificate for 127.0.0.1 and localhost, and a client
         certificate (PEM files in a temporary folder), made once per cluster."""
         if self._ssl is None:
-            self._ssl = _make_certificates(Path(tempfile.mkdtemp(prefix="kazoo-shim-tls-")))
+            folder = Path(tempfile.mkdtemp(prefix="kazoo-shim-tls-"))
+            _FOLDERS.append(folder)
+            self._ssl = _make_certificates(folder)
         return self._ssl
 
     def get_ssl_client_configuration(self) -> dict[str, bytes]:
@@ -557,6 +561,8 @@ def _stop_all() -> None:
             shutil.rmtree(m.working_path, ignore_errors=True)
         except Exception:
             pass
+    for folder in _FOLDERS:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 atexit.register(_stop_all)

@@ -75,6 +75,15 @@ def install() -> Path:
     return source
 
 
+def kill_group(pgid: int, sig: int) -> None:
+    """Signals every process of the group (pytest and the servers it started) that
+    is still there."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def known_failures() -> dict[str, str]:
     """Test id -> reason, from KNOWN_FAILURES ('ID REASON' a line; # comments)."""
     known: dict[str, str] = {}
@@ -120,16 +129,16 @@ def main() -> int:
         proc.wait(timeout=SUITE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         print(f"kazoo suite: not done within {SUITE_TIMEOUT_S} s, killed", file=sys.stderr)
-        os.killpg(proc.pid, signal.SIGTERM)
+        # SIGTERM first: the shim stops its servers and removes their folders.
+        kill_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             pass
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid, signal.SIGKILL)
         return 1
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid, signal.SIGKILL)
     elapsed = time.monotonic() - started
     if not results.exists():
         print(f"kazoo suite: pytest exited {proc.returncode} without results", file=sys.stderr)
