@@ -451,3 +451,58 @@ def test_kazoo_and_the_sdk_see_each_others_nodes_and_events(zk_server: Server, k
             kz.set(f"{base}/from-zk", b"z2")
             event = next(iter(w))
             assert event.path == f"{base}/from-zk"
+
+
+# -- four-letter words and metrics -------------------------------------------------------
+
+
+def four_letter(addr: str, word: str) -> str:
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as s:
+        s.sendall(word.encode())
+        out = b""
+        while chunk := s.recv(4096):
+            out += chunk
+    return out.decode()
+
+
+def test_four_letter_words_answer_behind_their_allow_list(zk_server: Server, kz: KazooClient) -> None:
+    # By default srvr only, as ZooKeeper 3.5 and later.
+    assert four_letter(zk_server.zookeeper_addr, "ruok") == (
+        "ruok is not executed because it is not in the whitelist.\n"
+    )
+    srvr = four_letter(zk_server.zookeeper_addr, "srvr")
+    assert srvr.startswith("Zookeeper version: 3.9.0-concord-") and "Mode: standalone\n" in srvr
+    from conftest import free_port
+
+    metrics = f"127.0.0.1:{free_port()}"
+    s = Server(
+        config='zookeeper_four_letter_words = ["*"]\n',
+        zookeeper=True,
+        extra=("--metrics-addr", metrics),
+    )
+    try:
+        c = KazooClient(hosts=s.zookeeper_addr, timeout=5)
+        c.start(timeout=WAIT_S)
+        try:
+            c.create("/w", b"x")
+            c.get("/w", watch=lambda e: None)
+            assert four_letter(s.zookeeper_addr, "ruok") == "imok"
+            assert four_letter(s.zookeeper_addr, "isro") == "rw"
+            mntr = dict(
+                line.split("\t", 1) for line in four_letter(s.zookeeper_addr, "mntr").splitlines()
+            )
+            assert mntr["zk_server_state"] == "standalone"
+            assert int(mntr["zk_znode_count"]) >= 2 and mntr["zk_watch_count"] == "1"
+            assert f"sid=0x{c.client_id[0]:x}" in four_letter(s.zookeeper_addr, "cons")
+            assert four_letter(s.zookeeper_addr, "wchs").startswith("1 connections watching 1 paths\n")
+            import urllib.request
+
+            text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=WAIT_S).read().decode()
+            assert 'concord_zookeeper_requests_total{op="create",code="OK"} 1' in text
+            assert "concord_zookeeper_sessions 1" in text
+        finally:
+            c.stop()
+            c.close()
+    finally:
+        s.kill()

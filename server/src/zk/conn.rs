@@ -35,12 +35,13 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use crate::api::shared::{Filter, View};
 use crate::security::{ConnInfo, TeamLimits, WatchPermit};
 use crate::txn::Zxid;
-use crate::watch::{WatchBatch, WatchReceiver, WatchSpec};
+use crate::watch::{lock, WatchBatch, WatchReceiver, WatchSpec};
 
 use super::door::Door;
 use super::jute::{FrameDecoder, Jute, Writer};
 use super::ops::Outcome;
 use super::proto::{self, ConnectRequest, ConnectResponse, ReplyHeader};
+use super::track::Tracked;
 use super::watches::{self, Watches};
 
 /// How long a new connection may take to send its connect request.
@@ -78,10 +79,12 @@ pub(super) struct Conn {
     /// The highest zxid this connection has answered with: reads wait for it, so a
     /// client reads its own writes.
     pub(super) last_zxid: Zxid,
-    /// The connection's ZooKeeper watches.
-    pub(super) watches: Watches,
+    /// The connection's ZooKeeper watches (shared with `Door`'s registry, for wchs).
+    pub(super) track: Arc<Tracked>,
     /// The hub feed behind them, from the first watch on.
     feed: Option<Feed>,
+    /// Requests answered (for the per-connection average in cons).
+    requests: u64,
 }
 
 /// A connection's hub feed: every event under its namespace root.
@@ -132,6 +135,14 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
+    let track = Arc::new(Tracked::new(
+        info.remote_addr,
+        Watches::new(watches::Limits {
+            watches_max: door.watches_max,
+            path_bytes_max: door.watches_max.saturating_mul(PATH_BYTES_PER_WATCH),
+        }),
+    ));
+    let _registered = door.registry.add(track.clone());
     let first = tokio::time::timeout(CONNECT_TIMEOUT, read_at_least(rd, buf, 4)).await;
     match first {
         Ok(Ok(())) => {}
@@ -149,7 +160,7 @@ where
         Ok(Err(end)) => return end,
         Err(_) => return End::BadFrame("no connect request in time".into()),
     };
-    door.received();
+    door.received(&track);
     let request = match super::jute::decode_all::<ConnectRequest>(&frame, "ConnectRequest") {
         Ok(r) => r,
         Err(e) => return End::BadFrame(e.to_string()),
@@ -158,7 +169,7 @@ where
     let caller = door.security.caller_on(Some(&info));
     let Ok(view) = View::for_caller(caller) else {
         // An identity no rule names: as a refused session, nothing more.
-        let _ = send(wr, &door, refused(&request)).await;
+        let _ = send(wr, &door, &track, refused(&request)).await;
         return End::SessionOver;
     };
     let limits = view
@@ -168,21 +179,20 @@ where
     let (session_id, response) = match super::session::connect(&door, &view, &request).await {
         Ok(accepted) => accepted,
         Err(super::session::Refusal::Expired) => {
-            let _ = send(wr, &door, refused(&request)).await;
+            let _ = send(wr, &door, &track, refused(&request)).await;
             return End::SessionOver;
         }
         Err(super::session::Refusal::Unavailable(why)) => return End::Unavailable(why),
     };
     let mut w = Writer::framed();
     response.encode(&mut w);
-    if send(wr, &door, w.into_frame()).await.is_err() {
+    if send(wr, &door, &track, w.into_frame()).await.is_err() {
         return End::Gone;
     }
+    track.session_made(session_id, response.timeout_ms);
     let mut conn = Conn {
-        watches: Watches::new(watches::Limits {
-            watches_max: door.watches_max,
-            path_bytes_max: door.watches_max.saturating_mul(PATH_BYTES_PER_WATCH),
-        }),
+        track,
+        requests: 0,
         tls,
         door: door.clone(),
         view,
@@ -232,7 +242,7 @@ impl Conn {
                         Ok(f) => f,
                         Err(end) => return end,
                     };
-                    self.door.received();
+                    self.door.received(&self.track);
                     if let Err(end) = self.request(wr, &frame).await {
                         return end;
                     }
@@ -243,7 +253,7 @@ impl Conn {
                         Err(end) => return end,
                     };
                     for frame in frames {
-                        if send(wr, &self.door, frame).await.is_err() {
+                        if send(wr, &self.door, &self.track, frame).await.is_err() {
                             return End::Gone;
                         }
                     }
@@ -268,25 +278,39 @@ impl Conn {
         }
         let started = Instant::now();
         let answer = super::ops::answer(self, header.xid, header.op, request).await;
+        let took = started.elapsed();
         self.door
             .replica
             .metrics()
-            .zk_request(answer.op, answer.code.name(), started.elapsed());
+            .zk_request(answer.op, answer.code.name(), took);
+        self.requests += 1;
+        self.door.registry.request_took(took);
         let (mut notes, reply, zxid, then) = match answer.outcome {
             Outcome::Reply { notes, frame, zxid } => (notes, frame, zxid, None),
             Outcome::ReplyThenEnd { frame, zxid, end } => (Vec::new(), frame, zxid, Some(end)),
             Outcome::End(end) => return Err(end),
         };
         self.last_zxid = self.last_zxid.max(zxid);
+        self.track
+            .answered(answer.op, header.xid, zxid, took, self.requests);
         notes.extend(self.drain_through(zxid).await?);
         for note in notes {
-            send(wr, &self.door, note).await.map_err(|()| End::Gone)?;
+            send(wr, &self.door, &self.track, note)
+                .await
+                .map_err(|()| End::Gone)?;
         }
-        send(wr, &self.door, reply).await.map_err(|()| End::Gone)?;
+        send(wr, &self.door, &self.track, reply)
+            .await
+            .map_err(|()| End::Gone)?;
         match then {
             Some(end) => Err(end),
             None => Ok(()),
         }
+    }
+
+    /// The connection's ZooKeeper watches.
+    pub(super) fn watches(&self) -> std::sync::MutexGuard<'_, Watches> {
+        lock(&self.track.watches)
     }
 
     /// Makes sure the hub feed exists (before a read that sets a watch), so that
@@ -350,7 +374,7 @@ impl Conn {
             };
             match batch {
                 Some(b) if b.zxid <= zxid => {
-                    notes.extend(notify(&mut self.watches, &feed.filter, &b));
+                    notes.extend(notify(&mut lock(&self.track.watches), &feed.filter, &b));
                 }
                 Some(b) => {
                     feed.held = Some(b);
@@ -371,7 +395,7 @@ impl Conn {
     /// The notifications of one batch from the feed.
     fn notifications(&mut self, batch: &WatchBatch) -> Vec<Vec<u8>> {
         match &self.feed {
-            Some(feed) => notify(&mut self.watches, &feed.filter, batch),
+            Some(feed) => notify(&mut lock(&self.track.watches), &feed.filter, batch),
             None => Vec::new(),
         }
     }
@@ -466,10 +490,15 @@ async fn next_frame<R: AsyncRead + Unpin>(
 }
 
 /// Writes one frame; Err(()) once the client has gone.
-async fn send<W: AsyncWrite + Unpin>(wr: &mut W, door: &Door, frame: Vec<u8>) -> Result<(), ()> {
+async fn send<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    door: &Door,
+    track: &Tracked,
+    frame: Vec<u8>,
+) -> Result<(), ()> {
     wr.write_all(&frame).await.map_err(|_| ())?;
     // A TLS stream holds what it was given until flushed.
     wr.flush().await.map_err(|_| ())?;
-    door.sent();
+    door.sent(track);
     Ok(())
 }

@@ -16,6 +16,9 @@ use crate::listen::{self, ListenLimits};
 use crate::replica::Replica;
 use crate::security::{ConnInfo, Security, ServerTls};
 
+use super::track::{Registry, Tracked};
+use super::words::{self, AllowList};
+
 /// What every connection of the ZooKeeper port uses: the shared layer, the
 /// port's bounds, and its counters.
 pub struct Door {
@@ -31,12 +34,16 @@ pub struct Door {
     /// `zookeeper_watches_per_connection_max`.
     pub(super) watches_max: usize,
     /// The four-letter words answered (`zookeeper_four_letter_words`).
-    pub(super) words: Vec<String>,
+    pub(super) words: AllowList,
     /// The server's settings, for `conf`.
     pub(super) config: Arc<Config>,
     /// Frames received and sent on this port (srvr, stat, mntr).
     pub(super) packets_received: AtomicU64,
     pub(super) packets_sent: AtomicU64,
+    /// The live connections and request latencies (stat, cons, wchs, mntr).
+    pub(super) registry: Arc<Registry>,
+    /// When the port started (mntr's uptime).
+    pub(super) started: std::time::Instant,
 }
 
 impl Door {
@@ -51,26 +58,38 @@ impl Door {
             ttl_range_ms: config.session_ttl_range_ms(),
             frame_bytes_max: config.zookeeper_frame_bytes_max,
             watches_max: config.zookeeper_watches_per_connection_max,
-            words: config.zookeeper_four_letter_words.clone(),
+            words: AllowList::parse(&config.zookeeper_four_letter_words.join(",")),
             config: Arc::new(config.clone()),
             packets_received: AtomicU64::new(0),
             packets_sent: AtomicU64::new(0),
+            registry: Arc::default(),
+            started: std::time::Instant::now(),
         }
     }
 
     /// The answer to a four-letter word, if the first four bytes of a connection
     /// are one (None: a length, the start of a connect request).
     pub(super) fn four_letter_answer(&self, first: &[u8]) -> Option<String> {
-        let _ = (first, &self.words, &self.config);
-        None
+        let word: &[u8; 4] = first.get(..4)?.try_into().ok()?;
+        if !words::is_word(word) {
+            return None;
+        }
+        match words::answer(word, &super::track::facts(self), &self.words) {
+            words::Answer::Text(text) => Some(text),
+            words::Answer::NotAWord => None,
+        }
     }
 
-    pub(super) fn received(&self) {
+    /// Counts a frame received on `track`'s connection.
+    pub(super) fn received(&self, track: &Tracked) {
         self.packets_received.fetch_add(1, Ordering::Relaxed);
+        track.received.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn sent(&self) {
+    /// Counts a frame sent on `track`'s connection.
+    pub(super) fn sent(&self, track: &Tracked) {
         self.packets_sent.fetch_add(1, Ordering::Relaxed);
+        track.sent.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -24,6 +24,7 @@ pub mod jute;
 mod ops;
 pub mod proto;
 mod session;
+mod track;
 pub mod watches;
 pub mod words;
 

@@ -446,7 +446,7 @@ async fn read_node(
 /// Registers a watch at client path `path` (already read, so valid).
 fn watch(conn: &mut Conn, kind: WatchKind, path: &str) -> Result<(), Failure> {
     let at = conn.view.path_in(path).map_err(|s| failure(&s))?;
-    conn.watches
+    conn.watches()
         .add(kind, &at)
         .map_err(|_| Failure::Code(Code::QuotaExceeded))
 }
@@ -759,9 +759,9 @@ async fn remove_watches(
     shared::check_path(path).map_err(|s| failure(&s))?;
     let at = conn.view.path_in(path).map_err(|s| failure(&s))?;
     let found = if remove {
-        conn.watches.remove(&at, kind)
+        conn.watches().remove(&at, kind)
     } else {
-        conn.watches.has(&at, kind)
+        conn.watches().has(&at, kind)
     };
     if !found {
         return Err(Code::NoWatcher.into());
@@ -805,7 +805,7 @@ async fn set_watches(
     let relative = Zxid::try_from(relative_zxid).unwrap_or(0);
     let [data, exist, child, persistent, recursive] = &lists;
     let events = conn
-        .watches
+        .watches()
         .set_watches(relative, data, exist, child, persistent, recursive, |p| {
             stats.get(p).copied().flatten()
         })
