@@ -246,6 +246,7 @@ part "recipes"
 # The failover: Failover puts a client on the leader and says "KILL NOW" when its
 # work runs; the leader is then killed with kill -9 and Failover checks the rest.
 first=$(leader)
+: >"$run/failover.out"
 java_run Failover "$connect" "127.0.0.1:${zk_ports[first]}" >"$run/failover.out" &
 failover=$!
 started+=($failover)
