@@ -75,9 +75,9 @@ class Ensemble:
     """SIZE voters, each with a config naming every member (as tests/src/ensemble.rs);
     with ``proxied``, server i reaches server j's peer address through
     ``proxies[(i, j)]`` (its member list names the proxy), so a test can cut one
-    direction of a link."""
+    direction of a link. With ``zookeeper``, each also serves ZooKeeper's protocol."""
 
-    def __init__(self, proxied: bool = False) -> None:
+    def __init__(self, proxied: bool = False, zookeeper: bool = False) -> None:
         addrs = [(f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}") for _ in range(SIZE)]
         self.proxies: dict[tuple[int, int], OneWayProxy] = {}
         self.servers: list[Server] = []
@@ -98,7 +98,7 @@ class Ensemble:
                     f'server_id = {i + 1}\nclient_addr = "{client}"\npeer_addr = "{peer}"\n'
                     f"cluster_id = 7\n{members}"
                 )
-                self.servers.append(Server(config=config, listen=client))
+                self.servers.append(Server(config=config, listen=client, zookeeper=zookeeper))
         except BaseException:
             self.kill()
             raise
