@@ -322,7 +322,9 @@ def test_persistent_recursive_watch(zk_server: Server, kz: KazooClient, base: st
     never NodeChildrenChanged, never used up; each before a reply that reflects it."""
     raw = Raw(zk_server.zookeeper_addr)
     try:
-        assert raw.call(ADD_WATCH, string(base) + struct.pack(">i", 1))[0] == 0
+        err, _, body = raw.call(ADD_WATCH, string(base) + struct.pack(">i", 1))
+        # ZooKeeper's answer carries an ErrorResponse(0), which Java clients read.
+        assert err == 0 and body.i32() == 0 and body.pos == len(body.data)
         kz.create(f"{base}/a")
         kz.create(f"{base}/a/b", b"x")
         kz.set(f"{base}/a/b", b"y")

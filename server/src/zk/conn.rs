@@ -416,7 +416,7 @@ fn notify(watches: &mut Watches, filter: &Filter, batch: &WatchBatch) -> Vec<Vec
         let Some(path) = filter.visible(&grants, &e.path) else {
             continue;
         };
-        out.push(notification(batch.zxid, event_type.code(), &path));
+        out.push(notification(batch.zxid, event_type.into(), &path));
     }
     out
 }

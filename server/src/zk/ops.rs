@@ -564,13 +564,12 @@ async fn set_acl(conn: &mut Conn, s: proto::SetAclRequest) -> Result<Done, Failu
 
 async fn close(conn: &mut Conn) -> Result<Done, Failure> {
     let replica = conn.door.replica.clone();
-    match shared::close_session(&replica, &conn.view.caller, conn.session_id).await {
-        // Gone already: closed is closed.
-        Ok(_) | Err(_) if replica.read(|t| t.session(conn.session_id).is_none()) => {
-            Err(Failure::CodeThenEnd(Code::Ok, End::SessionOver))
-        }
-        Ok(_) => Err(Failure::CodeThenEnd(Code::Ok, End::SessionOver)),
-        Err(s) => Err(failure(&s)),
+    let closed = shared::close_session(&replica, &conn.view.caller, conn.session_id).await;
+    // A session gone already is closed all the same.
+    let gone = || replica.read(|t| t.session(conn.session_id).is_none());
+    match closed {
+        Err(s) if !gone() => Err(failure(&s)),
+        _ => Err(Failure::CodeThenEnd(Code::Ok, End::SessionOver)),
     }
 }
 
@@ -635,10 +634,11 @@ fn multi_ops(ops: Vec<proto::MultiOp>) -> Result<(Vec<MultiOp>, Vec<OpCode>), Fa
     Ok((out, codes))
 }
 
-/// The index of the failed op a Multi's status names ("CODE: op N: ...").
+/// The index of the failed op a Multi's status names (its ErrorInfo's `op`).
 fn failed_op(status: &Status) -> Option<usize> {
-    let rest = status.message().split_once(": op ")?.1;
-    rest.split(':').next()?.parse().ok()
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info()?;
+    info.metadata.get(crate::api::error::OP_KEY)?.parse().ok()
 }
 
 /// A multi that failed at op `index` with `code`, as ZooKeeper answers it: the ops
@@ -755,7 +755,7 @@ async fn remove_watches(
     kind: i32,
     remove: bool,
 ) -> Result<Done, Failure> {
-    let kind = WatcherType::from_i32(kind).ok_or(Failure::Code(Code::BadArguments))?;
+    let kind = WatcherType::try_from(kind).map_err(|_| Failure::Code(Code::BadArguments))?;
     shared::check_path(path).map_err(|s| failure(&s))?;
     let at = conn.view.path_in(path).map_err(|s| failure(&s))?;
     let found = if remove {
@@ -812,7 +812,7 @@ async fn set_watches(
         .map_err(|_| Failure::Code(Code::QuotaExceeded))?;
     for (event_type, path) in events {
         let shown = conn.view.path_out(&path);
-        notes.push(super::conn::notification(zxid, event_type.code(), &shown));
+        notes.push(super::conn::notification(zxid, event_type.into(), &shown));
     }
     let mut done = Done::empty(zxid);
     done.notes = notes;
@@ -873,7 +873,9 @@ async fn add_watch(conn: &mut Conn, path: &str, mode: i32) -> Result<Done, Failu
     let zxid = conn.door.replica.read(|t| t.last_zxid());
     let notes = conn.drain_through(zxid).await.map_err(Failure::End)?;
     watch(conn, kind, path)?;
-    let mut done = Done::empty(zxid);
+    // ZooKeeper answers addWatch with an ErrorResponse of 0 as its body, and its Java
+    // client reads one (without it, it drops the connection).
+    let mut done = Done::new(zxid, &proto::ErrorResponse { err: 0 });
     done.notes = notes;
     Ok(done)
 }

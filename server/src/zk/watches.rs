@@ -44,6 +44,7 @@
 
 use std::collections::HashMap;
 
+pub use super::proto::{EventType, WatcherType};
 use crate::tree::{EventKind, Stat};
 use crate::txn::Zxid;
 
@@ -60,24 +61,6 @@ const RECURSIVE: u8 = 8;
 const DATA_TABLE: u8 = DATA | PERSISTENT | RECURSIVE;
 /// The bits ZooKeeper's child table holds at a path.
 const CHILD_TABLE: u8 = CHILD | PERSISTENT;
-
-/// A ZooKeeper notification's type (`Watcher.Event.EventType`), as sent in a
-/// `WatcherEvent` record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum EventType {
-    NodeCreated = 1,
-    NodeDeleted = 2,
-    NodeDataChanged = 3,
-    NodeChildrenChanged = 4,
-}
-
-impl EventType {
-    /// The number on the wire.
-    pub fn code(self) -> i32 {
-        self as i32
-    }
-}
 
 /// What a request registers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,39 +96,14 @@ impl WatchKind {
     }
 }
 
-/// checkWatches' and removeWatches' type (`Watcher.WatcherType`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum WatcherType {
-    Children = 1,
-    Data = 2,
-    Any = 3,
-    Persistent = 4,
-    PersistentRecursive = 5,
-}
-
-impl WatcherType {
-    /// The type from its number; `None` for a number ZooKeeper does not define.
-    pub fn from_i32(value: i32) -> Option<Self> {
-        match value {
-            1 => Some(Self::Children),
-            2 => Some(Self::Data),
-            3 => Some(Self::Any),
-            4 => Some(Self::Persistent),
-            5 => Some(Self::PersistentRecursive),
-            _ => None,
-        }
-    }
-
-    /// The bits this type names (`DataTree.containsWatcher/removeWatch`).
-    fn bits(self) -> u8 {
-        match self {
-            Self::Children => CHILD,
-            Self::Data => DATA,
-            Self::Any => DATA | CHILD | PERSISTENT | RECURSIVE,
-            Self::Persistent => PERSISTENT,
-            Self::PersistentRecursive => RECURSIVE,
-        }
+/// The watch bits a removeWatches or checkWatches type names.
+fn bits(watcher_type: WatcherType) -> u8 {
+    match watcher_type {
+        WatcherType::Children => CHILD,
+        WatcherType::Data => DATA,
+        WatcherType::Any => DATA | CHILD | PERSISTENT | RECURSIVE,
+        WatcherType::Persistent => PERSISTENT,
+        WatcherType::PersistentRecursive => RECURSIVE,
     }
 }
 
@@ -220,7 +178,7 @@ impl Watches {
     /// exactly that path (the caller answers false with NOWATCHER, -121).
     pub fn remove(&mut self, path: &str, watcher_type: WatcherType) -> bool {
         let held = self.by_path.get(path).copied().unwrap_or(0);
-        let gone = held & watcher_type.bits();
+        let gone = held & bits(watcher_type);
         if gone == 0 {
             return false;
         }
@@ -232,7 +190,7 @@ impl Watches {
     /// exactly that path.
     pub fn has(&self, path: &str, watcher_type: WatcherType) -> bool {
         let held = self.by_path.get(path).copied().unwrap_or(0);
-        held & watcher_type.bits() != 0
+        held & bits(watcher_type) != 0
     }
 
     /// Registrations held (one per path and kind).
@@ -880,10 +838,10 @@ mod tests {
 
     #[test]
     fn wire_numbers_are_zookeepers() {
-        assert_eq!(NodeCreated.code(), 1);
-        assert_eq!(NodeDeleted.code(), 2);
-        assert_eq!(NodeDataChanged.code(), 3);
-        assert_eq!(NodeChildrenChanged.code(), 4);
+        assert_eq!(i32::from(NodeCreated), 1);
+        assert_eq!(i32::from(NodeDeleted), 2);
+        assert_eq!(i32::from(NodeDataChanged), 3);
+        assert_eq!(i32::from(NodeChildrenChanged), 4);
         assert_eq!(
             WatchKind::from_add_watch_mode(0),
             Some(WatchKind::Persistent)
@@ -901,11 +859,11 @@ mod tests {
             (4, WatcherType::Persistent),
             (5, WatcherType::PersistentRecursive),
         ] {
-            assert_eq!(WatcherType::from_i32(n), Some(t));
+            assert_eq!(WatcherType::try_from(n), Ok(t));
             assert_eq!(t as i32, n);
         }
-        assert_eq!(WatcherType::from_i32(0), None);
-        assert_eq!(WatcherType::from_i32(6), None);
+        assert!(WatcherType::try_from(0).is_err());
+        assert!(WatcherType::try_from(6).is_err());
     }
 
     #[test]
