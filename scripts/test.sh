@@ -6,8 +6,9 @@
 # from Debian's packages when missing), checks the Dockerfile, the Kubernetes
 # manifests and the alerting rules, builds the binaries, and runs the workspace's
 # tests and then the Python SDK's (sdk-python/tests, which also check that the
-# committed gRPC stubs are current), all of which start and stop every server they
-# use on 127.0.0.1.
+# committed gRPC stubs are current), then ZooKeeper's own clients (kazoo's suite,
+# zkCli, Curator) against the ZooKeeper port, all of which start and stop every
+# server they use on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,3 +61,25 @@ stage rust
 
 CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python -m pytest -q -p no:cacheprovider sdk-python/tests
 stage python
+
+# ZooKeeper's own clients against the ZooKeeper port (docs/zookeeper.md, "Proof"):
+# kazoo 2.11.0's own test suite, and zkCli plus Curator programs built with javac on a
+# 3-server ensemble whose leader is killed (Debian's packages, installed when
+# missing). Both at once: each mostly waits on its servers.
+zk_logs=$(mktemp -d)
+CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python tests/zookeeper/kazoo_suite.py \
+  >"$zk_logs/kazoo" 2>&1 &
+kazoo_pid=$!
+CONCORD_BIN="$PWD/target/debug" tests/zookeeper/java/run.sh >"$zk_logs/java" 2>&1 &
+java_pid=$!
+kazoo_rc=0 java_rc=0
+wait "$kazoo_pid" || kazoo_rc=$?
+wait "$java_pid" || java_rc=$?
+if [ "$kazoo_rc" = 0 ]; then grep -A 40 '^kazoo .* suite against' "$zk_logs/kazoo"; else cat "$zk_logs/kazoo"; fi
+cat "$zk_logs/java"
+rm -rf "$zk_logs"
+if [ "$kazoo_rc" != 0 ] || [ "$java_rc" != 0 ]; then
+  echo "ZooKeeper clients' checks failed (kazoo suite: $kazoo_rc, Java: $java_rc)" >&2
+  exit 1
+fi
+stage zookeeper
