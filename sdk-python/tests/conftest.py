@@ -9,6 +9,7 @@ project's test script builds it before running these tests).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import queue
@@ -173,6 +174,21 @@ def own_server() -> Iterator[Server]:
 def root(server: Server) -> str:
     """A fresh path for one test's nodes (not created)."""
     return f"/t-{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def made_certs(clients: str, members: int = 1) -> Iterator[Path]:
+    """A folder of certificates from `concord certs` (a CA, `members` servers, and the
+    comma-separated `clients`), removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="concord-py-certs-") as d:
+        out = subprocess.run(
+            [str(CONCORD_BIN), "certs", d, "--members", str(members), "--clients", clients],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        yield Path(d)
 
 
 _FIRST_PORT, _PORT_COUNT = 20_000, 12_000

@@ -4,8 +4,6 @@ neither an admin nor in a team) and QUOTA_EXCEEDED (a team over its nodes quota)
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -15,7 +13,7 @@ import pytest
 import concord
 from concord import TLS, ErrorCode
 
-from conftest import CONCORD_BIN, Server, run_with
+from conftest import Server, made_certs, run_with
 
 #: What the server logs once team roots and grants are seeded (server/src/api/access.rs).
 SEEDED = "the grant table and team roots are seeded"
@@ -23,15 +21,8 @@ SEEDED = "the grant table and team roots are seeded"
 
 @pytest.fixture(scope="module")
 def certs() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="concord-py-certs-") as d:
-        out = subprocess.run(
-            [str(CONCORD_BIN), "certs", d, "--members", "1", "--clients", "admin,stranger,team-a"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stderr
-        yield Path(d)
+    with made_certs("admin,stranger,team-a") as d:
+        yield d
 
 
 def _mtls_flags(certs: Path) -> tuple[str, ...]:

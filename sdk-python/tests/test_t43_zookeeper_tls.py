@@ -6,8 +6,6 @@ team's nodes or sessions."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -19,7 +17,7 @@ from kazoo.exceptions import NoNodeError, QuotaExceededError
 import concord
 from concord import TLS
 
-from conftest import CONCORD_BIN, Server
+from conftest import Server, made_certs
 
 SEEDED = "the grant table and team roots are seeded"
 
@@ -39,15 +37,8 @@ identities = ["team-b"]
 
 @pytest.fixture(scope="module")
 def certs() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="concord-py-zk-certs-") as d:
-        out = subprocess.run(
-            [str(CONCORD_BIN), "certs", d, "--members", "1", "--clients", "admin,team-a,team-b"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0, out.stderr
-        yield Path(d)
+    with made_certs("admin,team-a,team-b") as d:
+        yield d
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +92,12 @@ def test_a_team_sees_its_namespace_as_the_root(server: Server, certs: Path) -> N
         ) as admin:
             assert admin.get("/teams/a/x")[0] == b"a's"
             assert admin.get("/teams/b/x")[0] == b"b's"
-        # Whoami names the certificate's identity.
+        # One session per identity.
         assert a.client_id[0] != b.client_id[0]
     finally:
-        a.stop(), a.close(), b.stop(), b.close()
+        for c in (a, b):
+            c.stop()
+            c.close()
 
 
 def test_a_team_cannot_take_over_another_teams_session(server: Server, certs: Path) -> None:
@@ -113,25 +106,16 @@ def test_a_team_cannot_take_over_another_teams_session(server: Server, certs: Pa
         session_id, passwd = a.client_id
         # b with a's id and password: refused as an expired session (kazoo, not
         # yet connected, then starts a session of its own).
-        b = KazooClient(
-            hosts=server.zookeeper_addr,
-            timeout=5,
-            use_ssl=True,
-            verify_certs=True,
-            ca=str(certs / "ca.pem"),
-            certfile=str(certs / "team-b.pem"),
-            keyfile=str(certs / "team-b-key.pem"),
-            client_id=(session_id, passwd),
-        )
+        b = kazoo_as(server, certs, "team-b", client_id=(session_id, passwd))
         try:
-            b.start(timeout=10)
             assert b.client_id[0] != session_id
         finally:
             b.stop()
             b.close()
         assert a.exists("/") is not None, "a's session goes on"
     finally:
-        a.stop(), a.close()
+        a.stop()
+        a.close()
 
 
 def test_a_teams_quota_holds_on_the_zookeeper_port(server: Server, certs: Path) -> None:
@@ -142,7 +126,8 @@ def test_a_teams_quota_holds_on_the_zookeeper_port(server: Server, certs: Path) 
             for i in range(10):
                 a.create(f"/q/n{i}")
     finally:
-        a.stop(), a.close()
+        a.stop()
+        a.close()
 
 
 def test_plain_text_gets_no_connection(server: Server) -> None:
