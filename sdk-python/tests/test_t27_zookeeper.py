@@ -234,6 +234,13 @@ def test_acls_other_than_open_and_auth_are_refused(zk_server: Server, kz: KazooC
     with pytest.raises(InvalidACLError):
         kz.create(f"{base}/d", acl=[make_digest_acl("u", "p", all=True)])
     assert kz.exists(f"{base}/r") is None
+    # In a transaction, the op with the ACL is the one that fails.
+    t = kz.transaction()
+    t.create(f"{base}/ok")
+    t.create(f"{base}/bad", acl=READ_ACL_UNSAFE)
+    t.create(f"{base}/after")
+    assert [type(r) for r in t.commit()] == [RolledBackError, InvalidACLError, RuntimeInconsistency]
+    assert kz.exists(f"{base}/ok") is None
     acl, _ = kz.get_acls(base)
     assert [(a.perms, a.id.scheme, a.id.id) for a in acl] == [(31, "world", "anyone")]
     other = KazooClient(hosts=zk_server.zookeeper_addr, timeout=5)

@@ -176,14 +176,8 @@ async fn handle(conn: &mut Conn, request: Request) -> Result<Done, Failure> {
         R::Create2(c) => create(conn, c, 0, OpCode::Create2).await,
         R::CreateContainer(c) => create(conn, c, 0, OpCode::CreateContainer).await,
         R::CreateTtl(c) => {
-            let ttl = c.ttl_ms;
-            let c = CreateRequest {
-                path: c.path,
-                data: c.data,
-                acl: c.acl,
-                flags: c.flags,
-            };
-            create(conn, c, ttl, OpCode::CreateTtl).await
+            let (c, ttl_ms) = without_ttl(c);
+            create(conn, c, ttl_ms, OpCode::CreateTtl).await
         }
         R::Delete(d) => delete(conn, d).await,
         R::SetData(s) => set_data(conn, s).await,
@@ -326,6 +320,17 @@ fn create_mode(flags: i32, op: OpCode) -> Result<TreeMode, Failure> {
         CreateMode::PersistentWithTtl => TreeMode::PersistentWithTtl,
         CreateMode::PersistentSequentialWithTtl => TreeMode::PersistentSequentialWithTtl,
     })
+}
+
+/// A createTTL's create and its TTL.
+fn without_ttl(c: proto::CreateTtlRequest) -> (CreateRequest, i64) {
+    let create = CreateRequest {
+        path: c.path,
+        data: c.data,
+        acl: c.acl,
+        flags: c.flags,
+    };
+    (create, c.ttl_ms)
 }
 
 /// A create as the tree takes it: checked, paths mapped in.
@@ -585,53 +590,54 @@ fn who_am_i(conn: &Conn) -> Done {
 }
 
 /// A multi's ops as the tree takes them (paths still the client's: `multi_in`
-/// maps them), and each op's opcode for the answer's shape.
-fn multi_ops(ops: Vec<proto::MultiOp>) -> Result<(Vec<MultiOp>, Vec<OpCode>), Failure> {
+/// maps them), and each op's opcode for the answer's shape; Err names the first op
+/// refused (its index and code).
+fn multi_ops(ops: Vec<proto::MultiOp>) -> Result<(Vec<MultiOp>, Vec<OpCode>), (usize, Code)> {
     let mut out = Vec::with_capacity(ops.len());
     let mut codes = Vec::with_capacity(ops.len());
-    for op in ops {
-        codes.push(op.op_code());
-        out.push(match op {
-            proto::MultiOp::Create(c)
-            | proto::MultiOp::Create2(c)
-            | proto::MultiOp::CreateContainer(c) => {
-                check_acl(&c.acl)?;
-                let opcode = *codes.last().unwrap_or(&OpCode::Create);
-                MultiOp::Create(CreateOp {
-                    mode: create_mode(c.flags, opcode)?,
-                    path: c.path,
-                    data: c.data,
-                    ttl_ms: 0,
-                })
-            }
-            proto::MultiOp::CreateTtl(c) => {
-                check_acl(&c.acl)?;
-                MultiOp::Create(CreateOp {
-                    mode: create_mode(c.flags, OpCode::CreateTtl)?,
-                    path: c.path,
-                    data: c.data,
-                    ttl_ms: c.ttl_ms,
-                })
-            }
-            proto::MultiOp::Delete(d) => MultiOp::Delete(DeleteOp {
-                path: d.path,
-                version: d.version,
-            }),
-            proto::MultiOp::SetData(s) => MultiOp::Set(SetOp {
-                path: s.path,
-                data: s.data,
-                version: s.version,
-            }),
-            proto::MultiOp::Check(c) => MultiOp::Check(CheckOp {
-                path: c.path,
-                version: c.version,
-            }),
-            proto::MultiOp::GetData(_) | proto::MultiOp::GetChildren(_) => {
-                return Err(Code::BadArguments.into());
-            }
-        });
+    for (index, op) in ops.into_iter().enumerate() {
+        let opcode = op.op_code();
+        codes.push(opcode);
+        out.push(multi_op(op, opcode).map_err(|code| (index, code))?);
     }
     Ok((out, codes))
+}
+
+/// One op of a multi as the tree takes it.
+fn multi_op(op: proto::MultiOp, opcode: OpCode) -> Result<MultiOp, Code> {
+    let create = |c: CreateRequest, ttl_ms: i64| {
+        check_acl(&c.acl).map_err(|_| Code::InvalidAcl)?;
+        Ok(MultiOp::Create(CreateOp {
+            mode: create_mode(c.flags, opcode).map_err(|_| Code::BadArguments)?,
+            path: c.path,
+            data: c.data,
+            ttl_ms,
+        }))
+    };
+    match op {
+        proto::MultiOp::Create(c)
+        | proto::MultiOp::Create2(c)
+        | proto::MultiOp::CreateContainer(c) => create(c, 0),
+        proto::MultiOp::CreateTtl(c) => {
+            let (c, ttl_ms) = without_ttl(c);
+            create(c, ttl_ms)
+        }
+        proto::MultiOp::Delete(d) => Ok(MultiOp::Delete(DeleteOp {
+            path: d.path,
+            version: d.version,
+        })),
+        proto::MultiOp::SetData(s) => Ok(MultiOp::Set(SetOp {
+            path: s.path,
+            data: s.data,
+            version: s.version,
+        })),
+        proto::MultiOp::Check(c) => Ok(MultiOp::Check(CheckOp {
+            path: c.path,
+            version: c.version,
+        })),
+        // The codec puts reads in a multiRead only.
+        proto::MultiOp::GetData(_) | proto::MultiOp::GetChildren(_) => Err(Code::BadArguments),
+    }
 }
 
 /// The index of the failed op a Multi's status names (its ErrorInfo's `op`).
@@ -662,8 +668,7 @@ async fn multi(conn: &mut Conn, ops: Vec<proto::MultiOp>) -> Result<Done, Failur
     // An op refused before submitting fails the multi at that op.
     let (ops, codes) = match multi_ops(ops) {
         Ok(v) => v,
-        Err(Failure::Code(code)) => return Ok(multi_failed(n, 0, code, applied)),
-        Err(f) => return Err(f),
+        Err((index, code)) => return Ok(multi_failed(n, index, code, applied)),
     };
     let outcome = match conn.door.tree.multi_in(&conn.view, ops, conn.session_id) {
         Ok(ops) => write(conn, TxnOp::Multi(ops)).await,
