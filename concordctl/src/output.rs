@@ -88,6 +88,7 @@ pub fn status_lines(status: &ServerStatus) -> Vec<String> {
         format!("watch_count = {}", status.watch_count),
         format!("ensemble_size = {}", status.ensemble_size),
         format!("version = {}", status.version),
+        format!("zookeeper_addr = {}", status.zookeeper_addr),
         format!(
             "oldest_resumable_zxid = {:#x}",
             status.oldest_resumable_zxid

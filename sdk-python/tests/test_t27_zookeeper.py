@@ -448,6 +448,8 @@ def test_a_bad_frame_closes_only_its_connection(zk_server: Server, kz: KazooClie
 
 def test_kazoo_and_the_sdk_see_each_others_nodes_and_events(zk_server: Server, kz: KazooClient, base: str) -> None:
     with concord.Client(zk_server.addr) as client:
+        # Status names the port ZooKeeper's clients use (concordctl status prints it).
+        assert client.status().zookeeper_addr == zk_server.zookeeper_addr
         kz.create(f"{base}/from-zk", b"z")
         data, stat = client.get(f"{base}/from-zk")
         assert data == b"z" and stat.version == 0

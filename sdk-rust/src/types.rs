@@ -400,6 +400,8 @@ pub struct ServerStatus {
     pub leader_id: u64,
     /// A leader: whether it accepts writes and linearizable reads now.
     pub leader_serving: bool,
+    /// Where it serves ZooKeeper's protocol (host:port); empty if it does not.
+    pub zookeeper_addr: String,
 }
 
 impl From<proto::StatusResponse> for ServerStatus {
@@ -420,6 +422,7 @@ impl From<proto::StatusResponse> for ServerStatus {
             queue_wakeups: s.queue_wakeups,
             leader_id: s.leader_id,
             leader_serving: s.leader_serving,
+            zookeeper_addr: s.zookeeper_addr,
         }
     }
 }

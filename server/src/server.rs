@@ -146,7 +146,8 @@ pub async fn run(
             return Err(e);
         }
     };
-    let routes = crate::api::routes(&replica, &config, &security)
+    let zookeeper_addr = zookeeper.as_ref().map(|z| z.0);
+    let routes = crate::api::routes(&replica, &config, &security, zookeeper_addr)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(health_service);
@@ -187,7 +188,7 @@ pub async fn run(
     );
     serving(Serving {
         client: addr,
-        zookeeper: zookeeper.as_ref().map(|z| z.0),
+        zookeeper: zookeeper_addr,
     });
     let mut fatal = None;
     let served = tokio::select! {

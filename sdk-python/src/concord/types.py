@@ -284,6 +284,8 @@ class ServerStatus:
     leader_id: int
     #: A leader: whether it accepts writes and linearizable reads now.
     leader_serving: bool
+    #: Where it serves ZooKeeper's protocol (host:port); "" if it does not.
+    zookeeper_addr: str
 
     @classmethod
     def of(cls, s: Any) -> ServerStatus:
@@ -304,6 +306,7 @@ class ServerStatus:
             queue_wakeups=s.queue_wakeups,
             leader_id=s.leader_id,
             leader_serving=s.leader_serving,
+            zookeeper_addr=s.zookeeper_addr,
         )
 
 

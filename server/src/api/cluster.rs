@@ -23,6 +23,8 @@ pub struct ClusterService {
     recipes: Recipes,
     /// For WhoAmI's quota usage (the policy, this server's per-team counters).
     security: Security,
+    /// Where this server serves ZooKeeper's protocol, if it does (Status).
+    zookeeper_addr: Option<std::net::SocketAddr>,
 }
 
 impl ClusterService {
@@ -42,7 +44,14 @@ impl ClusterService {
             ensemble_size,
             recipes,
             security,
+            zookeeper_addr: None,
         }
+    }
+
+    /// Reports `addr` as this server's ZooKeeper port in Status.
+    pub fn with_zookeeper_addr(mut self, addr: Option<std::net::SocketAddr>) -> Self {
+        self.zookeeper_addr = addr;
+        self
     }
 }
 
@@ -111,6 +120,10 @@ impl Cluster for ClusterService {
             queue_wakeups: self.recipes.wakeups(),
             leader_id: r.leader_id().unwrap_or(0),
             leader_serving: r.leads_quorum(),
+            zookeeper_addr: self
+                .zookeeper_addr
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
         }))
     }
 

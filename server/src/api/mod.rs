@@ -87,7 +87,13 @@ fn response_bytes_max(config: &Config) -> usize {
 
 /// Every client service, ready to serve; every failure carries a Concord code, and
 /// every request its caller (`security::caller`).
-pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes {
+/// `zookeeper_addr` is the ZooKeeper port's bound address, if it serves, for Status.
+pub fn routes(
+    replica: &Replica,
+    config: &Config,
+    security: &Security,
+    zookeeper_addr: Option<std::net::SocketAddr>,
+) -> Routes {
     use framework::Coded;
     let limits = Limits {
         node_data_bytes_max: config.node_data_bytes_max,
@@ -113,12 +119,15 @@ pub fn routes(replica: &Replica, config: &Config, security: &Security) -> Routes
         .max_decoding_message_size(max_in)
         .max_encoding_message_size(max_out);
     let recipes = Recipes::new(replica.clone());
-    let cluster = ClusterServer::new(cluster::ClusterService::new(
-        replica.clone(),
-        recipes.clone(),
-        security.clone(),
-        config.ensemble(),
-    ))
+    let cluster = ClusterServer::new(
+        cluster::ClusterService::new(
+            replica.clone(),
+            recipes.clone(),
+            security.clone(),
+            config.ensemble(),
+        )
+        .with_zookeeper_addr(zookeeper_addr),
+    )
     .max_decoding_message_size(max_in)
     .max_encoding_message_size(max_out);
     let lock = LockServer::new(lock::LockService::new(recipes.clone()))

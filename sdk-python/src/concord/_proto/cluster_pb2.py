@@ -26,37 +26,37 @@ from . import access_pb2 as concord_dot_v1_dot_access__pb2
 from . import common_pb2 as concord_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63oncord/v1/cluster.proto\x12\nconcord.v1\x1a\x17\x63oncord/v1/access.proto\x1a\x17\x63oncord/v1/common.proto\"\x0f\n\rStatusRequest\"\x8d\x03\n\x0eStatusResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x11\n\tserver_id\x18\x02 \x01(\x04\x12\x1e\n\x04role\x18\x03 \x01(\x0e\x32\x10.concord.v1.Role\x12\x0c\n\x04zxid\x18\x04 \x01(\x04\x12\x13\n\x0b\x63ommit_zxid\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\r\x12\x12\n\nnode_count\x18\x07 \x01(\x04\x12\x15\n\rsession_count\x18\x08 \x01(\x04\x12\x13\n\x0bwatch_count\x18\t \x01(\x04\x12\x15\n\rensemble_size\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x1d\n\x15oldest_resumable_zxid\x18\x0c \x01(\x04\x12!\n\x19watch_history_oldest_zxid\x18\r \x01(\x04\x12\x15\n\rqueue_wakeups\x18\x0e \x01(\x04\x12\x11\n\tleader_id\x18\x0f \x01(\x04\x12\x16\n\x0eleader_serving\x18\x10 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\xcd\x01\n\x0eWhoAmIResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x10\n\x08identity\x18\x02 \x01(\t\x12\r\n\x05\x61\x64min\x18\x03 \x01(\x08\x12\x0c\n\x04team\x18\x04 \x01(\t\x12\x16\n\x0enamespace_root\x18\x05 \x01(\t\x12!\n\x06grants\x18\x06 \x03(\x0b\x32\x11.concord.v1.Grant\x12%\n\x05usage\x18\x07 \x03(\x0b\x32\x16.concord.v1.QuotaUsage\";\n\nQuotaUsage\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0c\n\x04used\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\x04\"9\n\x0fSnapshotRequest\x12\x10\n\x08min_zxid\x18\x01 \x01(\x04\x12\x14\n\x0clinearizable\x18\x02 \x01(\x08\"E\n\rSnapshotChunk\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.concord.v1.SnapshotInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x96\x01\n\x0cSnapshotInfo\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x0c\n\x04zxid\x18\x02 \x01(\x04\x12\x12\n\nnode_count\x18\x03 \x01(\x04\x12\x15\n\rsession_count\x18\x04 \x01(\x04\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\r\x12\x11\n\tserver_id\x18\x06 \x01(\x04\"\x10\n\x0eMembersRequest\"\x8e\x01\n\x0fMembersResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x11\n\tserver_id\x18\x02 \x01(\x04\x12\x11\n\tleader_id\x18\x03 \x01(\x04\x12)\n\x07members\x18\x04 \x03(\x0b\x32\x18.concord.v1.MemberStatus\"\xb6\x01\n\x0cMemberStatus\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x13\n\x0b\x63lient_addr\x18\x02 \x01(\t\x12\x11\n\tpeer_addr\x18\x03 \x01(\t\x12\r\n\x05voter\x18\x04 \x01(\x08\x12\x1e\n\x04role\x18\x05 \x01(\x0e\x32\x10.concord.v1.Role\x12\x0c\n\x04zxid\x18\x06 \x01(\x04\x12\x10\n\x08lag_txns\x18\x07 \x01(\x04\x12\r\n\x05known\x18\x08 \x01(\x08\x12\x14\n\x0cheard_ms_ago\x18\t \x01(\x04*Q\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0b\n\x07LOOKING\x10\x01\x12\n\n\x06LEADER\x10\x02\x12\x0c\n\x08\x46OLLOWER\x10\x03\x12\x0c\n\x08OBSERVER\x10\x04\x32\x95\x02\n\x07\x43luster\x12?\n\x06Status\x12\x19.concord.v1.StatusRequest\x1a\x1a.concord.v1.StatusResponse\x12?\n\x06WhoAmI\x12\x19.concord.v1.WhoAmIRequest\x1a\x1a.concord.v1.WhoAmIResponse\x12\x44\n\x08Snapshot\x12\x1b.concord.v1.SnapshotRequest\x1a\x19.concord.v1.SnapshotChunk0\x01\x12\x42\n\x07Members\x12\x1a.concord.v1.MembersRequest\x1a\x1b.concord.v1.MembersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63oncord/v1/cluster.proto\x12\nconcord.v1\x1a\x17\x63oncord/v1/access.proto\x1a\x17\x63oncord/v1/common.proto\"\x0f\n\rStatusRequest\"\xa5\x03\n\x0eStatusResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x11\n\tserver_id\x18\x02 \x01(\x04\x12\x1e\n\x04role\x18\x03 \x01(\x0e\x32\x10.concord.v1.Role\x12\x0c\n\x04zxid\x18\x04 \x01(\x04\x12\x13\n\x0b\x63ommit_zxid\x18\x05 \x01(\x04\x12\r\n\x05\x65poch\x18\x06 \x01(\r\x12\x12\n\nnode_count\x18\x07 \x01(\x04\x12\x15\n\rsession_count\x18\x08 \x01(\x04\x12\x13\n\x0bwatch_count\x18\t \x01(\x04\x12\x15\n\rensemble_size\x18\n \x01(\r\x12\x0f\n\x07version\x18\x0b \x01(\t\x12\x1d\n\x15oldest_resumable_zxid\x18\x0c \x01(\x04\x12!\n\x19watch_history_oldest_zxid\x18\r \x01(\x04\x12\x15\n\rqueue_wakeups\x18\x0e \x01(\x04\x12\x11\n\tleader_id\x18\x0f \x01(\x04\x12\x16\n\x0eleader_serving\x18\x10 \x01(\x08\x12\x16\n\x0ezookeeper_addr\x18\x11 \x01(\t\"\x0f\n\rWhoAmIRequest\"\xcd\x01\n\x0eWhoAmIResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x10\n\x08identity\x18\x02 \x01(\t\x12\r\n\x05\x61\x64min\x18\x03 \x01(\x08\x12\x0c\n\x04team\x18\x04 \x01(\t\x12\x16\n\x0enamespace_root\x18\x05 \x01(\t\x12!\n\x06grants\x18\x06 \x03(\x0b\x32\x11.concord.v1.Grant\x12%\n\x05usage\x18\x07 \x03(\x0b\x32\x16.concord.v1.QuotaUsage\";\n\nQuotaUsage\x12\x10\n\x08resource\x18\x01 \x01(\t\x12\x0c\n\x04used\x18\x02 \x01(\x04\x12\r\n\x05limit\x18\x03 \x01(\x04\"9\n\x0fSnapshotRequest\x12\x10\n\x08min_zxid\x18\x01 \x01(\x04\x12\x14\n\x0clinearizable\x18\x02 \x01(\x08\"E\n\rSnapshotChunk\x12&\n\x04info\x18\x01 \x01(\x0b\x32\x18.concord.v1.SnapshotInfo\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\x96\x01\n\x0cSnapshotInfo\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x0c\n\x04zxid\x18\x02 \x01(\x04\x12\x12\n\nnode_count\x18\x03 \x01(\x04\x12\x15\n\rsession_count\x18\x04 \x01(\x04\x12\x0e\n\x06\x66ormat\x18\x05 \x01(\r\x12\x11\n\tserver_id\x18\x06 \x01(\x04\"\x10\n\x0eMembersRequest\"\x8e\x01\n\x0fMembersResponse\x12*\n\x06header\x18\x01 \x01(\x0b\x32\x1a.concord.v1.ResponseHeader\x12\x11\n\tserver_id\x18\x02 \x01(\x04\x12\x11\n\tleader_id\x18\x03 \x01(\x04\x12)\n\x07members\x18\x04 \x03(\x0b\x32\x18.concord.v1.MemberStatus\"\xb6\x01\n\x0cMemberStatus\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x13\n\x0b\x63lient_addr\x18\x02 \x01(\t\x12\x11\n\tpeer_addr\x18\x03 \x01(\t\x12\r\n\x05voter\x18\x04 \x01(\x08\x12\x1e\n\x04role\x18\x05 \x01(\x0e\x32\x10.concord.v1.Role\x12\x0c\n\x04zxid\x18\x06 \x01(\x04\x12\x10\n\x08lag_txns\x18\x07 \x01(\x04\x12\r\n\x05known\x18\x08 \x01(\x08\x12\x14\n\x0cheard_ms_ago\x18\t \x01(\x04*Q\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0b\n\x07LOOKING\x10\x01\x12\n\n\x06LEADER\x10\x02\x12\x0c\n\x08\x46OLLOWER\x10\x03\x12\x0c\n\x08OBSERVER\x10\x04\x32\x95\x02\n\x07\x43luster\x12?\n\x06Status\x12\x19.concord.v1.StatusRequest\x1a\x1a.concord.v1.StatusResponse\x12?\n\x06WhoAmI\x12\x19.concord.v1.WhoAmIRequest\x1a\x1a.concord.v1.WhoAmIResponse\x12\x44\n\x08Snapshot\x12\x1b.concord.v1.SnapshotRequest\x1a\x19.concord.v1.SnapshotChunk0\x01\x12\x42\n\x07Members\x12\x1a.concord.v1.MembersRequest\x1a\x1b.concord.v1.MembersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'concord.v1.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=1424
-  _globals['_ROLE']._serialized_end=1505
+  _globals['_ROLE']._serialized_start=1448
+  _globals['_ROLE']._serialized_end=1529
   _globals['_STATUSREQUEST']._serialized_start=90
   _globals['_STATUSREQUEST']._serialized_end=105
   _globals['_STATUSRESPONSE']._serialized_start=108
-  _globals['_STATUSRESPONSE']._serialized_end=505
-  _globals['_WHOAMIREQUEST']._serialized_start=507
-  _globals['_WHOAMIREQUEST']._serialized_end=522
-  _globals['_WHOAMIRESPONSE']._serialized_start=525
-  _globals['_WHOAMIRESPONSE']._serialized_end=730
-  _globals['_QUOTAUSAGE']._serialized_start=732
-  _globals['_QUOTAUSAGE']._serialized_end=791
-  _globals['_SNAPSHOTREQUEST']._serialized_start=793
-  _globals['_SNAPSHOTREQUEST']._serialized_end=850
-  _globals['_SNAPSHOTCHUNK']._serialized_start=852
-  _globals['_SNAPSHOTCHUNK']._serialized_end=921
-  _globals['_SNAPSHOTINFO']._serialized_start=924
-  _globals['_SNAPSHOTINFO']._serialized_end=1074
-  _globals['_MEMBERSREQUEST']._serialized_start=1076
-  _globals['_MEMBERSREQUEST']._serialized_end=1092
-  _globals['_MEMBERSRESPONSE']._serialized_start=1095
-  _globals['_MEMBERSRESPONSE']._serialized_end=1237
-  _globals['_MEMBERSTATUS']._serialized_start=1240
-  _globals['_MEMBERSTATUS']._serialized_end=1422
-  _globals['_CLUSTER']._serialized_start=1508
-  _globals['_CLUSTER']._serialized_end=1785
+  _globals['_STATUSRESPONSE']._serialized_end=529
+  _globals['_WHOAMIREQUEST']._serialized_start=531
+  _globals['_WHOAMIREQUEST']._serialized_end=546
+  _globals['_WHOAMIRESPONSE']._serialized_start=549
+  _globals['_WHOAMIRESPONSE']._serialized_end=754
+  _globals['_QUOTAUSAGE']._serialized_start=756
+  _globals['_QUOTAUSAGE']._serialized_end=815
+  _globals['_SNAPSHOTREQUEST']._serialized_start=817
+  _globals['_SNAPSHOTREQUEST']._serialized_end=874
+  _globals['_SNAPSHOTCHUNK']._serialized_start=876
+  _globals['_SNAPSHOTCHUNK']._serialized_end=945
+  _globals['_SNAPSHOTINFO']._serialized_start=948
+  _globals['_SNAPSHOTINFO']._serialized_end=1098
+  _globals['_MEMBERSREQUEST']._serialized_start=1100
+  _globals['_MEMBERSREQUEST']._serialized_end=1116
+  _globals['_MEMBERSRESPONSE']._serialized_start=1119
+  _globals['_MEMBERSRESPONSE']._serialized_end=1261
+  _globals['_MEMBERSTATUS']._serialized_start=1264
+  _globals['_MEMBERSTATUS']._serialized_end=1446
+  _globals['_CLUSTER']._serialized_start=1532
+  _globals['_CLUSTER']._serialized_end=1809
 # @@protoc_insertion_point(module_scope)

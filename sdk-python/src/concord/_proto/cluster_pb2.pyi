@@ -27,7 +27,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("header", "server_id", "role", "zxid", "commit_zxid", "epoch", "node_count", "session_count", "watch_count", "ensemble_size", "version", "oldest_resumable_zxid", "watch_history_oldest_zxid", "queue_wakeups", "leader_id", "leader_serving")
+    __slots__ = ("header", "server_id", "role", "zxid", "commit_zxid", "epoch", "node_count", "session_count", "watch_count", "ensemble_size", "version", "oldest_resumable_zxid", "watch_history_oldest_zxid", "queue_wakeups", "leader_id", "leader_serving", "zookeeper_addr")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class StatusResponse(_message.Message):
     QUEUE_WAKEUPS_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_SERVING_FIELD_NUMBER: _ClassVar[int]
+    ZOOKEEPER_ADDR_FIELD_NUMBER: _ClassVar[int]
     header: _common_pb2.ResponseHeader
     server_id: int
     role: Role
@@ -60,7 +61,8 @@ class StatusResponse(_message.Message):
     queue_wakeups: int
     leader_id: int
     leader_serving: bool
-    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., server_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., zxid: _Optional[int] = ..., commit_zxid: _Optional[int] = ..., epoch: _Optional[int] = ..., node_count: _Optional[int] = ..., session_count: _Optional[int] = ..., watch_count: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., version: _Optional[str] = ..., oldest_resumable_zxid: _Optional[int] = ..., watch_history_oldest_zxid: _Optional[int] = ..., queue_wakeups: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_serving: _Optional[bool] = ...) -> None: ...
+    zookeeper_addr: str
+    def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., server_id: _Optional[int] = ..., role: _Optional[_Union[Role, str]] = ..., zxid: _Optional[int] = ..., commit_zxid: _Optional[int] = ..., epoch: _Optional[int] = ..., node_count: _Optional[int] = ..., session_count: _Optional[int] = ..., watch_count: _Optional[int] = ..., ensemble_size: _Optional[int] = ..., version: _Optional[str] = ..., oldest_resumable_zxid: _Optional[int] = ..., watch_history_oldest_zxid: _Optional[int] = ..., queue_wakeups: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_serving: _Optional[bool] = ..., zookeeper_addr: _Optional[str] = ...) -> None: ...
 
 class WhoAmIRequest(_message.Message):
     __slots__ = ()
