@@ -190,6 +190,40 @@ fn metrics_flags(addr: SocketAddr) -> Vec<String> {
     vec!["--metrics-addr".into(), addr.to_string()]
 }
 
+/// Opens a ZooKeeper-protocol session at `addr` (jute by hand: a connect request)
+/// and sends one ping; returns the connection, still open.
+async fn zookeeper_ping(addr: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn frame(s: &mut tokio::net::TcpStream) -> Vec<u8> {
+        let n = s.read_u32().await.unwrap();
+        let mut body = vec![0; n as usize];
+        s.read_exact(&mut body).await.unwrap();
+        body
+    }
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // protocolVersion, lastZxidSeen, timeOut, sessionId, passwd (16 bytes), readOnly.
+    let mut connect = Vec::new();
+    connect.extend(0i32.to_be_bytes());
+    connect.extend(0i64.to_be_bytes());
+    connect.extend(10_000i32.to_be_bytes());
+    connect.extend(0i64.to_be_bytes());
+    connect.extend(16i32.to_be_bytes());
+    connect.extend([0; 16]);
+    connect.push(0);
+    s.write_u32(connect.len() as u32).await.unwrap();
+    s.write_all(&connect).await.unwrap();
+    let accepted = frame(&mut s).await;
+    assert!(accepted.len() >= 36, "a connect response: {accepted:?}");
+    // A ping: xid -2, opcode 11; its answer echoes the xid.
+    s.write_u32(8).await.unwrap();
+    s.write_all(&[(-2i32).to_be_bytes(), 11i32.to_be_bytes()].concat())
+        .await
+        .unwrap();
+    let reply = frame(&mut s).await;
+    assert_eq!(reply[..4], (-2i32).to_be_bytes(), "the ping's answer");
+    s
+}
+
 /// Waits for `path` on the metrics port to answer `status`; returns its body.
 async fn wait_status(addr: SocketAddr, path: &str, status: u16) -> String {
     let what = format!("{path} on {addr} answering {status}");
@@ -203,7 +237,9 @@ async fn wait_status(addr: SocketAddr, path: &str, status: u16) -> String {
 #[tokio::test]
 async fn t48_every_documented_metric_is_served_and_moves() {
     let metrics = free_addr();
+    let zookeeper = free_addr();
     let mut extra = metrics_flags(metrics);
+    extra.extend(["--zookeeper-addr".into(), zookeeper.to_string()]);
     // Every durable append is over a 1 ms threshold on a busy machine or not; the
     // count and the warnings in the log must agree either way.
     extra.extend(["--fsync-warn-threshold-ms".into(), "1".into()]);
@@ -265,9 +301,16 @@ async fn t48_every_documented_metric_is_served_and_moves() {
     .await
     .unwrap();
 
+    // A ZooKeeper-protocol session and a ping on its port.
+    let zk = zookeeper_ping(zookeeper).await;
+
     let during = Scrape::of(metrics).await;
+    assert_eq!(during.get("concord_zookeeper_sessions"), 1.0);
+    assert_eq!(during.get("concord_zookeeper_connections"), 1.0);
+    drop(zk);
     assert_eq!(during.get("concord_server_watches"), 1.0);
-    assert_eq!(during.get("concord_tree_sessions"), 1.0);
+    // The gRPC session and the ZooKeeper one.
+    assert_eq!(during.get("concord_tree_sessions"), 2.0);
     assert_eq!(during.get("concord_tree_ephemerals"), 1.0);
     assert!(during.get("concord_tree_nodes") >= 28.0);
     assert!(during.get("concord_tree_data_bytes") >= 251.0);
