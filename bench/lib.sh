@@ -39,8 +39,11 @@ wait_for() {  # wait_for SECONDS CMD...: retry CMD until it succeeds
 }
 
 # ---- servers --------------------------------------------------------------------------
-start_concord() {  # start_concord DIR N [PORT]: server i on PORT + 10 (i - 1), default 17191
-  local dir=$1 n=$2 port=${3:-17191} i
+start_concord() {  # start_concord DIR N [PORT [zookeeper]]: server i on PORT + 10 (i - 1),
+  # default 17191. With `zookeeper`, every server also serves ZooKeeper's client protocol
+  # on its port + 3 (as scripts/ensemble.sh gives an ensemble's servers) and $endpoints
+  # lists those host:port pairs instead of the gRPC URLs.
+  local dir=$1 n=$2 port=${3:-17191} door=${4:-grpc} i
   mkdir -p "$dir"
   if [ "$n" -gt 1 ]; then
     # scripts/ensemble.sh: server i on PORT + 10 (i - 1); returns once one leads.
@@ -48,15 +51,24 @@ start_concord() {  # start_concord DIR N [PORT]: server i on PORT + 10 (i - 1), 
       scripts/ensemble.sh start "$n" >&2
     pids="" endpoints=""
     for i in $(seq "$n"); do
+      local p=$((port + 10 * (i - 1)))
       started+=($(cat "$dir/server-$i.pid")); pids="$pids $(cat "$dir/server-$i.pid")"
-      endpoints="$endpoints${endpoints:+,}http://127.0.0.1:$((port + 10 * (i - 1)))"
+      if [ "$door" = zookeeper ]; then
+        endpoints="$endpoints${endpoints:+,}127.0.0.1:$((p + 3))"
+      else
+        endpoints="$endpoints${endpoints:+,}http://127.0.0.1:$p"
+      fi
     done
     return 0
   fi
-  "$CONCORD_BIN" --listen 127.0.0.1:$port --data-dir "$dir/data" > "$dir/out" 2> "$dir/log" &
+  local zk=()
+  [ "$door" = zookeeper ] && zk=(--zookeeper-addr "127.0.0.1:$((port + 3))")
+  "$CONCORD_BIN" --listen 127.0.0.1:$port "${zk[@]}" --data-dir "$dir/data" > "$dir/out" 2> "$dir/log" &
   started+=($!); pids=$!
   endpoints=http://127.0.0.1:$port
-  wait_for 60 grep -q listening "$dir/out"
+  [ "$door" = zookeeper ] && endpoints=127.0.0.1:$((port + 3))
+  # `listening ADDR` comes last, after `zookeeper listening ADDR`.
+  wait_for 60 grep -q '^listening ' "$dir/out"
 }
 
 # Which server (1..N) leads the ensemble scripts/ensemble.sh started in DIR from

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: Concord, ZooKeeper and etcd on this machine, in one run.
+# Concord is measured through its gRPC API (`concord`) and, as `concord-zookeeper`,
+# through its ZooKeeper-protocol port with the same ZooKeeper driver as ZooKeeper itself.
 #
 #   bench/peers.sh            full run (10 s per point, 1- and 3-node peers, 1,000,000 nodes)
 #   bench/peers.sh --short    developer run (~2 min: 1 s per point, 1-node only, 10,000 nodes)
 #   3-node runs (full, or --three) add the failover workload: fresh 3-node ensembles
 #   whose leader is killed with kill -9 (3 rounds in short mode, 10 in full).
-#   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd,
+#   options: --three (3-node peers in short mode too), --systems concord,zookeeper,etcd
+#            (any of concord, concord-zookeeper, zookeeper, etcd; default the first three),
 #            --memory / --failover (that workload alone, for the systems chosen, in
 #            full-run size: its result lines are printed, docs are not written)
 #   env: CONCORD_BIN / BENCH_BIN use prebuilt binaries instead of building dist ones;
@@ -17,6 +20,9 @@
 # 127.0.0.1 only, in a scratch folder, with default durability (fsync on), runs every
 # workload against each system, stops every process it started (also on failure or
 # Ctrl-C), then writes docs/benchmarks.md and the charts in docs/benchmarks/.
+# A run with concord-zookeeper and without concord is the ZooKeeper-port comparison: it
+# writes its own section (docs/benchmarks/zookeeper-port.md, spliced into
+# docs/benchmarks.md and kept there by later runs) and leaves the full run's results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -37,6 +43,14 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+IFS=, read -r -a wanted <<< "$systems"
+for system in "${wanted[@]}"; do
+  case $system in
+    concord | concord-zookeeper | zookeeper | etcd) ;;
+    *) echo "unknown system $system (concord, concord-zookeeper, zookeeper, etcd)" >&2; exit 2 ;;
+  esac
+done
+wants() { [[ ",$systems," == *",$1,"* ]]; }  # wants SYSTEM: was SYSTEM chosen
 if [ "$mode" = short ]; then
   duration=1 warmup=1 fill_count=10000 election_rounds=10 failover_rounds=3
 else
@@ -51,9 +65,12 @@ results=$scratch/results.jsonl
 # ---- tools ---------------------------------------------------------------------------
 install_missing() {
   local need=()
-  [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
-  command -v etcd >/dev/null || need+=(etcd-server)
-  command -v etcdctl >/dev/null || need+=(etcd-client)
+  # Only the peers chosen; the bench's etcd client is built in any case (protoc below).
+  if wants zookeeper; then [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper); fi
+  if wants etcd; then
+    command -v etcd >/dev/null || need+=(etcd-server)
+    command -v etcdctl >/dev/null || need+=(etcd-client)
+  fi
   # protoc is needed only to build the etcd client.
   [ -n "${BENCH_BIN:-}" ] || command -v protoc >/dev/null || [ -n "${PROTOC:-}" ] \
     || need+=(protobuf-compiler)
@@ -97,6 +114,7 @@ start_etcd() {  # start_etcd DIR N
 start_system() {  # start_system SYSTEM DIR N
   case $1 in
     concord) start_concord "$2" "$3" ;;
+    concord-zookeeper) start_concord "$2" "$3" 17191 zookeeper ;;
     zookeeper) start_zookeeper "$2" "$3" ;;
     etcd) start_etcd "$2" "$3" ;;
   esac
@@ -126,7 +144,7 @@ leader_index() {  # leader_index SYSTEM: the 3-node leader's position (1..3), if
   local i
   for i in 1 2 3; do
     case $1 in
-      concord)
+      concord | concord-zookeeper)  # the same servers; their gRPC ports answer status
         "$(dirname "$CONCORD_BIN")/concordctl" --endpoint "http://127.0.0.1:$((17191 + 10 * (i - 1)))" \
           status 2>/dev/null | grep '^leader_serving = true' >/dev/null ;;
       zookeeper) [ "$(zk_mode $((22180 + i)))" = leader ] ;;
@@ -170,6 +188,10 @@ run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
     concord)
       "$CONCORD_BIN" --listen 127.0.0.1:17191 --data-dir "$dir/data" > "$dir/out2" 2> "$dir/log2" &
       started+=($!); pids=$! ;;
+    concord-zookeeper)
+      "$CONCORD_BIN" --listen 127.0.0.1:17191 --zookeeper-addr 127.0.0.1:17194 \
+        --data-dir "$dir/data" > "$dir/out2" 2> "$dir/log2" &
+      started+=($!); pids=$! ;;
     zookeeper)
       java -Dzookeeper.log.dir="$dir/zk1" -cp /etc/zookeeper/conf_example:/usr/share/java/zookeeper.jar \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zk1/zoo.cfg" > "$dir/zk1/log2" 2>&1 &
@@ -186,7 +208,6 @@ run_memory() {  # run_memory SYSTEM: fill, RSS, then restart time with the data
   stop_pids $pids
 }
 
-IFS=, read -r -a wanted <<< "$systems"
 if [ -n "$only" ]; then
   for system in "${wanted[@]}"; do
     "run_$only" "$system"
@@ -209,10 +230,14 @@ for system in "${wanted[@]}"; do
   run_memory "$system"
 done
 
-heading=${BENCH_HEADING:-"$mode run"}
+section=() jsonl=results.jsonl heading=${BENCH_HEADING:-"$mode run"}
+if wants concord-zookeeper && ! wants concord; then  # the ZooKeeper-port comparison
+  section=(--section) jsonl=zookeeper-port.jsonl
+  heading=${BENCH_HEADING:-"Concord's ZooKeeper port beside ZooKeeper ($mode run, $(date -u +%F), at $(git rev-parse --short HEAD))"}
+fi
 /usr/bin/python3 bench/report.py --results "$results" --out docs/benchmarks.md \
   --charts docs/benchmarks --heading "$heading" --command "$command_line" --note "${BENCH_NOTE:-}" \
   --mode "$mode" --duration-s $duration --warmup-s $warmup --fill-count $fill_count \
-  --election-rounds $election_rounds
-cp "$results" docs/benchmarks/results.jsonl
+  --election-rounds $election_rounds "${section[@]}"
+cp "$results" "docs/benchmarks/$jsonl"
 echo "wrote docs/benchmarks.md" >&2

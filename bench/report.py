@@ -3,6 +3,10 @@
 
 Called by bench/peers.sh; needs only the standard library and matplotlib (Debian's
 python3-matplotlib). It does not run anything: it only reads results and writes docs.
+
+With --section FILE it writes only that run's section (tables, no charts) to FILE and
+splices it into --out between markers, leaving the rest of the page as it is; a later
+full run keeps FILE's section in the page it writes.
 """
 import argparse
 import json
@@ -24,8 +28,13 @@ CLOSED_LOOP = [
     ("create-ephemeral-seq", "Create ephemeral-sequential under one parent "
                              "(etcd: put with the client's lease under a unique key)"),
 ]
-ORDER = {"concord": 0, "zookeeper": 1, "etcd": 2}
-COLORS = {"concord": "#d62728", "zookeeper": "#1f77b4", "etcd": "#2ca02c"}
+ORDER = {"concord": 0, "concord-zookeeper": 1, "zookeeper": 2, "etcd": 3}
+COLORS = {"concord": "#d62728", "concord-zookeeper": "#ff7f0e", "zookeeper": "#1f77b4",
+          "etcd": "#2ca02c"}
+# The kept section of the ZooKeeper-port comparison, between these lines in the page.
+PORT_SECTION = "zookeeper-port.md"
+PORT_BEGIN = "<!-- bench/peers.sh: the ZooKeeper-port comparison begins -->"
+PORT_END = "<!-- bench/peers.sh: the ZooKeeper-port comparison ends -->"
 
 INTRO = """# Benchmarks: Concord beside ZooKeeper and etcd
 
@@ -37,17 +46,20 @@ the h2 crate, `drivers/direct.rs`), ZooKeeper with the `zookeeper-client` crate,
 with the `etcd-client` crate (tonic's `Channel` over hyper). Every
 system gets the same number of client connections (one per simulated client, each
 issuing one request at a time), the same 100-byte values, key counts, warm-up and
-measured window.
+measured window. A fourth system, `concord-zookeeper`, is Concord through its
+ZooKeeper-protocol port (`concord --zookeeper-addr`, docs/zookeeper.md) driven by the
+same ZooKeeper driver and crate as ZooKeeper itself, so that only the server differs.
 
 ```sh
 bench/peers.sh            # full run: 1- and 3-node peers, 10 s per point, 1,000,000 nodes
 bench/peers.sh --short    # developer run, about 2 minutes: 1-node, 1 s per point, 10,000 nodes
 bench/peers.sh --short --three   # the short run plus the 3-node peer ensembles
 bench/peers.sh --failover --systems concord   # one workload alone (or --memory): its results printed, docs untouched
+bench/peers.sh --short --systems concord-zookeeper,zookeeper   # Concord's ZooKeeper port beside ZooKeeper: its own section
 ```
 
-The script installs ZooKeeper, etcd (and protoc, matplotlib) from Debian's packages when
-missing, builds dist binaries (`concord`, and `concord-bench --features peers`; the
+The script installs the peers chosen (ZooKeeper, etcd) and protoc and matplotlib from
+Debian's packages when missing, builds dist binaries (`concord`, and `concord-bench --features peers`; the
 `dist` profile, the shipped one, measures every figure here),
 starts every server on 127.0.0.1 in a scratch folder with its default durability
 (Concord fsyncs its redb log; ZooKeeper `forceSync=yes` by default; etcd fsyncs its WAL
@@ -56,6 +68,15 @@ failure or Ctrl-C), and writes this page, the charts in `docs/benchmarks/` and t
 results (`docs/benchmarks/results.jsonl`). Normal workspace builds do not compile the
 ZooKeeper and etcd clients: they are behind the `zookeeper` / `etcd` (or `peers`)
 features of `concord-bench`.
+
+A run with `concord-zookeeper` and without `concord` is the ZooKeeper-port comparison:
+instead of this page's run it writes its own section, "Concord's ZooKeeper port beside
+ZooKeeper" (kept in `docs/benchmarks/zookeeper-port.md`, raw results in
+`docs/benchmarks/zookeeper-port.jsonl`; a later full run keeps it), with a table of
+every point both systems ran and the ratio of Concord's port to ZooKeeper at each.
+Concord's port is started as `concord --zookeeper-addr` on the client port + 3
+(17194 for one server; scripts/ensemble.sh gives an ensemble's servers theirs), and its
+failover rounds find and kill the leader as for `concord`.
 
 What each workload measures:
 
@@ -119,8 +140,9 @@ def versions():
                                capture_output=True, text=True, check=False).stdout
         except OSError:
             v = ""
-        out.append(f"{pkg} {v or '?'}")
-    return ", ".join(out)
+        if v:  # only the peers installed
+            out.append(f"{pkg} {v}")
+    return ", ".join(out) or "no peers installed"
 
 
 def machine():
@@ -178,6 +200,8 @@ def series_of(rows, group_field):
 
 def closed_loop_section(name, title, rows, charts, rel):
     out = [f"### {name}", "", title + ".", "", closed_loop_table(rows), ""]
+    if charts is None:
+        return out
     groups = sorted({r["clients"] for r in rows})
     for metric, ylabel in (("ops_s", "ops/s"), ("p99_ms", "p99 latency, ms")):
         png = f"{name}-{metric}.png"
@@ -199,6 +223,8 @@ def watch_section(rows, charts, rel):
         out.append(f"| {r['system']} | {r['nodes']} | {r['watchers']} | {fmt(r['ops_s'], 0)} | "
                    f"{fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {fmt(r['max_ms'])} | "
                    f"{fmt(r['server_cpu_pct'], 0)} | {r['errors']} | {r.get('note', '')} |")
+    if charts is None:
+        return out + [""]
     groups = sorted({r["watchers"] for r in rows})
     png = "watch-p99_ms.png"
     bar_chart(os.path.join(charts, png), "watch fan-out: p99 to the last watcher, ms",
@@ -219,7 +245,7 @@ def lock_section(rows, charts, rel):
                    f"{fmt(r['p50_ms'])} | {fmt(r['p99_ms'])} | {fmt(r['max_ms'])} | "
                    f"{fmt(r.get('overlaps'), 0)} | {r['errors']} | {r.get('note', '')} |")
     usable = [r for r in rows if not r.get("note")]
-    if usable:
+    if usable and charts is not None:
         png = "lock-ops_s.png"
         bar_chart(os.path.join(charts, png), "lock hand-offs per second",
                   sorted({r["clients"] for r in usable}), series_of(usable, "clients"),
@@ -283,7 +309,7 @@ FAILOVER_TARGET_MS = 1000
 def targets_section(rows):
     """The targets table, from this run's 3-node rows; empty without them."""
     three = [r for r in rows if r["nodes"] == 3]
-    if not three:
+    if not any(r["system"] == "concord" for r in three):
         return []
 
     def value(system, workload, clients, field):
@@ -331,6 +357,83 @@ def targets_section(rows):
     return out
 
 
+def port_measures(workload):
+    """What one point of `workload` is judged by: [(field, label, higher is better)]."""
+    if workload.startswith("watch-"):
+        return [("p99_ms", "p99 to the last watcher, ms", False)]
+    if workload.startswith("election"):
+        return [("p50_ms", "p50 to the new leader, ms", False)]
+    if workload == "failover":
+        return [("failover_ms", "p50 of the rounds, ms", False)]
+    if workload == "memory":
+        return [("ops_s", "fill creates/s", True), ("rss_mib", "RSS after fill, MiB", False)]
+    if workload == "restart":
+        return [("restart_ms", "restart, ms", False)]
+    if workload in ("lock-handoff", "lock"):
+        return [("ops_s", "acquisitions/s", True)]
+    return [("ops_s", "ops/s", True)]
+
+
+def port_section(rows):
+    """Concord's ZooKeeper port against ZooKeeper at every point both ran (same driver)."""
+    mine = [r for r in rows if r["system"] == "concord-zookeeper"]
+    theirs = [r for r in rows if r["system"] == "zookeeper"]
+    if not mine or not theirs:
+        return []
+
+    def point(r):
+        return (r["workload"], r["nodes"], r["clients"])
+
+    def value(rs, field):
+        if field == "failover_ms":  # one row per round: their median
+            ms = sorted(r[field] for r in rs if r.get(field) is not None)
+            return ms[len(ms) // 2] if ms else None
+        v = rs[0].get(field) if rs else None
+        return None if v is None or v != v or rs[0].get("note", "").startswith("failed") else v
+
+    by_point = defaultdict(lambda: ([], []))
+    for r in mine:
+        by_point[point(r)][0].append(r)
+    for r in theirs:
+        by_point[point(r)][1].append(r)
+    workloads = [name for name, _ in CLOSED_LOOP] + [
+        "watch-1", "watch-100", "lock-handoff", "lock", "election-close", "election-resign",
+        "failover", "memory", "restart"]
+
+    def order(p):
+        w = p[0]
+        rank = workloads.index(w) if w in workloads else len(workloads)
+        return (p[1], rank, w, p[2])
+
+    out = ["### concord-zookeeper against zookeeper, point by point", "",
+           "The same ZooKeeper driver (`zookeeper-client`) and workloads against Concord's "
+           "ZooKeeper port and against ZooKeeper. The ratio is concord-zookeeper's figure "
+           "over ZooKeeper's; ahead means higher for rates, lower for times and memory.", "",
+           "| workload | nodes | clients | measure | concord-zookeeper | zookeeper | ratio | "
+           "ahead | notes |",
+           "|---|---:|---:|---|---:|---:|---:|---|---|"]
+    ahead = total = 0
+    for p in sorted(by_point, key=order):
+        a, b = by_point[p]
+        if not a or not b:
+            continue
+        notes = "; ".join(sorted({r["note"] for r in a + b if r.get("note")}))
+        for field, label, higher in port_measures(p[0]):
+            va, vb = value(a, field), value(b, field)
+            digits = 0 if field in ("ops_s", "rss_mib", "restart_ms", "failover_ms") else 2
+            if va is None or not vb:
+                ratio, verdict = "-", "failed" if va is None else "-"
+            else:
+                ratio = f"{va / vb:.2f}×"
+                verdict = "yes" if (va > vb if higher else va < vb) else "no"
+                ahead += verdict == "yes"
+            total += 1
+            out.append(f"| {p[0]} | {p[1]} | {p[2]} | {label} | {fmt(va, digits)} | "
+                       f"{fmt(vb, digits)} | {ratio} | {verdict} | {notes} |")
+    out += ["", f"Ahead of ZooKeeper at {ahead} of {total} points.", ""]
+    return out
+
+
 def memory_section(rows, charts, rel):
     fills = {r["system"]: r for r in rows if r["workload"] == "memory"}
     restarts = {r["system"]: r for r in rows if r["workload"] == "restart"}
@@ -344,7 +447,7 @@ def memory_section(rows, charts, rel):
         out.append(f"| {s} | {fmt(f.get('nodes_count'), 0)} | {fmt(f.get('ops_s'), 0)} | "
                    f"{fmt(f.get('rss_mib'), 0)} | {fmt(r.get('restart_ms'), 0)} | "
                    f"{fmt(r.get('rss_mib'), 0)} |")
-    if systems:
+    if systems and charts is not None:
         fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
         for ax, (field, src, title) in zip(axes, (("rss_mib", fills, "RSS after fill, MiB"),
                                                  ("restart_ms", restarts, "restart time, ms"))):
@@ -360,6 +463,68 @@ def memory_section(rows, charts, rel):
     return out
 
 
+def results_sections(rows, charts, rel):
+    """The tables (and charts, unless charts is None) of one run's rows."""
+    out = targets_section(rows) + port_section(rows)
+    for name, title in CLOSED_LOOP:
+        sel = [r for r in rows if r["workload"] == name]
+        if sel:
+            out += closed_loop_section(name, title, sel, charts, rel)
+    watch = [dict(r, watchers=int(r["workload"].split("-")[1]))
+             for r in rows if r["workload"].startswith("watch")
+             and r["workload"].split("-")[-1].isdigit()]
+    if watch:
+        out += watch_section(watch, charts, rel)
+    locks = [r for r in rows if r["workload"] in ("lock-handoff", "lock")]
+    if locks:
+        out += lock_section(locks, charts, rel)
+    elections = [r for r in rows if r["workload"].startswith("election")]
+    if elections:
+        out += election_section(elections)
+    failovers = [r for r in rows if r["workload"] == "failover"]
+    if failovers:
+        out += failover_section(failovers)
+    mem = [r for r in rows if r["workload"] in ("memory", "restart")]
+    if mem:
+        out += memory_section(mem, charts, rel)
+    failed = [r for r in rows if r.get("note", "").startswith("failed")]
+    if failed:
+        out += ["### failed runs", ""] + [f"- {r['system']} {r['nodes']}-node "
+                                          f"{r['workload']} x{r['clients']}: {r['note']}"
+                                          for r in failed] + [""]
+    return out
+
+
+def kept_port_section(charts):
+    """The kept ZooKeeper-port section, between its markers; empty if none was written."""
+    path = os.path.join(charts, PORT_SECTION)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [PORT_BEGIN, ""] + f.read().splitlines() + ["", PORT_END, ""]
+
+
+def splice_port_section(page_path, charts):
+    """Puts the kept ZooKeeper-port section into the page: in place of the one between
+    the markers, or else before the page's second `## ` heading (after the generated
+    run's results, before the hand-written sections), or at the end."""
+    lines = kept_port_section(charts)
+    with open(page_path) as f:
+        text = f.read()
+    page = text.splitlines()
+    if PORT_BEGIN in page and PORT_END in page:
+        at, end = page.index(PORT_BEGIN), page.index(PORT_END) + 1
+        if end < len(page) and page[end] == "":
+            end += 1
+        page[at:end] = lines
+    else:
+        headings = [i for i, line in enumerate(page) if line.startswith("## ")]
+        at = headings[1] if len(headings) > 1 else len(page)
+        page[at:at] = lines
+    with open(page_path, "w") as f:
+        f.write("\n".join(page) + ("\n" if text.endswith("\n") else ""))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--results", required=True)
@@ -373,45 +538,28 @@ def main():
     p.add_argument("--warmup-s", default="?")
     p.add_argument("--fill-count", default="?")
     p.add_argument("--election-rounds", default="?")
+    p.add_argument("--section", action="store_true",
+                   help=f"write only this run's section to CHARTS/{PORT_SECTION} and "
+                        "splice it into --out")
     a = p.parse_args()
     rows = load(a.results)
     os.makedirs(a.charts, exist_ok=True)
     rel = os.path.relpath(a.charts, os.path.dirname(os.path.abspath(a.out)))
-    out = [INTRO, f"## {a.heading}", "",
+    run = [f"## {a.heading}", "",
            f"Command: `{a.command}`", "",
            f"Machine: {machine()}; {versions()}; Concord from this repository. "
            f"Measured window {a.duration_s} s after {a.warmup_s} s of warm-up per point; "
            f"memory with {a.fill_count} nodes; {a.election_rounds} election rounds per "
            f"variant.", ""]
     if a.note:
-        out += [a.note, ""]
-    out += targets_section(rows)
-    for name, title in CLOSED_LOOP:
-        sel = [r for r in rows if r["workload"] == name]
-        if sel:
-            out += closed_loop_section(name, title, sel, a.charts, rel)
-    watch = [dict(r, watchers=int(r["workload"].split("-")[1]))
-             for r in rows if r["workload"].startswith("watch")
-             and r["workload"].split("-")[-1].isdigit()]
-    if watch:
-        out += watch_section(watch, a.charts, rel)
-    locks = [r for r in rows if r["workload"] in ("lock-handoff", "lock")]
-    if locks:
-        out += lock_section(locks, a.charts, rel)
-    elections = [r for r in rows if r["workload"].startswith("election")]
-    if elections:
-        out += election_section(elections)
-    failovers = [r for r in rows if r["workload"] == "failover"]
-    if failovers:
-        out += failover_section(failovers)
-    mem = [r for r in rows if r["workload"] in ("memory", "restart")]
-    if mem:
-        out += memory_section(mem, a.charts, rel)
-    failed = [r for r in rows if r.get("note", "").startswith("failed")]
-    if failed:
-        out += ["### failed runs", ""] + [f"- {r['system']} {r['nodes']}-node "
-                                          f"{r['workload']} x{r['clients']}: {r['note']}"
-                                          for r in failed] + [""]
+        run += [a.note, ""]
+    if a.section:
+        run += results_sections(rows, None, rel)
+        with open(os.path.join(a.charts, PORT_SECTION), "w") as f:
+            f.write("\n".join(run).rstrip("\n") + "\n")
+        splice_port_section(a.out, a.charts)
+        return
+    out = [INTRO] + run + results_sections(rows, a.charts, rel) + kept_port_section(a.charts)
     # Hand-written sections kept across runs (e.g. the group-commit measurement).
     kept = os.path.join(os.path.dirname(os.path.abspath(a.out)), "benchmarks", "single-server.md")
     if os.path.exists(kept):

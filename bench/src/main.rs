@@ -1,7 +1,8 @@
 //! `concord-bench`: one set of workloads, three systems. Concord is always built;
 //! ZooKeeper and etcd drivers come with the `zookeeper` and `etcd` features (both:
-//! `peers`). bench/peers.sh starts the servers and calls this once per system and
-//! cluster size; this binary never starts or stops servers.
+//! `peers`); the ZooKeeper driver also runs against Concord's ZooKeeper-protocol port
+//! (`--system concord-zookeeper`). bench/peers.sh starts the servers and calls this once
+//! per system and cluster size; this binary never starts or stops servers.
 //!
 //! Workloads (see `workloads`, `lock`, `memory`): write, read, read-linearizable,
 //! create (ephemeral-sequential), watch (fan-out), lock (hand-off), election (failover
@@ -33,6 +34,8 @@ enum System {
     /// Concord through its Rust SDK (write, read and create workloads).
     ConcordSdk,
     Zookeeper,
+    /// The ZooKeeper driver against Concord's ZooKeeper-protocol port.
+    ConcordZookeeper,
     Etcd,
 }
 
@@ -53,7 +56,8 @@ struct Args {
     /// The system under test.
     #[arg(long, value_enum, default_value = "concord")]
     system: System,
-    /// Comma-separated endpoints (Concord and etcd: http://host:port; ZooKeeper: host:port).
+    /// Comma-separated endpoints (Concord and etcd: http://host:port; ZooKeeper and
+    /// Concord's ZooKeeper port: host:port).
     #[arg(long, default_value = "http://127.0.0.1:7181")]
     endpoints: String,
     /// Cluster size, for the report only.
@@ -162,6 +166,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         System::ConcordSdk => run::<drivers::concord_sdk::ConcordSdk>(&args).await?,
         #[cfg(feature = "zookeeper")]
         System::Zookeeper => run::<drivers::zookeeper::ZooKeeper>(&args).await?,
+        #[cfg(feature = "zookeeper")]
+        System::ConcordZookeeper => run::<drivers::zookeeper::ConcordZooKeeper>(&args).await?,
         #[cfg(feature = "etcd")]
         System::Etcd => run::<drivers::etcd::Etcd>(&args).await?,
         #[allow(unreachable_patterns)]

@@ -13,7 +13,7 @@ const TICKS_PER_S: f64 = 100.0;
 /// One measured run of one workload on one system.
 #[derive(Debug, Default)]
 pub struct Record {
-    /// `concord`, `zookeeper` or `etcd`.
+    /// The driver's name (`Driver::NAME`): `concord`, `zookeeper`, `etcd`, ...
     pub system: String,
     /// Servers in the cluster (a label given on the command line).
     pub nodes: usize,

@@ -55,7 +55,9 @@ pub type EventStream = BoxStream<'static, Result<()>>;
 /// One client of one system. Keys are slash-separated paths (`/prefix/k3`); systems
 /// without a tree (etcd) use them as flat keys.
 pub trait Driver: Sized + Send + Sync + 'static {
-    /// The system's name in reports: `concord`, `zookeeper` or `etcd`.
+    /// The system's name in reports: `concord`, `concord-sdk`, `zookeeper`,
+    /// `concord-zookeeper` (the ZooKeeper driver against Concord's ZooKeeper port) or
+    /// `etcd`.
     const NAME: &'static str;
 
     /// Opens one client to the comma-separated `endpoints`.
