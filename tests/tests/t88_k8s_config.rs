@@ -76,6 +76,8 @@ fn t88_every_member_of_the_k8s_manifests_has_a_valid_config() {
                 // Checked with the rest: 0.0.0.0 needs TLS on the client port.
                 "--metrics-addr" => c.metrics_addr = Some(value.unwrap().parse().unwrap()),
                 "--health-addr" => c.health_addr = Some(value.unwrap().parse().unwrap()),
+                // As the metrics port: 0.0.0.0 needs TLS on the client port.
+                "--zookeeper-addr" => c.zookeeper_addr = Some(value.unwrap().parse().unwrap()),
                 other => panic!("the start script passes {other}, unknown to this test"),
             }
         }
@@ -85,6 +87,10 @@ fn t88_every_member_of_the_k8s_manifests_has_a_valid_config() {
         assert!(
             c.client_tls() && c.peer_tls(),
             "member {id} runs without TLS"
+        );
+        assert!(
+            c.zookeeper_addr.is_some(),
+            "member {id} serves no ZooKeeper port"
         );
         let peer_cert = c.peer_cert_file.clone().unwrap();
         assert_eq!(
