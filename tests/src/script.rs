@@ -13,10 +13,10 @@ use crate::{bin, workspace_dir, Background};
 /// Longest one run of the script may take.
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A base port whose three servers' client, peer and metrics ports (base + 10i,
-/// base + 10i + 1 and base + 10i + 2) are all free right now.
+/// A base port whose three servers' client, peer, metrics and ZooKeeper ports
+/// (base + 10i to base + 10i + 3) are all free right now.
 pub fn free_base_port() -> u16 {
-    crate::free_ports(23)
+    crate::free_ports(24)
 }
 
 pub fn script(dir: &Path, base: u16, args: &[&str]) -> Command {
