@@ -63,23 +63,10 @@ CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python -m pytest -q -p no:cach
 stage python
 
 # ZooKeeper's own clients against the ZooKeeper port (docs/zookeeper.md, "Proof"):
-# kazoo 2.11.0's own test suite, and zkCli plus Curator programs built with javac on a
-# 3-server ensemble whose leader is killed (Debian's packages, installed when
-# missing). Both at once: each mostly waits on its servers.
-zk_logs=$(mktemp -d)
-CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python tests/zookeeper/kazoo_suite.py \
-  >"$zk_logs/kazoo" 2>&1 &
-kazoo_pid=$!
-CONCORD_BIN="$PWD/target/debug" tests/zookeeper/java/run.sh >"$zk_logs/java" 2>&1 &
-java_pid=$!
-kazoo_rc=0 java_rc=0
-wait "$kazoo_pid" || kazoo_rc=$?
-wait "$java_pid" || java_rc=$?
-if [ "$kazoo_rc" = 0 ]; then grep -A 40 '^kazoo .* suite against' "$zk_logs/kazoo"; else cat "$zk_logs/kazoo"; fi
-cat "$zk_logs/java"
-rm -rf "$zk_logs"
-if [ "$kazoo_rc" != 0 ] || [ "$java_rc" != 0 ]; then
-  echo "ZooKeeper clients' checks failed (kazoo suite: $kazoo_rc, Java: $java_rc)" >&2
-  exit 1
-fi
+# kazoo 2.11.0's own test suite, then zkCli and Curator programs built with javac on
+# a 3-server ensemble whose leader is killed (Debian's packages, installed when
+# missing). One after the other: run at once in a clean-clone run, one kazoo test
+# (test_invalid_sasl_auth) timed out connecting.
+CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python tests/zookeeper/kazoo_suite.py
+CONCORD_BIN="$PWD/target/debug" tests/zookeeper/java/run.sh
 stage zookeeper
