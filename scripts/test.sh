@@ -65,8 +65,7 @@ stage python
 # ZooKeeper's own clients against the ZooKeeper port (docs/zookeeper.md, "Proof"):
 # kazoo 2.11.0's own test suite, then zkCli and Curator programs built with javac on
 # a 3-server ensemble whose leader is killed (Debian's packages, installed when
-# missing). One after the other: run at once in a clean-clone run, one kazoo test
-# (test_invalid_sasl_auth) timed out connecting.
+# missing). One after the other, so that neither's servers slow the other's checks.
 CONCORD_BIN="$PWD/target/debug/concord" .venv/bin/python tests/zookeeper/kazoo_suite.py
 CONCORD_BIN="$PWD/target/debug" tests/zookeeper/java/run.sh
 stage zookeeper
