@@ -50,8 +50,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const PUBLISH_WAIT_MAX: Duration = Duration::from_secs(5);
 /// What the watched paths of a connection may weigh, per watch it may hold.
 const PATH_BYTES_PER_WATCH: usize = 256;
-/// The KeeperState of every notification on a live connection.
-const SYNC_CONNECTED: i32 = 3;
 
 /// Why a connection ends (logged at debug: clients come and go).
 #[derive(Debug)]
@@ -423,20 +421,17 @@ fn notify(watches: &mut Watches, filter: &Filter, batch: &WatchBatch) -> Vec<Vec
 
 /// One notification frame.
 pub(super) fn notification(zxid: Zxid, event_type: i32, path: &str) -> Vec<u8> {
-    let mut w = Writer::framed();
-    ReplyHeader {
+    let header = ReplyHeader {
         xid: proto::NOTIFICATION_XID,
         zxid: zxid as i64,
         err: 0,
-    }
-    .encode(&mut w);
-    proto::WatcherEvent {
+    };
+    let event = proto::WatcherEvent {
         event_type,
-        state: SYNC_CONNECTED,
+        state: i32::from(proto::KeeperState::SyncConnected),
         path: path.to_string(),
-    }
-    .encode(&mut w);
-    w.into_frame()
+    };
+    proto::reply_frame(&header, &event)
 }
 
 /// The next batch of the feed, or never if there is none (or one is held).

@@ -110,7 +110,7 @@ pub(super) async fn answer(
         code,
         outcome: Outcome::Reply {
             notes: Vec::new(),
-            frame: proto::reply_frame(&header(xid, applied, code), &()),
+            frame: frame(xid, applied, code, &[]),
             zxid: applied,
         },
     };

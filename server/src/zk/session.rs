@@ -67,9 +67,11 @@ pub(super) async fn connect(
     }
     let (lo, hi) = door.ttl_range_ms;
     let asked = u64::try_from(request.timeout_ms).unwrap_or(0);
-    let (session_id, ttl_ms) = if request.session_id == 0 {
+    // The password is the one the client sent back, or for a new session the one
+    // its owner, the caller, gets.
+    let (session_id, ttl_ms, passwd) = if request.session_id == 0 {
         match open_session(replica, &view.caller, asked.clamp(lo, hi)).await {
-            Ok((_, id, ttl)) => (id, ttl),
+            Ok((_, id, ttl)) => (id, ttl, password(id, &view.caller.identity)),
             Err(s) if is_transient(&s) => return Err(unavailable(s)),
             Err(s) => {
                 tracing::info!(reason = s.message(), "zookeeper session refused");
@@ -87,25 +89,19 @@ pub(super) async fn connect(
         let Some((ttl, owner)): Option<(i64, String)> = session else {
             return Err(Refusal::Expired);
         };
-        if request.passwd.as_ref() != password(id, &owner) {
+        let passwd = password(id, &owner);
+        if request.passwd.as_ref() != passwd || replica.keep_alive(id).is_none() {
             return Err(Refusal::Expired);
         }
-        if replica.keep_alive(id).is_none() {
-            return Err(Refusal::Expired);
-        }
-        (id, ttl)
+        (id, ttl, passwd)
     };
-    let owner = view.caller.identity.to_string();
-    let owner = replica
-        .read(|t| t.session(session_id).map(|s| s.owner.clone()))
-        .unwrap_or(owner);
     Ok((
         session_id,
         ConnectResponse {
             protocol_version: 0,
             timeout_ms: i32::try_from(ttl_ms).unwrap_or(i32::MAX),
             session_id: session_id as i64,
-            passwd: password(session_id, &owner).to_vec().into(),
+            passwd: passwd.to_vec().into(),
             read_only: request.read_only.map(|_| false),
         },
     ))
