@@ -159,7 +159,7 @@ def string(s: str) -> bytes:
 
 
 OPEN_ACL = struct.pack(">i", 1) + struct.pack(">i", 31) + string("world") + string("anyone")
-CREATE2, CREATE_CONTAINER, CREATE_TTL, GET_DATA, SET_WATCHES, ADD_WATCH = 15, 19, 21, 4, 101, 106
+CREATE2, CREATE_CONTAINER, CREATE_TTL, GET_DATA, MULTI, SET_WATCHES, ADD_WATCH = 15, 19, 21, 4, 14, 101, 106
 
 
 # -- reads and writes ------------------------------------------------------------------
@@ -197,6 +197,34 @@ def test_node_kinds_and_stat(kz: KazooClient, base: str) -> None:
     assert created == f"{base}/c2" and stat.dataLength == 3 and stat.version == 0
     _, parent = kz.get(base)
     assert parent.numChildren == 3 and parent.cversion == 3
+
+
+def test_null_data_is_kept_apart_from_empty(zk_server: Server, kz: KazooClient, base: str) -> None:
+    """ZooKeeper keeps null data (Java's create(path, null, ...), kazoo's None) apart
+    from empty data; gRPC, which has no null bytes, reads it as empty."""
+    kz.create(f"{base}/null", None)
+    kz.create(f"{base}/empty", b"")
+    assert kz.get(f"{base}/null")[0] is None
+    assert kz.get(f"{base}/empty")[0] == b""
+    kz.set(f"{base}/empty", None)
+    assert kz.get(f"{base}/empty")[0] is None
+    kz.set(f"{base}/null", b"x")
+    assert kz.get(f"{base}/null")[0] == b"x"
+    # A multi's create with null data, in frames (kazoo's transactions take bytes only).
+    raw = Raw(zk_server.zookeeper_addr)
+    try:
+        header = struct.pack(">i?i", 1, False, -1)
+        create = string(f"{base}/multi") + struct.pack(">i", -1) + OPEN_ACL + struct.pack(">i", 0)
+        end = struct.pack(">i?i", -1, True, -1)
+        assert raw.call(MULTI, header + create + end)[0] == 0
+    finally:
+        raw.close()
+    assert kz.get(f"{base}/multi")[0] is None
+    with concord.Client(zk_server.addr) as client:
+        data, stat = client.get(f"{base}/multi")
+        assert data == b"" and stat.data_length == 0
+        client.set(f"{base}/multi", b"g")
+    assert kz.get(f"{base}/multi")[0] == b"g"
 
 
 def test_get_children_answers_every_child_at_once(kz: KazooClient, base: str) -> None:

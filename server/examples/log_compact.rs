@@ -27,6 +27,7 @@ fn write(zxid: u64) -> Txn {
             path: format!("/bench/key-{:08}", zxid % 64),
             data: Bytes::from(vec![7u8; 100]),
             version: -1,
+            null_data: false,
         }),
     }
 }

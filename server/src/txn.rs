@@ -11,6 +11,12 @@
 //! ```
 //!
 //! Encoding: one format byte (`FORMAT_V1`) then postcard. The log adds its own crc.
+//!
+//! Null data (ZooKeeper's `create(path, null, ..)`, kept apart from empty data) is a
+//! flag of `CreateOp` and `SetOp` that their own encoding leaves out: a create or set
+//! with null data is encoded as a variant appended to `TxnOp` (`MultiOp`), so every
+//! other op keeps the bytes it always had, and a server that predates null data
+//! (peer protocol below 4) fails to decode only an op that has it (see `wire`).
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -115,6 +121,10 @@ pub struct CreateOp {
     pub mode: CreateMode,
     /// For TTL modes only; 0 otherwise.
     pub ttl_ms: i64,
+    /// The node's data is null, not empty (`data` is then empty). Encoded by the
+    /// variant, not here (see the module's doc).
+    #[serde(skip)]
+    pub null_data: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +133,10 @@ pub struct SetOp {
     pub data: Bytes,
     /// Expected data version; -1 matches any.
     pub version: i32,
+    /// The node's data becomes null, not empty (`data` is then empty). Encoded by the
+    /// variant, not here (see the module's doc).
+    #[serde(skip)]
+    pub null_data: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,7 +154,8 @@ pub struct CheckOp {
 }
 
 /// One step of a `Multi`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(from = "wire::MultiOp")]
 pub enum MultiOp {
     Create(CreateOp),
     Set(SetOp),
@@ -158,7 +173,8 @@ pub enum CloseReason {
 }
 
 /// What a txn does.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(from = "wire::TxnOp")]
 pub enum TxnOp {
     Create(CreateOp),
     Set(SetOp),
@@ -237,6 +253,194 @@ pub enum QueueOp {
     },
 }
 
+impl Serialize for TxnOp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        wire::TxnOpRef::from(self).serialize(s)
+    }
+}
+
+impl Serialize for MultiOp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        wire::MultiOpRef::from(self).serialize(s)
+    }
+}
+
+/// The encodings of `TxnOp` and `MultiOp`: their variants in their order, then one
+/// appended for each op that may have null data. postcard writes a variant's index,
+/// so the appended ones leave every older encoding as it was. Serialized from
+/// borrows (`*Ref`), so encoding copies nothing.
+mod wire {
+    use serde::{Deserialize, Serialize};
+
+    use super::{AccessOp, CheckOp, CloseReason, CreateOp, DeleteOp, QueueOp, SetOp};
+
+    #[derive(Serialize)]
+    pub(super) enum TxnOpRef<'a> {
+        Create(&'a CreateOp),
+        Set(&'a SetOp),
+        Delete(&'a DeleteOp),
+        Multi(&'a [super::MultiOp]),
+        OpenSession {
+            ttl_ms: i64,
+        },
+        CloseSession {
+            session_id: u64,
+            reason: CloseReason,
+        },
+        Reap {
+            path: &'a str,
+        },
+        Queue(&'a QueueOp),
+        OpenOwnedSession {
+            ttl_ms: i64,
+            owner: &'a str,
+        },
+        Access(&'a AccessOp),
+        CreateNullData(&'a CreateOp),
+        SetNullData(&'a SetOp),
+    }
+
+    #[derive(Deserialize)]
+    pub(super) enum TxnOp {
+        Create(CreateOp),
+        Set(SetOp),
+        Delete(DeleteOp),
+        Multi(Vec<super::MultiOp>),
+        OpenSession {
+            ttl_ms: i64,
+        },
+        CloseSession {
+            session_id: u64,
+            reason: CloseReason,
+        },
+        Reap {
+            path: String,
+        },
+        Queue(QueueOp),
+        OpenOwnedSession {
+            ttl_ms: i64,
+            owner: String,
+        },
+        Access(AccessOp),
+        CreateNullData(CreateOp),
+        SetNullData(SetOp),
+    }
+
+    #[derive(Serialize)]
+    pub(super) enum MultiOpRef<'a> {
+        Create(&'a CreateOp),
+        Set(&'a SetOp),
+        Delete(&'a DeleteOp),
+        Check(&'a CheckOp),
+        CreateNullData(&'a CreateOp),
+        SetNullData(&'a SetOp),
+    }
+
+    #[derive(Deserialize)]
+    pub(super) enum MultiOp {
+        Create(CreateOp),
+        Set(SetOp),
+        Delete(DeleteOp),
+        Check(CheckOp),
+        CreateNullData(CreateOp),
+        SetNullData(SetOp),
+    }
+
+    impl<'a> From<&'a super::TxnOp> for TxnOpRef<'a> {
+        fn from(op: &'a super::TxnOp) -> Self {
+            use super::TxnOp as T;
+            match op {
+                T::Create(c) if c.null_data => TxnOpRef::CreateNullData(c),
+                T::Create(c) => TxnOpRef::Create(c),
+                T::Set(s) if s.null_data => TxnOpRef::SetNullData(s),
+                T::Set(s) => TxnOpRef::Set(s),
+                T::Delete(d) => TxnOpRef::Delete(d),
+                T::Multi(ops) => TxnOpRef::Multi(ops),
+                T::OpenSession { ttl_ms } => TxnOpRef::OpenSession { ttl_ms: *ttl_ms },
+                T::CloseSession { session_id, reason } => TxnOpRef::CloseSession {
+                    session_id: *session_id,
+                    reason: *reason,
+                },
+                T::Reap { path } => TxnOpRef::Reap { path },
+                T::Queue(q) => TxnOpRef::Queue(q),
+                T::OpenOwnedSession { ttl_ms, owner } => TxnOpRef::OpenOwnedSession {
+                    ttl_ms: *ttl_ms,
+                    owner,
+                },
+                T::Access(a) => TxnOpRef::Access(a),
+            }
+        }
+    }
+
+    impl From<TxnOp> for super::TxnOp {
+        fn from(op: TxnOp) -> Self {
+            use super::TxnOp as T;
+            match op {
+                TxnOp::Create(c) => T::Create(c),
+                TxnOp::CreateNullData(c) => T::Create(null_create(c)),
+                TxnOp::Set(s) => T::Set(s),
+                TxnOp::SetNullData(s) => T::Set(null_set(s)),
+                TxnOp::Delete(d) => T::Delete(d),
+                TxnOp::Multi(ops) => T::Multi(ops),
+                TxnOp::OpenSession { ttl_ms } => T::OpenSession { ttl_ms },
+                TxnOp::CloseSession { session_id, reason } => {
+                    T::CloseSession { session_id, reason }
+                }
+                TxnOp::Reap { path } => T::Reap { path },
+                TxnOp::Queue(q) => T::Queue(q),
+                TxnOp::OpenOwnedSession { ttl_ms, owner } => T::OpenOwnedSession { ttl_ms, owner },
+                TxnOp::Access(a) => T::Access(a),
+            }
+        }
+    }
+
+    impl<'a> From<&'a super::MultiOp> for MultiOpRef<'a> {
+        fn from(op: &'a super::MultiOp) -> Self {
+            use super::MultiOp as M;
+            match op {
+                M::Create(c) if c.null_data => MultiOpRef::CreateNullData(c),
+                M::Create(c) => MultiOpRef::Create(c),
+                M::Set(s) if s.null_data => MultiOpRef::SetNullData(s),
+                M::Set(s) => MultiOpRef::Set(s),
+                M::Delete(d) => MultiOpRef::Delete(d),
+                M::Check(c) => MultiOpRef::Check(c),
+            }
+        }
+    }
+
+    impl From<MultiOp> for super::MultiOp {
+        fn from(op: MultiOp) -> Self {
+            use super::MultiOp as M;
+            match op {
+                MultiOp::Create(c) => M::Create(c),
+                MultiOp::CreateNullData(c) => M::Create(null_create(c)),
+                MultiOp::Set(s) => M::Set(s),
+                MultiOp::SetNullData(s) => M::Set(null_set(s)),
+                MultiOp::Delete(d) => M::Delete(d),
+                MultiOp::Check(c) => M::Check(c),
+            }
+        }
+    }
+
+    /// A decoded create with null data: its bytes, if any were sent, are dropped.
+    fn null_create(c: CreateOp) -> CreateOp {
+        CreateOp {
+            data: bytes::Bytes::new(),
+            null_data: true,
+            ..c
+        }
+    }
+
+    /// A decoded set with null data: its bytes, if any were sent, are dropped.
+    fn null_set(s: SetOp) -> SetOp {
+        SetOp {
+            data: bytes::Bytes::new(),
+            null_data: true,
+            ..s
+        }
+    }
+}
+
 /// The first byte of every encoded txn.
 pub const FORMAT_V1: u8 = 1;
 
@@ -301,6 +505,7 @@ mod tests {
                     data: Bytes::from_static(b"x"),
                     mode: CreateMode::EphemeralSequential,
                     ttl_ms: 0,
+                    null_data: false,
                 }),
                 MultiOp::Check(CheckOp {
                     path: "/b".into(),
@@ -349,6 +554,74 @@ mod tests {
             };
             assert_eq!(Txn::decode(&txn.encode()).unwrap(), txn);
         }
+    }
+
+    /// Null data travels as appended variants: a create or set without it keeps the
+    /// bytes it had before null data existed, and one with it round-trips, at the
+    /// top level and in a Multi.
+    #[test]
+    fn null_data_is_an_appended_variant_and_leaves_other_encodings_alone() {
+        let txn = |op| Txn {
+            zxid: 5,
+            time_ms: 1,
+            session_id: 0,
+            request_id: 0,
+            fence: None,
+            op,
+        };
+        let create = |null_data| CreateOp {
+            path: "/a".into(),
+            data: Bytes::new(),
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+            null_data,
+        };
+        let set = |null_data| SetOp {
+            path: "/a".into(),
+            data: Bytes::new(),
+            version: -1,
+            null_data,
+        };
+        // Format byte, zxid 5, time 1 (zigzag 2), ids 0, 0, no fence, then the op:
+        // variant, path "/a", data (length 0), mode 0, ttl 0.
+        let head = [1, 5, 2, 0, 0, 0];
+        let op = [b'/', b'a', 0, 0, 0];
+        let plain = txn(TxnOp::Create(create(false))).encode();
+        assert_eq!(plain, [&head[..], &[0, 2], &op[..]].concat());
+        let null = txn(TxnOp::Create(create(true))).encode();
+        assert_eq!(null, [&head[..], &[10, 2], &op[..]].concat());
+        for op in [
+            TxnOp::Create(create(true)),
+            TxnOp::Set(set(true)),
+            TxnOp::Set(set(false)),
+            TxnOp::Multi(vec![
+                MultiOp::Create(create(true)),
+                MultiOp::Set(set(true)),
+                MultiOp::Create(create(false)),
+                MultiOp::Set(set(false)),
+            ]),
+        ] {
+            let t = txn(op);
+            assert_eq!(Txn::decode(&t.encode()).unwrap(), t);
+        }
+        // A Multi's ops: the plain ones keep their variant numbers (0 and 1).
+        let multi = txn(TxnOp::Multi(vec![
+            MultiOp::Create(create(false)),
+            MultiOp::Create(create(true)),
+        ]))
+        .encode();
+        assert_eq!(
+            multi,
+            [&head[..], &[3, 2, 0, 2], &op[..], &[4, 2], &op[..]].concat()
+        );
+        // Bytes sent with null data by a broken peer are dropped, not kept.
+        let mut with_bytes = txn(TxnOp::Set(set(true))).encode();
+        let data_len = head.len() + 1 + 3;
+        assert_eq!(with_bytes[data_len], 0);
+        with_bytes[data_len] = 1;
+        with_bytes.insert(data_len + 1, b'x');
+        let back = Txn::decode(&with_bytes).unwrap();
+        assert_eq!(back, txn(TxnOp::Set(set(true))));
     }
 
     /// Opening a session with its owner is a variant added at the end: the older

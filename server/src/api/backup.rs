@@ -73,7 +73,7 @@ pub(crate) fn snapshot(
         zxid,
         node_count: tree.node_count() as u64,
         session_count: tree.sessions().count() as u64,
-        format: u32::from(crate::tree::SNAPSHOT_FORMAT),
+        format: u32::from(tree.snapshot_format()),
         server_id: replica.server_id(),
     };
     let (tx, rx) = mpsc::channel(SNAPSHOT_CHUNKS_QUEUED);
@@ -206,6 +206,7 @@ mod tests {
                 data: bytes::Bytes::from(vec![n as u8; 900 << 10]),
                 mode: CreateMode::Persistent,
                 ttl_ms: 0,
+                null_data: false,
             });
             assert!(replica.submit(0, 0, op).await.unwrap().result.is_ok());
         }

@@ -108,6 +108,7 @@ pub fn create_op(
         data,
         mode: create_mode(mode)?,
         ttl_ms,
+        null_data: false,
     };
     check_create(op, session_id, limits)
 }
@@ -120,6 +121,7 @@ pub fn check_create(op: CreateOp, session_id: u64, limits: Limits) -> Result<Cre
         data,
         mode,
         ttl_ms,
+        null_data,
     } = op;
     // A sequential name may end in "/" (the suffix becomes the last segment).
     if mode.is_sequential() {
@@ -144,6 +146,7 @@ pub fn check_create(op: CreateOp, session_id: u64, limits: Limits) -> Result<Cre
         data,
         mode,
         ttl_ms,
+        null_data,
     })
 }
 

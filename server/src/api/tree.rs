@@ -258,6 +258,7 @@ impl Tree for TreeService {
             path: view.path_in(&r.path)?,
             data,
             version: r.version,
+            null_data: false,
         });
         let (_, result) = self
             .write(&view, r.session_id, r.request_id, r.fence, op)
@@ -403,11 +404,13 @@ fn multi_op(op: pb::Op) -> Result<MultiOp, Status> {
             data: c.data,
             mode: convert::create_mode(c.mode)?,
             ttl_ms: c.ttl_ms,
+            null_data: false,
         }),
         O::Set(s) => MultiOp::Set(SetOp {
             path: s.path,
             data: s.data,
             version: s.version,
+            null_data: false,
         }),
         O::Delete(d) => MultiOp::Delete(DeleteOp {
             path: d.path,

@@ -17,8 +17,14 @@ pub const FORMAT_V1: u8 = 1;
 /// server, reads as 0, which means 1). 2: ACKEPOCH names the epoch it answers
 /// (`LearnerMsg::AckEpoch`), and a leader's stream messages the epoch of the
 /// leadership that opened the stream (`Message::ToLearner`). 3: a learner also
-/// answers its leader's pings at once, outside its stream (`Message::Alive`).
-pub const PROTOCOL: u32 = 3;
+/// answers its leader's pings at once, outside its stream (`Message::Alive`). 4: a
+/// txn may hold null data (`txn.rs`), which no downgrade can express: a server
+/// writes null data only once every other member announced 4 to it
+/// (`PeerHandle::lowest_protocol`).
+pub const PROTOCOL: u32 = 4;
+
+/// The first peer protocol whose txns may hold null data.
+pub const NULL_DATA_PROTOCOL: u32 = 4;
 
 /// Turns `msg` into what a server speaking peer `protocol` decodes, or None if it
 /// has no such message: below protocol 3, `Alive` (that server counts its learners

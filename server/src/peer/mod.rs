@@ -49,7 +49,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
-pub use codec::{decode, downgrade, encode, DecodeError, FORMAT_V1, PROTOCOL};
+pub use codec::{decode, downgrade, encode, DecodeError, FORMAT_V1, NULL_DATA_PROTOCOL, PROTOCOL};
 
 use crate::config::Member;
 use crate::txn::Zxid;
@@ -425,6 +425,16 @@ impl PeerHandle {
             .clamp(1, u32::MAX as usize);
         let inbound = budget.saturating_sub(self.shared.in_bytes.available_permits());
         (outbound.sum(), inbound)
+    }
+
+    /// The lowest peer protocol among the other members, each as it announced on its
+    /// latest stream to this server (1 for one not heard from yet); None without
+    /// other members.
+    pub fn lowest_protocol(&self) -> Option<u32> {
+        let announced = self.shared.peers.values();
+        announced
+            .map(|p| p.protocol.load(Ordering::Relaxed).max(1))
+            .min()
     }
 
     /// Where the inbound side listens.

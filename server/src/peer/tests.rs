@@ -791,6 +791,7 @@ async fn t70_an_ackepoch_is_sent_in_the_protocol_its_receiver_announced() {
     raw_deliver(b.local_addr(), vec![hello_from_1(0)])
         .await
         .unwrap();
+    assert_eq!(b.lowest_protocol(), Some(1), "no protocol announced is 1");
     b.send(Envelope { to: 1, msg: ack(4) });
     let unnamed = Message::ToLeader {
         session: 3,
@@ -806,6 +807,7 @@ async fn t70_an_ackepoch_is_sent_in_the_protocol_its_receiver_announced() {
     raw_deliver(b.local_addr(), vec![hello_from_1(PROTOCOL)])
         .await
         .unwrap();
+    assert_eq!(b.lowest_protocol(), Some(PROTOCOL));
     b.send(Envelope { to: 1, msg: ack(5) });
     assert_eq!(recv(&mut a_inbox).await, (2, ack(5)));
     b.shutdown().await;

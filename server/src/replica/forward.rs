@@ -872,6 +872,7 @@ mod tests {
                 path: "/a".into(),
                 data: bytes::Bytes::from(vec![0; data_bytes]),
                 version: -1,
+                null_data: false,
             });
             let (reply, _) = oneshot::channel();
             let write = Write { op, ..write() };

@@ -471,6 +471,7 @@ mod tests {
                         path: "/big".into(),
                         data: data.clone(),
                         version: -1,
+                        null_data: false,
                     }),
                 })
                 .collect();

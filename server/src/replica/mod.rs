@@ -358,6 +358,16 @@ impl Replica {
         *self.shared.applied.borrow()
     }
 
+    /// Whether a write may hold null data (a ZooKeeper client's): when every other
+    /// member announced a peer protocol that decodes it. During a rolling upgrade,
+    /// until then, the ZooKeeper port writes null data as empty.
+    pub fn keeps_null_data(&self) -> bool {
+        let lowest = self.shared.peer_transport.as_ref();
+        lowest
+            .and_then(|t| t.lowest_protocol())
+            .is_none_or(|p| p >= crate::peer::NULL_DATA_PROTOCOL)
+    }
+
     /// The memory the Zab core's in-memory log holds now, and the most it held
     /// since start, in bytes (see `Config::log_memory_bytes_max`).
     pub fn log_bytes(&self) -> (u64, u64) {

@@ -580,6 +580,7 @@ mod free_tests {
                     path: "/k".into(),
                     data: Bytes::from_owner(Owner(freed_on.clone(), [0])),
                     version: -1,
+                    null_data: false,
                 }),
                 ..txn(zxid)
             });

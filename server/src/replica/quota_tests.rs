@@ -31,6 +31,7 @@ fn create(path: &str, data: &[u8]) -> TxnOp {
         data: Bytes::copy_from_slice(data),
         mode: CreateMode::Persistent,
         ttl_ms: 0,
+        null_data: false,
     })
 }
 
@@ -100,6 +101,7 @@ async fn a_set_that_grows_data_is_hit_at_the_byte_limit_and_a_restart_recounts()
             path: "/teams/a/x".into(),
             data: Bytes::from(vec![2; n]),
             version: -1,
+            null_data: false,
         })
     };
     ok(&r, set(100)).await;

@@ -195,6 +195,7 @@ mod tests {
             data: bytes::Bytes::from_static(b"x"),
             mode: crate::txn::CreateMode::Persistent,
             ttl_ms: 0,
+            null_data: false,
         });
         assert!(replica.submit(0, 0, op).await.unwrap().result.is_ok());
         let tree = replica.read(Clone::clone);

@@ -130,6 +130,7 @@ fn heavy_txn(zxid: Zxid, data_bytes: usize) -> Txn {
             data: Bytes::from(vec![7u8; data_bytes]),
             mode: CreateMode::Persistent,
             ttl_ms: 0,
+            null_data: false,
         }),
         ..txn(zxid)
     }
@@ -211,6 +212,7 @@ pub(crate) fn create(path: &str) -> TxnOp {
         data: Bytes::from_static(b"x"),
         mode: CreateMode::Persistent,
         ttl_ms: 0,
+        null_data: false,
     })
 }
 
@@ -401,6 +403,7 @@ fn set(path: &str, fill: u8, data_bytes: usize) -> TxnOp {
         path: path.into(),
         data: Bytes::from(vec![fill; data_bytes]),
         version: -1,
+        null_data: false,
     })
 }
 
@@ -875,6 +878,7 @@ async fn a_follower_far_behind_gets_a_snapshot_larger_than_a_peer_frame() {
                 data: Bytes::from(vec![b'x'; 1000]),
                 mode: CreateMode::Persistent,
                 ttl_ms: 0,
+                null_data: false,
             });
             leader.submit(0, 0, op)
         });

@@ -102,6 +102,7 @@ fn create_op(path: &str, data: &[u8], mode: CreateMode) -> CreateOp {
         data: Bytes::copy_from_slice(data),
         mode,
         ttl_ms: if mode.is_ttl() { 60_000 } else { 0 },
+        null_data: false,
     }
 }
 
@@ -114,6 +115,7 @@ fn set_op(path: &str, data: &[u8]) -> SetOp {
         path: path.into(),
         data: Bytes::copy_from_slice(data),
         version: -1,
+        null_data: false,
     }
 }
 

@@ -288,6 +288,7 @@ fn applied_state_checks_can_fail() {
         path: "/k".into(),
         data: Default::default(),
         version: -1,
+        null_data: false,
     });
     let fenced = txn(2, set.clone(), Some(fence));
     let changed = [event(EventKind::DataChanged, "/k", 0)];

@@ -325,6 +325,7 @@ impl World {
                 path,
                 data,
                 version: -1,
+                null_data: false,
             }),
             _ => TxnOp::Delete(DeleteOp { path, version: -1 }),
         };
@@ -353,6 +354,7 @@ impl World {
                 path: set,
                 data: data.clone(),
                 version: -1,
+                null_data: false,
             }),
             MultiOp::Create(create(created, data, CreateMode::Persistent)),
         ];
@@ -378,6 +380,7 @@ impl World {
             path: FENCED_PATH.into(),
             data: Bytes::from(token.to_le_bytes().to_vec()),
             version: -1,
+            null_data: false,
         });
         let op = match self.rng.workload.below(2) {
             0 => op,
@@ -397,5 +400,6 @@ fn create(path: String, data: Bytes, mode: CreateMode) -> CreateOp {
         data,
         mode,
         ttl_ms: 0,
+        null_data: false,
     }
 }

@@ -24,6 +24,7 @@ pub(crate) fn txn(zxid: Zxid) -> Txn {
             path: format!("/n{zxid}"),
             data: Bytes::from(zxid.to_le_bytes().to_vec()),
             version: -1,
+            null_data: false,
         }),
     }
 }

@@ -64,6 +64,7 @@ impl DataTree {
                 data: Bytes::new(),
                 mode: CreateMode::Persistent,
                 ttl_ms: 0,
+                null_data: false,
             };
             if self.create(&op, ctx, events).is_err() {
                 return;

@@ -208,6 +208,7 @@ impl Node {
             data: Bytes::new(),
             stat: Stat::default(),
             mode: CreateMode::Persistent,
+            null_data: false,
         }
     }
 }

@@ -4,9 +4,10 @@
 //!   digest = H(last_zxid, node count, Σ H(node), sessions in id order)
 //! ```
 //!
-//! Each node is hashed on its own (path, data, stat, mode, ttl) and the node hashes are
-//! added (wrapping): the sum does not depend on the order of the node map (which has
-//! changed before: it was a hash map), costs O(n) with no sort and no allocation. Who
+//! Each node is hashed on its own (path, data, stat, mode, ttl, and null data when
+//! set) and the node hashes are added (wrapping): the sum does not depend on the
+//! order of the node map (which has changed before: it was a hash map), costs O(n)
+//! with no sort and no allocation. Who
 //! is whose child is implied by the paths. Sessions are in an ordered map
 //! and are hashed in id order, with their owners, ephemerals and remembered outcomes
 //! (with the fingerprints of their requests).
@@ -191,6 +192,10 @@ fn node_hash(path: &str, node: &Node, ttl_ms: i64) -> u64 {
     stat_words(&mut h, &node.stat);
     h.u64(mode_code(node.mode));
     h.i64(ttl_ms);
+    // Only for null data, so a node without it hashes as before null data existed.
+    if node.null_data {
+        h.u64(1);
+    }
     h.finish()
 }
 

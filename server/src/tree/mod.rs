@@ -34,7 +34,7 @@ mod stored;
 mod tests;
 mod usage;
 
-pub use snapshot::{SnapshotError, FORMAT_WRITTEN as SNAPSHOT_FORMAT};
+pub use snapshot::SnapshotError;
 pub use usage::Usage;
 
 use std::sync::Arc;
@@ -93,6 +93,9 @@ pub struct Event {
 pub struct NodeView {
     pub data: Bytes,
     pub stat: Stat,
+    /// The data is null, not empty: the ZooKeeper port answers null; gRPC, which has
+    /// no null bytes, answers empty.
+    pub null_data: bool,
 }
 
 /// Outcome of one op inside a Multi.
@@ -241,6 +244,8 @@ pub(crate) struct Node {
     pub(crate) data: Bytes,
     pub(crate) stat: Stat,
     pub(crate) mode: CreateMode,
+    /// The data is null, not empty (ZooKeeper's null data; `data` is then empty).
+    pub(crate) null_data: bool,
 }
 
 /// The whole replicated state: nodes, sessions, and the last applied zxid.

@@ -89,6 +89,7 @@ impl DataTree {
             data: op.data.clone(),
             stat,
             mode: op.mode,
+            null_data: op.null_data,
         };
         self.nodes.insert(path, Arc::new(node));
         self.count_node(path, op.data.len(), 1);
@@ -140,6 +141,7 @@ impl DataTree {
             .get_mut(&op.path)
             .ok_or_else(|| no_node(&op.path))?;
         let prev_data = std::mem::replace(&mut node.data, op.data.clone());
+        node.null_data = op.null_data;
         node.stat.version = node.stat.version.wrapping_add(1);
         node.stat.mzxid = ctx.zxid;
         node.stat.mtime_ms = ctx.time_ms;

@@ -257,6 +257,7 @@ impl DataTree {
                     path: path.clone(),
                     data: encode_entry(&owner_id, value),
                     version: -1,
+                    null_data: false,
                 };
                 let stat = self.set(&op, ctx, events)?;
                 Ok(TxnResult::Set { stat })
@@ -326,6 +327,7 @@ impl DataTree {
             data: encode_entry(join.owner_id, join.value),
             mode: CreateMode::EphemeralSequential,
             ttl_ms: 0,
+            null_data: false,
         };
         let (path, stat) = self.create(&op, ctx, events)?;
         Ok(TxnResult::Created { path, stat })
@@ -373,6 +375,7 @@ impl DataTree {
                 data,
                 mode,
                 ttl_ms: 0,
+                null_data: false,
             };
             self.create(&op, ctx, events)?;
         }

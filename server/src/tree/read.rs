@@ -146,6 +146,7 @@ impl Node {
         NodeView {
             data: self.data.clone(),
             stat: self.stat,
+            null_data: self.null_data,
         }
     }
 }

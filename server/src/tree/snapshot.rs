@@ -2,15 +2,19 @@
 //!
 //! ```text
 //!   "CNCDSNAP" | format u8 | postcard(last_zxid) | postcard(sessions)
-//!            | postcard(grants, seeded)           (format 2 only)
-//!            | node record* (postcard, pre-order) | crc32 (LE) of all before it
+//!            | postcard(grants, seeded)           (formats 2 and 3)
+//!            | (node record, null data bool (format 3 only))* (postcard, pre-order)
+//!            | crc32 (LE) of all before it
 //! ```
 //!
-//! Format 2 (written) records each session's owner, with each remembered outcome
-//! the fingerprint of its request, and the grant table (`security::acl`). Format 1
-//! (still read) has none of these: its sessions decode with no owner (admins only)
-//! and fingerprint 0 (unknown), and its grant table is empty (the next seed fills
-//! it).
+//! Format 2 records each session's owner, with each remembered outcome the
+//! fingerprint of its request, and the grant table (`security::acl`). Format 3 adds,
+//! after each node record, whether the node's data is null (ZooKeeper's null data).
+//! A tree with a null node is written in format 3, any other in format 2, which
+//! servers from before null data read (a SNAP during a rolling upgrade). Format 1
+//! (still read) has no owners, fingerprints or grants: its sessions decode with no
+//! owner (admins only) and fingerprint 0 (unknown), and its grant table is empty
+//! (the next seed fills it).
 //!
 //! Nodes are written in pre-order from the root, siblings sorted, each as (depth,
 //! name, data, stat, mode, ttl_ms): a name instead of a full path keeps deep trees
@@ -47,11 +51,11 @@ const MAGIC: &[u8; 8] = b"CNCDSNAP";
 /// The format of snapshots from before sessions had owners and the tree had grants
 /// (read, never written).
 const FORMAT_V1: u8 = 1;
-/// The format written after the magic: sessions with owners and fingerprints, then
-/// the grant table.
+/// Sessions with owners and fingerprints, then the grant table: the format written
+/// for a tree without null data.
 const FORMAT_V2: u8 = 2;
-/// The format `encode_snapshot` writes.
-pub const FORMAT_WRITTEN: u8 = FORMAT_V2;
+/// Format 2 with each node's null data flag: written for a tree with null data.
+const FORMAT_V3: u8 = 3;
 /// Magic, format byte.
 const HEADER_BYTES: usize = MAGIC.len() + 1;
 /// The crc32 trailer.
@@ -252,8 +256,10 @@ impl DataTree {
             crc: crc32fast::Hasher::new(),
             emit,
         };
+        let format = self.snapshot_format();
+        let null_data = format == FORMAT_V3;
         out.buf.extend_from_slice(MAGIC);
-        out.buf.push(FORMAT_V2);
+        out.buf.push(format);
         out.put(&self.last_zxid)?;
         // A sequence is its length then its elements (postcard), written one by one.
         out.put(&self.sessions.len())?;
@@ -263,7 +269,7 @@ impl DataTree {
         let grants: Vec<Grant> = self.grants.all().collect();
         let seeded: Vec<&(String, Grantee)> = self.grants.seeded().collect();
         out.put(&(grants, seeded))?;
-        let written = self.encode_nodes(&mut out)?;
+        let written = self.encode_nodes(&mut out, null_data)?;
         if written != self.nodes.len() {
             return Err(SnapshotError::Encode(format!(
                 "{written} of {} nodes are reachable from the root",
@@ -273,12 +279,20 @@ impl DataTree {
         out.finish()
     }
 
-    /// Writes every node reachable from the root in pre-order; returns how many.
-    fn encode_nodes(&self, out: &mut Chunks<'_>) -> Result<usize, SnapshotError> {
+    /// Writes every node reachable from the root in pre-order, each with its null
+    /// data flag if `null_data` (format 3); returns how many.
+    fn encode_nodes(&self, out: &mut Chunks<'_>, null_data: bool) -> Result<usize, SnapshotError> {
         let Some(root) = self.nodes.get("/") else {
             return Ok(0);
         };
-        out.put(&record(0, "", root, 0))?;
+        let put = |out: &mut Chunks<'_>, record: NodeRecord, node: &Node| {
+            out.put(&record)?;
+            if null_data {
+                out.put(&node.null_data)?;
+            }
+            Ok::<_, SnapshotError>(())
+        };
+        put(out, record(0, "", root, 0), root)?;
         let mut written = 1;
         let mut stack = vec![("/".to_string(), self.nodes.children("/", ""))];
         loop {
@@ -294,7 +308,7 @@ impl DataTree {
             let child_path =
                 (child.mode.is_ttl() || child.has_children()).then(|| path::join(dir, name));
             let ttl_ms = child_path.as_deref().map_or(0, |p| self.ttl_of(p, child));
-            out.put(&record(depth, name, child, ttl_ms))?;
+            put(out, record(depth, name, child, ttl_ms), child)?;
             written += 1;
             if let Some(child_path) = child_path.filter(|_| child.has_children()) {
                 let grandchildren = self.nodes.children(&child_path, "");
@@ -302,6 +316,17 @@ impl DataTree {
             }
         }
         Ok(written)
+    }
+
+    /// The format byte `encode_snapshot` writes for this tree: 3 if a node has null
+    /// data, else 2. A pass that stops at the first null node: cheap beside the
+    /// encoding itself.
+    pub fn snapshot_format(&self) -> u8 {
+        if self.nodes.values().any(|n| n.null_data) {
+            FORMAT_V3
+        } else {
+            FORMAT_V2
+        }
     }
 
     /// Decodes what `encode_snapshot` wrote, checking it thoroughly.
@@ -327,20 +352,28 @@ impl DataTree {
             usage: imbl::OrdMap::new(),
             data_bytes: 0,
         };
-        tree.decode_nodes(rest)?;
+        tree.decode_nodes(rest, format == FORMAT_V3)?;
         tree.check_decoded()?;
         tree.data_bytes = tree.nodes.values().map(|n| n.data.len() as u64).sum();
         Ok(tree)
     }
 
-    /// Reads node records up to the end of `input`, rebuilding the indexes and
-    /// checking each node's count of children against the records under it.
-    fn decode_nodes(&mut self, mut input: &[u8]) -> Result<(), SnapshotError> {
+    /// Reads node records (each with its null data flag if `null_data`) up to the end
+    /// of `input`, rebuilding the indexes and checking each node's count of children
+    /// against the records under it.
+    fn decode_nodes(&mut self, mut input: &[u8], null_data: bool) -> Result<(), SnapshotError> {
         // `stack[d]` is the last node read at depth d.
         let mut stack: Vec<OpenNode> = Vec::new();
         while !input.is_empty() {
             let (rec, rest): (NodeRecord, _) = postcard::take_from_bytes(input)?;
             input = rest;
+            let null = if null_data {
+                let (null, rest): (bool, _) = postcard::take_from_bytes(input)?;
+                input = rest;
+                null
+            } else {
+                false
+            };
             let depth = usize::try_from(rec.depth).unwrap_or(usize::MAX);
             let path = if stack.is_empty() {
                 if depth != 0 || !rec.name.is_empty() {
@@ -366,7 +399,7 @@ impl DataTree {
             };
             let ephemeral = rec.mode.is_ephemeral();
             let num_children = rec.stat.num_children;
-            self.insert_decoded(&path, rec)?;
+            self.insert_decoded(&path, rec, null)?;
             stack.push(OpenNode {
                 path,
                 ephemeral,
@@ -378,7 +411,12 @@ impl DataTree {
     }
 
     /// Stores one decoded node and indexes it (owner session, reap candidates).
-    fn insert_decoded(&mut self, path: &str, rec: NodeRecord) -> Result<(), SnapshotError> {
+    fn insert_decoded(
+        &mut self,
+        path: &str,
+        rec: NodeRecord,
+        null_data: bool,
+    ) -> Result<(), SnapshotError> {
         let owner = rec.stat.ephemeral_owner;
         if rec.mode.is_ephemeral() != (owner != 0) {
             return Err(malformed(format!("{path:?}: owner disagrees with mode")));
@@ -396,6 +434,9 @@ impl DataTree {
                 rec.mode
             )));
         }
+        if null_data && !rec.data.is_empty() {
+            return Err(malformed(format!("{path:?}: null data with bytes")));
+        }
         if is_reap_candidate(rec.mode) {
             self.reap_candidates.insert(path.to_string(), rec.ttl_ms);
         }
@@ -403,6 +444,7 @@ impl DataTree {
             data: rec.data,
             stat: rec.stat,
             mode: rec.mode,
+            null_data,
         };
         if self.nodes.insert(path, Arc::new(node)).is_some() {
             return Err(malformed(format!("{path:?} appears twice")));
@@ -480,9 +522,9 @@ fn checked_body(bytes: &[u8]) -> Result<(u8, &[u8]), SnapshotError> {
         return Err(malformed("bad magic"));
     }
     let format = bytes[MAGIC.len()];
-    if format != FORMAT_V1 && format != FORMAT_V2 {
+    if !(FORMAT_V1..=FORMAT_V3).contains(&format) {
         return Err(malformed(format!(
-            "unknown format {format} (this server reads formats {FORMAT_V1} and {FORMAT_V2})"
+            "unknown format {format} (this server reads formats {FORMAT_V1} to {FORMAT_V3})"
         )));
     }
     let (covered, trailer) = bytes.split_at(bytes.len() - CRC_BYTES);
@@ -615,6 +657,7 @@ mod tests {
                 data: Bytes::from(vec![7u8; 100]),
                 mode: CreateMode::Persistent,
                 ttl_ms: 0,
+                null_data: false,
             });
             assert!(tree.apply(&txn(10 + i, 0, 0, op)).result.is_ok());
         }
@@ -677,6 +720,7 @@ mod tests {
             data: Bytes::new(),
             mode,
             ttl_ms: 0,
+            null_data: false,
         })
     }
 
@@ -712,13 +756,13 @@ mod tests {
     #[test]
     fn an_unknown_format_is_refused_by_name() {
         let mut bytes = DataTree::new().encode_snapshot().unwrap();
-        bytes[MAGIC.len()] = 3;
+        bytes[MAGIC.len()] = 4;
         let n = bytes.len() - CRC_BYTES;
         let crc = crc32fast::hash(&bytes[..n]);
         bytes[n..].copy_from_slice(&crc.to_le_bytes());
         match DataTree::decode_snapshot(&bytes) {
-            Err(SnapshotError::Malformed(m)) => assert!(m.contains("unknown format 3"), "{m}"),
-            other => panic!("decoded format 3: {other:?}"),
+            Err(SnapshotError::Malformed(m)) => assert!(m.contains("unknown format 4"), "{m}"),
+            other => panic!("decoded format 4: {other:?}"),
         }
     }
 
@@ -735,11 +779,11 @@ mod tests {
             ttl_ms,
         };
         let mut tree = DataTree::new();
-        match tree.insert_decoded("/n", record(CreateMode::Persistent, 5)) {
+        match tree.insert_decoded("/n", record(CreateMode::Persistent, 5), false) {
             Err(SnapshotError::Malformed(m)) => assert!(m.contains("a TTL on"), "{m}"),
             other => panic!("decoded a TTL on a persistent node: {other:?}"),
         }
-        tree.insert_decoded("/n", record(CreateMode::PersistentWithTtl, 5))
+        tree.insert_decoded("/n", record(CreateMode::PersistentWithTtl, 5), false)
             .unwrap();
         let node = tree.nodes.get("/n").unwrap().clone();
         assert_eq!(tree.ttl_of("/n", &node), 5);

@@ -29,6 +29,7 @@ fn create(path: &str) -> TxnOp {
         data: Bytes::from(format!("c:{path}")),
         mode: CreateMode::Persistent,
         ttl_ms: 0,
+        null_data: false,
     })
 }
 
@@ -37,6 +38,7 @@ fn set(path: &str, data: Bytes) -> TxnOp {
         path: path.into(),
         data,
         version: -1,
+        null_data: false,
     })
 }
 

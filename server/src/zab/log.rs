@@ -352,6 +352,7 @@ pub(crate) mod tests {
                 path: "/big".into(),
                 data: Bytes::from(vec![7u8; data_bytes]),
                 version: -1,
+                null_data: false,
             }),
             ..txn(zxid)
         }

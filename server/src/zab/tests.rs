@@ -544,6 +544,7 @@ fn big(n: u64, data_bytes: usize) -> Txn {
             path: "/big".into(),
             data: bytes::Bytes::from(vec![n as u8; data_bytes]),
             version: -1,
+            null_data: false,
         }),
         ..txn(n)
     }

@@ -376,9 +376,8 @@ impl Jute for Option<String> {
     }
 }
 
-/// A `buffer`: null reads as empty. Concord stores a node's data as bytes, so the
-/// null data a client may send (Java's `create(path, null, ...)`, kazoo's `None`) and
-/// empty data are one; it is written back with length 0.
+/// A `buffer` whose null means nothing apart from empty (a password, an auth
+/// token): null reads as empty, and it is written with its length.
 impl Jute for Bytes {
     const MIN_BYTES: usize = 4;
     fn decode(r: &mut Reader<'_>) -> Result<Self, JuteError> {
@@ -386,6 +385,18 @@ impl Jute for Bytes {
     }
     fn encode(&self, w: &mut Writer) {
         w.buffer(Some(self));
+    }
+}
+
+/// A `buffer` whose null is kept apart from empty: a node's data (Java's
+/// `create(path, null, ...)`, kazoo's `None`).
+impl Jute for Option<Bytes> {
+    const MIN_BYTES: usize = 4;
+    fn decode(r: &mut Reader<'_>) -> Result<Self, JuteError> {
+        Ok(r.buffer()?.map(Bytes::copy_from_slice))
+    }
+    fn encode(&self, w: &mut Writer) {
+        w.buffer(self.as_deref());
     }
 }
 
@@ -500,12 +511,20 @@ mod tests {
         assert_eq!(r.string(), Ok(Some(String::new())));
         assert_eq!(r.buffer(), Ok(None));
         assert_eq!(r.buffer(), Ok(Some(&b""[..])));
-        // The typed fields fold null into empty, as documented on their impls.
+        // The typed fields fold null into empty, as documented on their impls, but
+        // for a node's data.
         let mut r = Reader::new(&bytes);
         assert_eq!(String::decode(&mut r), Ok(String::new()));
         assert_eq!(String::decode(&mut r), Ok(String::new()));
         assert_eq!(Bytes::decode(&mut r), Ok(Bytes::new()));
         assert_eq!(Bytes::decode(&mut r), Ok(Bytes::new()));
+        let mut r = Reader::new(&bytes[8..]);
+        assert_eq!(Option::<Bytes>::decode(&mut r), Ok(None));
+        assert_eq!(Option::<Bytes>::decode(&mut r), Ok(Some(Bytes::new())));
+        let mut w = Writer::new();
+        None::<Bytes>.encode(&mut w);
+        Some(Bytes::new()).encode(&mut w);
+        assert_eq!(w.into_bytes(), bytes[8..]);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! (AUTHFAILED: the certificate is the identity), reconfig (RECONFIGDISABLED, as a
 //! ZooKeeper with reconfigEnabled=false).
 
+use bytes::Bytes;
 use tonic::Status;
 
 use crate::api::shared::{self, code_of};
@@ -333,15 +334,28 @@ fn without_ttl(c: proto::CreateTtlRequest) -> (CreateRequest, i64) {
     (create, c.ttl_ms)
 }
 
+/// A node's data as the tree takes it, and whether it is null: null stays null
+/// only where the ensemble keeps it (`Replica::keeps_null_data`); during a rolling
+/// upgrade from a server without null data, it is written as empty, as such a
+/// server wrote it.
+fn node_data(data: Option<Bytes>, keeps_null: bool) -> (Bytes, bool) {
+    match data {
+        Some(data) => (data, false),
+        None => (Bytes::new(), keeps_null),
+    }
+}
+
 /// A create as the tree takes it: checked, paths mapped in.
 fn create_op(conn: &Conn, c: CreateRequest, ttl_ms: i64, op: OpCode) -> Result<CreateOp, Failure> {
     check_acl(&c.acl)?;
     let mode = create_mode(c.flags, op)?;
+    let (data, null_data) = node_data(c.data, conn.door.replica.keeps_null_data());
     let raw = CreateOp {
         path: c.path,
-        data: c.data,
+        data,
         mode,
         ttl_ms,
+        null_data,
     };
     let limits = conn.door.tree.limits();
     let mut op = shared::check_create(raw, conn.session_id, limits).map_err(|s| failure(&s))?;
@@ -408,10 +422,12 @@ fn set_op(conn: &Conn, s: proto::SetDataRequest) -> Result<SetOp, Failure> {
     shared::check_path(&s.path).map_err(|e| failure(&e))?;
     shared::check_version(s.version).map_err(|e| failure(&e))?;
     let limits = conn.door.tree.limits();
+    let (data, null_data) = node_data(s.data, conn.door.replica.keeps_null_data());
     Ok(SetOp {
         path: conn.view.path_in(&s.path).map_err(|e| failure(&e))?,
-        data: shared::owned_data(&s.data, limits).map_err(|e| failure(&e))?,
+        data: shared::owned_data(&data, limits).map_err(|e| failure(&e))?,
         version: s.version,
+        null_data,
     })
 }
 
@@ -473,6 +489,11 @@ async fn exists(conn: &mut Conn, path: &str, watch_it: bool) -> Result<Done, Fai
     Ok(done)
 }
 
+/// A node's data as a client reads it: None for null data.
+fn data_out(data: Bytes, null_data: bool) -> Option<Bytes> {
+    (!null_data).then_some(data)
+}
+
 async fn get_data(conn: &mut Conn, path: &str, watch_it: bool) -> Result<Done, Failure> {
     let (zxid, node, notes) = read_node(conn, path, watch_it).await?;
     let node = node.ok_or(Failure::Code(Code::NoNode))?;
@@ -480,7 +501,7 @@ async fn get_data(conn: &mut Conn, path: &str, watch_it: bool) -> Result<Done, F
         watch(conn, WatchKind::Data, path)?;
     }
     let body = proto::GetDataResponse {
-        data: node.data,
+        data: data_out(node.data, node.null_data),
         stat: stat(&node.stat),
     };
     let mut done = Done::new(zxid, &body);
@@ -591,27 +612,32 @@ fn who_am_i(conn: &Conn) -> Done {
 
 /// A multi's ops as the tree takes them (paths still the client's: `multi_in`
 /// maps them), and each op's opcode for the answer's shape; Err names the first op
-/// refused (its index and code).
-fn multi_ops(ops: Vec<proto::MultiOp>) -> Result<(Vec<MultiOp>, Vec<OpCode>), (usize, Code)> {
+/// refused (its index and code). Null data stays null if `keeps_null` (`node_data`).
+fn multi_ops(
+    ops: Vec<proto::MultiOp>,
+    keeps_null: bool,
+) -> Result<(Vec<MultiOp>, Vec<OpCode>), (usize, Code)> {
     let mut out = Vec::with_capacity(ops.len());
     let mut codes = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
         let opcode = op.op_code();
         codes.push(opcode);
-        out.push(multi_op(op, opcode).map_err(|code| (index, code))?);
+        out.push(multi_op(op, opcode, keeps_null).map_err(|code| (index, code))?);
     }
     Ok((out, codes))
 }
 
 /// One op of a multi as the tree takes it.
-fn multi_op(op: proto::MultiOp, opcode: OpCode) -> Result<MultiOp, Code> {
+fn multi_op(op: proto::MultiOp, opcode: OpCode, keeps_null: bool) -> Result<MultiOp, Code> {
     let create = |c: CreateRequest, ttl_ms: i64| {
         check_acl(&c.acl).map_err(|_| Code::InvalidAcl)?;
+        let (data, null_data) = node_data(c.data, keeps_null);
         Ok(MultiOp::Create(CreateOp {
             mode: create_mode(c.flags, opcode).map_err(|_| Code::BadArguments)?,
             path: c.path,
-            data: c.data,
+            data,
             ttl_ms,
+            null_data,
         }))
     };
     match op {
@@ -626,11 +652,15 @@ fn multi_op(op: proto::MultiOp, opcode: OpCode) -> Result<MultiOp, Code> {
             path: d.path,
             version: d.version,
         })),
-        proto::MultiOp::SetData(s) => Ok(MultiOp::Set(SetOp {
-            path: s.path,
-            data: s.data,
-            version: s.version,
-        })),
+        proto::MultiOp::SetData(s) => {
+            let (data, null_data) = node_data(s.data, keeps_null);
+            Ok(MultiOp::Set(SetOp {
+                path: s.path,
+                data,
+                version: s.version,
+                null_data,
+            }))
+        }
         proto::MultiOp::Check(c) => Ok(MultiOp::Check(CheckOp {
             path: c.path,
             version: c.version,
@@ -666,7 +696,7 @@ async fn multi(conn: &mut Conn, ops: Vec<proto::MultiOp>) -> Result<Done, Failur
     let n = ops.len();
     let applied = conn.door.replica.applied_zxid();
     // An op refused before submitting fails the multi at that op.
-    let (ops, codes) = match multi_ops(ops) {
+    let (ops, codes) = match multi_ops(ops, conn.door.replica.keeps_null_data()) {
         Ok(v) => v,
         Err((index, code)) => return Ok(multi_failed(n, index, code, applied)),
     };
@@ -721,7 +751,7 @@ async fn multi_read(conn: &mut Conn, ops: Vec<proto::MultiOp>) -> Result<Done, F
                     Ok((z, Some(node))) => {
                         zxid = zxid.max(z);
                         MultiResult::GetData {
-                            data: node.data,
+                            data: data_out(node.data, node.null_data),
                             stat: stat(&node.stat),
                         }
                     }
@@ -888,6 +918,44 @@ async fn add_watch(conn: &mut Conn, path: &str, mode: i32) -> Result<Done, Failu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Null data is written as null only where every member keeps it (a rolling
+    /// upgrade may still have a member that cannot decode it), in a multi too.
+    #[test]
+    fn null_data_is_written_as_empty_until_every_member_keeps_it() {
+        assert_eq!(node_data(None, true), (Bytes::new(), true));
+        assert_eq!(node_data(None, false), (Bytes::new(), false));
+        let data = Bytes::from_static(b"x");
+        assert_eq!(node_data(Some(data.clone()), true), (data, false));
+        let create = |data| {
+            proto::MultiOp::Create(CreateRequest {
+                path: "/a".into(),
+                data,
+                acl: vec![proto::Acl::open_unsafe()],
+                flags: 0,
+            })
+        };
+        let set = proto::MultiOp::SetData(proto::SetDataRequest {
+            path: "/a".into(),
+            data: None,
+            version: -1,
+        });
+        for keeps in [true, false] {
+            let ops = vec![create(None), set.clone(), create(Some(Bytes::new()))];
+            let (ops, _) = multi_ops(ops, keeps).unwrap();
+            let nulls: Vec<bool> = ops
+                .iter()
+                .map(|op| match op {
+                    MultiOp::Create(c) => c.null_data,
+                    MultiOp::Set(s) => s.null_data,
+                    _ => unreachable!(),
+                })
+                .collect();
+            assert_eq!(nulls, [keeps, keeps, false]);
+        }
+        assert_eq!(data_out(Bytes::new(), true), None);
+        assert_eq!(data_out(Bytes::new(), false), Some(Bytes::new()));
+    }
 
     #[test]
     fn a_failed_multi_names_its_op_as_zookeeper_does() {

@@ -29,6 +29,7 @@ fn big_txn(zxid: Zxid, bytes: usize) -> Txn {
             path: format!("/big/{}", zxid % 100),
             data: Bytes::from(pattern(bytes, zxid as u8)),
             version: -1,
+            null_data: false,
         }),
     }
 }

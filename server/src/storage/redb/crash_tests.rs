@@ -119,6 +119,7 @@ fn txn_at(zxid: Zxid) -> Txn {
             path: format!("/k{}", zxid % 50),
             data: Bytes::from(vec![zxid as u8; len]),
             version: -1,
+            null_data: false,
         }),
     }
 }

@@ -49,6 +49,7 @@ fn random_create(rng: &mut Rng) -> CreateOp {
         data: Bytes::from(vec![rng.below(256) as u8; rng.below(4) as usize]),
         mode,
         ttl_ms,
+        null_data: false,
     }
 }
 
@@ -69,6 +70,7 @@ fn random_multi_op(rng: &mut Rng) -> MultiOp {
             path,
             data: Bytes::from_static(b"m"),
             version: -1,
+            null_data: false,
         }),
         2 => MultiOp::Delete(DeleteOp {
             path,
@@ -89,6 +91,7 @@ fn random_op(rng: &mut Rng, sessions: &[u64]) -> TxnOp {
             path,
             data: Bytes::from_static(b"s"),
             version: version(rng),
+            null_data: false,
         }),
         10..=11 => TxnOp::Delete(DeleteOp {
             path,

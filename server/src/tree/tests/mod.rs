@@ -122,6 +122,7 @@ pub(super) fn create_op(path: &str, data: &str, mode: CreateMode) -> CreateOp {
         data: Bytes::copy_from_slice(data.as_bytes()),
         mode,
         ttl_ms: 0,
+        null_data: false,
     }
 }
 
@@ -141,6 +142,7 @@ pub(super) fn set_op(path: &str, data: &str, version: i32) -> SetOp {
         path: path.into(),
         data: Bytes::copy_from_slice(data.as_bytes()),
         version,
+        null_data: false,
     }
 }
 

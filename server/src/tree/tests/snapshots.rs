@@ -199,3 +199,48 @@ fn a_clone_keeps_every_node_as_it_was_while_the_tree_changes() {
     assert_eq!(clone.digest(), digest);
     assert_ne!(d.tree.digest(), digest);
 }
+
+/// Null data (ZooKeeper's) is kept apart from empty data by create, set, a Multi,
+/// the digest and a snapshot; a tree without it is written in format 2, which
+/// servers from before null data read.
+#[test]
+fn null_data_is_kept_apart_from_empty() {
+    let null_create = |path: &str| {
+        let mut op = create_op(path, "", Persistent);
+        op.null_data = true;
+        TxnOp::Create(op)
+    };
+    let mut d = Driver::new();
+    d.mk("/empty", Persistent);
+    let format = |tree: &DataTree| tree.encode_snapshot().unwrap()[b"CNCDSNAP".len()];
+    assert_eq!(format(&d.tree), 2);
+    assert_eq!(d.tree.snapshot_format(), 2);
+    let mut twin = Driver::new();
+    twin.mk("/empty", Persistent);
+    d.ok(null_create("/null"));
+    twin.mk("/null", Persistent);
+    assert!(d.tree.get("/null").unwrap().null_data);
+    assert!(!d.tree.get("/empty").unwrap().null_data);
+    assert_eq!(d.stat("/null"), twin.stat("/null"));
+    assert_ne!(d.tree.digest(), twin.tree.digest(), "null is not empty");
+
+    let mut set_null = set_op("/empty", "", -1);
+    set_null.null_data = true;
+    d.ok(TxnOp::Multi(vec![MultiOp::Set(set_null)]));
+    assert!(d.tree.get("/empty").unwrap().null_data);
+    d.ok(set("/null", "x", -1));
+    assert!(
+        !d.tree.get("/null").unwrap().null_data,
+        "bytes replace null"
+    );
+
+    let bytes = d.tree.encode_snapshot().unwrap();
+    assert_eq!(bytes[b"CNCDSNAP".len()], 3);
+    assert_eq!(d.tree.snapshot_format(), 3);
+    let back = DataTree::decode_snapshot(&bytes).unwrap();
+    assert_same(&d.tree, &back);
+    check_invariants(&back);
+    assert!(back.get("/empty").unwrap().null_data);
+    assert!(!back.get("/null").unwrap().null_data);
+    assert_eq!(back.encode_snapshot().unwrap(), bytes);
+}

@@ -146,7 +146,8 @@ pub enum MultiResult {
     },
     Check,
     GetData {
-        data: Bytes,
+        /// None: null data.
+        data: Option<Bytes>,
         stat: Stat,
     },
     GetChildren {

@@ -176,7 +176,8 @@ record! {
     /// create, create2 and createContainer.
     pub struct CreateRequest {
         pub path: String,
-        pub data: Bytes,
+        /// None: null data, kept apart from empty.
+        pub data: Option<Bytes>,
         pub acl: Vec<Acl>,
         /// `CreateMode` value.
         pub flags: i32,
@@ -186,7 +187,8 @@ record! {
 record! {
     pub struct CreateTtlRequest {
         pub path: String,
-        pub data: Bytes,
+        /// None: null data, kept apart from empty.
+        pub data: Option<Bytes>,
         pub acl: Vec<Acl>,
         pub flags: i32,
         pub ttl_ms: i64,
@@ -226,7 +228,8 @@ record! {
 record! {
     pub struct SetDataRequest {
         pub path: String,
-        pub data: Bytes,
+        /// None: null data, kept apart from empty.
+        pub data: Option<Bytes>,
         pub version: i32,
     }
 }
@@ -391,7 +394,8 @@ record! {
 record! {
     /// Also getConfig's answer (a getData of /zookeeper/config).
     pub struct GetDataResponse {
-        pub data: Bytes,
+        /// None: null data, kept apart from empty.
+        pub data: Option<Bytes>,
         pub stat: Stat,
     }
 }

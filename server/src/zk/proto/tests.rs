@@ -147,7 +147,7 @@ fn a_create_frame_as_kazoo_sends_it() {
     assert_eq!(header, RequestHeader { xid: 1, op: 1 });
     let expected = CreateRequest {
         path: "/a".to_owned(),
-        data: Bytes::from_static(b"x"),
+        data: Some(Bytes::from_static(b"x")),
         acl: vec![Acl::open_unsafe()],
         flags: 0,
     };
@@ -171,7 +171,7 @@ fn a_create_frame_as_kazoo_sends_it() {
         request,
         Ok(Request::Create(CreateRequest {
             path: "/n".to_owned(),
-            data: Bytes::new(),
+            data: None,
             acl: vec![Acl::open_unsafe()],
             flags: CreateMode::Ephemeral.into(),
         }))
@@ -222,7 +222,7 @@ fn a_multi_request_as_kazoo_sends_it() {
     let ops = vec![
         MultiOp::Create(CreateRequest {
             path: "/t".to_owned(),
-            data: Bytes::new(),
+            data: Some(Bytes::new()),
             acl: vec![Acl::open_unsafe()],
             flags: 0,
         }),
@@ -236,7 +236,7 @@ fn a_multi_request_as_kazoo_sends_it() {
         }),
         MultiOp::SetData(SetDataRequest {
             path: "/t".to_owned(),
-            data: Bytes::from_static(b"v"),
+            data: Some(Bytes::from_static(b"v")),
             version: 3,
         }),
     ];
@@ -307,7 +307,7 @@ fn multi_answers_are_written_as_multi_response_serialize_does() {
     let read = MultiResponse {
         results: vec![
             MultiResult::GetData {
-                data: Bytes::from_static(b"hi"),
+                data: Some(Bytes::from_static(b"hi")),
                 stat: sample_stat(),
             },
             MultiResult::GetChildren {
@@ -376,7 +376,7 @@ fn every_request() -> Vec<Request> {
     let p = |s: &str| s.to_owned();
     let create = CreateRequest {
         path: p("/c"),
-        data: Bytes::from_static(b"d\x00"),
+        data: Some(Bytes::from_static(b"d\x00")),
         acl: vec![
             Acl::open_unsafe(),
             Acl {
@@ -402,7 +402,7 @@ fn every_request() -> Vec<Request> {
         }),
         Request::CreateTtl(CreateTtlRequest {
             path: p("/ttl"),
-            data: Bytes::from_static(b"t"),
+            data: Some(Bytes::from_static(b"t")),
             acl: vec![Acl::open_unsafe()],
             flags: CreateMode::PersistentWithTtl.into(),
             ttl_ms: 60_000,
@@ -422,7 +422,7 @@ fn every_request() -> Vec<Request> {
         }),
         Request::SetData(SetDataRequest {
             path: p("/s"),
-            data: Bytes::from_static(b"new"),
+            data: Some(Bytes::from_static(b"new")),
             version: -1,
         }),
         Request::GetAcl(GetAclRequest { path: p("/acl") }),
@@ -457,7 +457,7 @@ fn every_request() -> Vec<Request> {
                 }),
                 MultiOp::SetData(SetDataRequest {
                     path: p("/s"),
-                    data: Bytes::from_static(b"1"),
+                    data: Some(Bytes::from_static(b"1")),
                     version: 1,
                 }),
                 MultiOp::Check(CheckVersionRequest {
@@ -605,7 +605,11 @@ fn every_response_record_round_trips() {
         stat: sample_stat(),
     });
     assert_round_trip(GetDataResponse {
-        data: Bytes::from_static(b"\xff\x00data"),
+        data: Some(Bytes::from_static(b"\xff\x00data")),
+        stat: sample_stat(),
+    });
+    assert_round_trip(GetDataResponse {
+        data: None,
         stat: sample_stat(),
     });
     assert_round_trip(SetDataResponse {
