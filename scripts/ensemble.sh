@@ -161,6 +161,7 @@ start() {
 id = $i
 client_addr = \"127.0.0.1:$(client_port "$i")\"
 peer_addr = \"127.0.0.1:$(($(client_port "$i") + 1))\"
+zookeeper_addr = \"127.0.0.1:$(($(client_port "$i") + 3))\"
 role = \"$role\"
 "
   done

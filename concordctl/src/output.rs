@@ -147,7 +147,10 @@ pub fn members_lines(m: &Members) -> Vec<String> {
             m.leader_id.to_string()
         }
     )];
-    lines.push("id\trole\tvoter\tzxid\tlag_txns\theard_ms_ago\tclient_addr\tpeer_addr".into());
+    lines.push(
+        "id\trole\tvoter\tzxid\tlag_txns\theard_ms_ago\tclient_addr\tpeer_addr\tzookeeper_addr"
+            .into(),
+    );
     for s in &m.members {
         let (zxid, lag) = if s.known {
             (format!("{:#x}", s.zxid), s.lag_txns.to_string())
@@ -155,13 +158,29 @@ pub fn members_lines(m: &Members) -> Vec<String> {
             ("-".into(), "-".into())
         };
         lines.push(format!(
-            "{}\t{}\t{}\t{zxid}\t{lag}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{zxid}\t{lag}\t{}\t{}\t{}\t{}",
             s.id,
             s.role.name(),
             if s.voter { "voter" } else { "observer" },
             s.heard_ms_ago,
             s.client_addr,
-            s.peer_addr
+            s.peer_addr,
+            if s.zookeeper_addr.is_empty() {
+                "-"
+            } else {
+                &s.zookeeper_addr
+            }
+        ));
+    }
+    let zookeeper: Vec<&str> = m
+        .members
+        .iter()
+        .map(|s| s.zookeeper_addr.as_str())
+        .collect();
+    if !zookeeper.is_empty() && zookeeper.iter().all(|z| !z.is_empty()) {
+        lines.push(format!(
+            "# zookeeper connect string: {}",
+            zookeeper.join(",")
         ));
     }
     lines
@@ -190,6 +209,7 @@ mod tests {
             id,
             client_addr: format!("127.0.0.1:{id}1"),
             peer_addr: format!("127.0.0.1:{id}2"),
+            zookeeper_addr: format!("127.0.0.1:{id}3"),
             voter: id != 3,
             role,
             zxid: 0x10000000005,
@@ -210,12 +230,24 @@ mod tests {
         assert_eq!(lines[0], "# answered by server 2; leader 1");
         assert_eq!(
             lines[2],
-            "1\tleader\tvoter\t0x10000000005\t2\t40\t127.0.0.1:11\t127.0.0.1:12"
+            "1\tleader\tvoter\t0x10000000005\t2\t40\t127.0.0.1:11\t127.0.0.1:12\t127.0.0.1:13"
         );
         assert_eq!(
             lines[4],
-            "3\tunknown\tobserver\t-\t-\t40\t127.0.0.1:31\t127.0.0.1:32"
+            "3\tunknown\tobserver\t-\t-\t40\t127.0.0.1:31\t127.0.0.1:32\t127.0.0.1:33"
         );
+        assert_eq!(
+            lines[5],
+            "# zookeeper connect string: 127.0.0.1:13,127.0.0.1:23,127.0.0.1:33"
+        );
+        // Without ZooKeeper addresses: a dash each, and no connect string.
+        let mut m = m;
+        for s in &mut m.members {
+            s.zookeeper_addr.clear();
+        }
+        let lines = members_lines(&m);
+        assert!(lines[2].ends_with("\t127.0.0.1:12\t-"), "{}", lines[2]);
+        assert_eq!(lines.len(), 5);
     }
 
     #[test]

@@ -227,6 +227,21 @@ def test_null_data_is_kept_apart_from_empty(zk_server: Server, kz: KazooClient, 
     assert kz.get(f"{base}/multi")[0] == b"g"
 
 
+def test_get_config_names_the_ensemble_with_its_zookeeper_ports(zk_server: Server, kz: KazooClient) -> None:
+    """getConfig is a getData of /zookeeper/config, in ZooKeeper's dynamic config
+    form; Cluster/Members names the same ZooKeeper address."""
+    data, stat = kz.get("/zookeeper/config", watch=lambda e: None)
+    lines = data.decode().split("\n")
+    assert len(lines) == 2 and lines[1] == "version=0", lines
+    server, client = lines[0].split(";")
+    name, peer_host, quorum_port, election_port, role = server.replace("=", ":").split(":")
+    assert (name, peer_host, role) == ("server.1", "127.0.0.1", "participant")
+    assert quorum_port == election_port and client == zk_server.zookeeper_addr
+    assert stat.dataLength == len(data)
+    with concord.Client(zk_server.addr) as c:
+        assert c.members().members[0].zookeeper_addr == zk_server.zookeeper_addr
+
+
 def test_get_children_answers_every_child_at_once(kz: KazooClient, base: str) -> None:
     """The gRPC listing pages at 1,000; ZooKeeper's getChildren does not."""
     for start in (0, 750):  # a multi holds at most 1,024 ops

@@ -19,6 +19,8 @@ pub struct MemberStatus {
     pub client_addr: String,
     /// Its peer address, from the configuration.
     pub peer_addr: String,
+    /// Where ZooKeeper clients reach it, from the configuration (empty: none named).
+    pub zookeeper_addr: String,
     /// Configured as a voter (false: an observer, which never votes).
     pub voter: bool,
     /// Leader, follower or observer when known now; `Unknown` when unknown or
@@ -66,6 +68,7 @@ impl Client {
                     role: Role::from(m.role),
                     client_addr: m.client_addr,
                     peer_addr: m.peer_addr,
+                    zookeeper_addr: m.zookeeper_addr,
                     voter: m.voter,
                     zxid: m.zxid,
                     lag_txns: m.lag_txns,

@@ -484,6 +484,12 @@ pub struct Member {
     /// the members.
     #[serde(default)]
     pub peer_identity: Option<String>,
+    /// Where its ZooKeeper port is reached, as clients dial it (the member binds it
+    /// with `zookeeper_addr`). Named in the ensemble's config that ZooKeeper clients
+    /// read (getConfig; Curator's ensemble tracker then connects to these) and in
+    /// `Cluster/Members`. Set for every member or for none.
+    #[serde(default)]
+    pub zookeeper_addr: Option<Address>,
 }
 
 /// A configuration that cannot run.
@@ -683,8 +689,9 @@ impl Config {
     }
 
     /// The ensemble: `members`, or this server alone as a voter when none are listed;
-    /// each member's client address as clients dial it (`Address::dialable`: not
-    /// 0.0.0.0), as `Cluster.Members` and NOT_LEADER hints show it.
+    /// each member's client and ZooKeeper addresses as clients dial them
+    /// (`Address::dialable`: not 0.0.0.0), as `Cluster.Members`, NOT_LEADER hints and
+    /// getConfig show them.
     pub fn ensemble(&self) -> Vec<Member> {
         let members = if self.members.is_empty() {
             vec![Member {
@@ -693,6 +700,7 @@ impl Config {
                 peer_addr: self.peer_addr.into(),
                 role: Role::Voter,
                 peer_identity: None,
+                zookeeper_addr: self.zookeeper_addr.map(Address::from),
             }]
         } else {
             self.members.clone()
@@ -701,6 +709,7 @@ impl Config {
             .into_iter()
             .map(|m| Member {
                 client_addr: m.client_addr.dialable(&m.peer_addr),
+                zookeeper_addr: m.zookeeper_addr.map(|z| z.dialable(&m.peer_addr)),
                 ..m
             })
             .collect()
@@ -725,6 +734,19 @@ impl Config {
             if !self.peer_tls() {
                 self.check_plain_text_to(&m.peer_addr)?;
             }
+            match &m.zookeeper_addr {
+                Some(z) if !self.client_tls() => self.check_plain_text_to(z)?,
+                _ => {}
+            }
+        }
+        let with_zookeeper = self.members.iter().filter(|m| m.zookeeper_addr.is_some());
+        let with_zookeeper = with_zookeeper.count();
+        if with_zookeeper != 0 && with_zookeeper != self.members.len() {
+            return invalid(
+                "zookeeper_addr is set for some members and not others: set it for every \
+                 member (ZooKeeper clients connect to the ones listed) or for none"
+                    .to_owned(),
+            );
         }
         if !self.peer_tls() {
             self.check_plain_text(self.peer_addr)?;
@@ -744,6 +766,17 @@ impl Config {
                 "member {} lists {} / {} but this server binds {} / {}",
                 me.id, me.client_addr, me.peer_addr, self.client_addr, self.peer_addr
             ));
+        }
+        match (&me.zookeeper_addr, self.zookeeper_addr) {
+            (Some(listed), Some(bound)) if listed.served_by(bound) => {}
+            (None, _) => {}
+            (Some(listed), bound) => {
+                let bound = bound.map_or("no ZooKeeper port".to_owned(), |b| b.to_string());
+                return invalid(format!(
+                    "member {} lists zookeeper_addr {listed} but this server binds {bound}",
+                    me.id
+                ));
+            }
         }
         Ok(())
     }
@@ -1364,6 +1397,52 @@ role = "voter"
         assert_eq!(v6.ensemble()[0].client_addr.to_string(), "[::1]:7181");
     }
 
+    /// Members' ZooKeeper addresses: for every member or none, this server's own
+    /// entry served by the port it binds, shown where a client can dial them.
+    #[test]
+    fn zookeeper_addresses_are_listed_for_every_member_or_none() {
+        let mut c = three();
+        for (m, port) in c.members.iter_mut().zip([7183, 7193, 7203]) {
+            m.zookeeper_addr = Some(format!("127.0.0.1:{port}").parse().unwrap());
+        }
+        c.zookeeper_addr = Some("127.0.0.1:7193".parse().unwrap());
+        c.validate().unwrap();
+        let mut some = c.clone();
+        some.members[0].zookeeper_addr = None;
+        let e = some.validate().unwrap_err().to_string();
+        assert!(e.contains("for some members and not others"), "{e}");
+        let mut unbound = c.clone();
+        unbound.zookeeper_addr = None;
+        let e = unbound.validate().unwrap_err().to_string();
+        assert!(e.contains("binds no ZooKeeper port"), "{e}");
+        let mut elsewhere = c.clone();
+        elsewhere.zookeeper_addr = Some("127.0.0.1:2181".parse().unwrap());
+        assert!(
+            elsewhere.validate().is_err(),
+            "own entry names another port"
+        );
+        let mut wide = c.clone();
+        wide.insecure = true;
+        wide.members[0].zookeeper_addr = Some("0.0.0.0:7183".parse().unwrap());
+        wide.members[0].peer_addr = "10.1.2.3:7182".parse().unwrap();
+        wide.validate().unwrap();
+        let e = wide.ensemble();
+        assert_eq!(e[0].zookeeper_addr, Some("10.1.2.3:7183".parse().unwrap()));
+        let mut far = c.clone();
+        far.members[0].zookeeper_addr = Some("10.0.0.1:7183".parse().unwrap());
+        assert!(
+            far.validate().is_err(),
+            "plain text to a non-loopback address"
+        );
+        // A server alone names the port it binds.
+        let alone = Config {
+            zookeeper_addr: Some("127.0.0.1:2181".parse().unwrap()),
+            ..Config::default()
+        };
+        let e = alone.ensemble();
+        assert_eq!(e[0].zookeeper_addr, Some("127.0.0.1:2181".parse().unwrap()));
+    }
+
     #[test]
     fn no_members_is_an_ensemble_of_one() {
         let c = Config::default();
@@ -1371,6 +1450,7 @@ role = "voter"
         assert_eq!(e.len(), 1);
         assert_eq!((e[0].id, e[0].role), (1, Role::Voter));
         assert_eq!(e[0].client_addr, c.client_addr.into());
+        assert_eq!(e[0].zookeeper_addr, None);
     }
 
     #[test]

@@ -147,6 +147,12 @@ pub async fn run(
         }
     };
     let zookeeper_addr = zookeeper.as_ref().map(|z| z.0);
+    // What Cluster/Members names as this server's ZooKeeper port: the bound address
+    // (a port-0 bind is known only now).
+    let config = Config {
+        zookeeper_addr,
+        ..config
+    };
     let routes = crate::api::routes(&replica, &config, &security, zookeeper_addr)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -301,10 +307,15 @@ fn start_zookeeper(
     let listener = listen::bind(addr)
         .map_err(|e| RunError::Setup(format!("cannot listen for zookeeper on {addr}: {e}")))?;
     let bound = listener.local_addr().unwrap_or(addr);
+    // The bound address (a port-0 bind is known only now) is what getConfig names.
+    let served = Config {
+        zookeeper_addr: Some(bound),
+        ..config.clone()
+    };
     let door = std::sync::Arc::new(crate::zk::Door::new(
         replica.clone(),
         security.clone(),
-        config,
+        served,
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     tracing::info!(addr = %bound, tls = tls.is_some(), "serving ZooKeeper's protocol");

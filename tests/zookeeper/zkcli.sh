@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # zkCli.sh (Debian's zookeeper package, 3.8) against a server that speaks
-# ZooKeeper's client protocol: create, get, set, stat, ls, delete and deleteall,
+# ZooKeeper's client protocol: create, get, set, stat, ls, delete, deleteall and config,
 # each command's output and exit code compared with what zkCli prints against
 # ZooKeeper itself, including its messages for an existing node ("Node already
 # exists: /a"), a bad version ("version No is not valid : /a"), a missing node and a
@@ -104,6 +104,25 @@ check "create sequential" 0 "Created $root/s0000000002" create -s "$root/s"
 check "ls" 0 "[b, c, s0000000002]" ls "$root"
 check_stat "ls -s" 0 "[b, c, s0000000002]" 2 3 5 ls -s "$root"
 check "delete non-empty" 1 "Node not empty: $root" delete "$root"
+
+# config (getConfig): the ensemble in ZooKeeper's dynamic config form, each member
+# with the client address it was given in the connect string, in that order.
+cli config
+pattern="^"
+i=0
+IFS=, read -r -a hosts <<<"$server"
+for host in "${hosts[@]}"; do
+  i=$((i + 1))
+  pattern+="server\\.$i=[0-9.]+:[0-9]+:[0-9]+:participant;${host//./\\.}"$'\n'
+done
+pattern+="version=0\$"
+if [[ $rc == 0 && $out =~ $pattern ]]; then
+  pass "config"
+else
+  fail "config" "zkCli.sh config exited $rc; printed:
+$out
+want a match of: $pattern"
+fi
 check "delete -v bad version" 1 "version No is not valid : $root/b" delete -v 9 "$root/b"
 check "delete" 0 "" delete "$root/b"
 check "delete missing" 1 "Node does not exist: $root/b" delete "$root/b"

@@ -330,6 +330,8 @@ class MemberStatus:
     known: bool
     #: Milliseconds since the answering server (a leader) last heard from it.
     heard_ms_ago: int
+    #: Where ZooKeeper clients reach it, from the configuration ("" when none is named).
+    zookeeper_addr: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,6 +362,7 @@ class Members:
                     lag_txns=m.lag_txns,
                     known=m.known,
                     heard_ms_ago=m.heard_ms_ago,
+                    zookeeper_addr=m.zookeeper_addr,
                 )
                 for m in r.members
             ],

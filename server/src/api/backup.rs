@@ -130,6 +130,10 @@ pub(crate) fn members(replica: &Replica, ensemble: &[Member]) -> pb::MembersResp
                 id: m.id,
                 client_addr: m.client_addr.to_string(),
                 peer_addr: m.peer_addr.to_string(),
+                zookeeper_addr: m
+                    .zookeeper_addr
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string),
                 voter: m.role == ConfigRole::Voter,
                 ..Default::default()
             };

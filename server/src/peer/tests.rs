@@ -27,6 +27,7 @@ fn member(id: ServerId, peer_addr: SocketAddr) -> Member {
         peer_addr: peer_addr.into(),
         role: Role::Voter,
         peer_identity: None,
+        zookeeper_addr: None,
     }
 }
 

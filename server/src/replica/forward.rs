@@ -849,6 +849,7 @@ mod tests {
             peer_addr: Address::from(peer_addr),
             role: Role::Voter,
             peer_identity: None,
+            zookeeper_addr: None,
         };
         let me = member(2, SocketAddr::from(([127, 0, 0, 1], 2)));
         Forwarder::new(2, 7, &[member(LEADER, peer_addr), me], STALE, 1 << 20, None)

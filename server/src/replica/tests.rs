@@ -292,6 +292,7 @@ pub(super) fn three_voters() -> Vec<crate::config::Member> {
             peer_addr: crate::test_env::free_addr().into(),
             role: crate::config::Role::Voter,
             peer_identity: None,
+            zookeeper_addr: None,
         })
         .collect()
 }

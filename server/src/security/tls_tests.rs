@@ -258,6 +258,7 @@ fn peer_links_check_each_members_configured_identity() {
         peer_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 8000 + id as u16)).into(),
         role: crate::config::Role::Voter,
         peer_identity: identity.map(str::to_owned),
+        zookeeper_addr: None,
     };
     let config = Config {
         client_addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7001)),

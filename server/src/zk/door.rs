@@ -37,6 +37,8 @@ pub struct Door {
     pub(super) words: AllowList,
     /// The server's settings, for `conf`.
     pub(super) config: Arc<Config>,
+    /// The ensemble's config as ZooKeeper's `/zookeeper/config` holds it (getConfig).
+    pub(super) ensemble_config: bytes::Bytes,
     /// Frames received and sent on this port (srvr, stat, mntr).
     pub(super) packets_received: AtomicU64,
     pub(super) packets_sent: AtomicU64,
@@ -46,8 +48,36 @@ pub struct Door {
     pub(super) started: std::time::Instant,
 }
 
+/// Where ZooKeeper clients read the ensemble's config (`ZooDefs.CONFIG_NODE`):
+/// getConfig is a getData of it, outside any chroot.
+pub(super) const CONFIG_NODE: &str = "/zookeeper/config";
+
+/// The ensemble as ZooKeeper's dynamic config writes it, one
+/// `server.ID=HOST:QUORUM_PORT:ELECTION_PORT:ROLE[;CLIENT_ADDR]` line a member
+/// (Concord's one peer port stands for both ports), then `version=` (hex; 0: the
+/// membership never changes). The client address is the member's
+/// `zookeeper_addr`, left out where none is configured: Curator's ensemble tracker
+/// then keeps the connect string it was given.
+fn ensemble_config(members: &[crate::config::Member]) -> bytes::Bytes {
+    let mut text = String::new();
+    for m in members {
+        let role = match m.role {
+            crate::config::Role::Voter => "participant",
+            crate::config::Role::Observer => "observer",
+        };
+        let port = m.peer_addr.port();
+        text.push_str(&format!("server.{}={}:{port}:{role}", m.id, m.peer_addr));
+        if let Some(z) = &m.zookeeper_addr {
+            text.push_str(&format!(";{z}"));
+        }
+        text.push('\n');
+    }
+    text.push_str("version=0");
+    bytes::Bytes::from(text)
+}
+
 impl Door {
-    pub fn new(replica: Replica, security: Security, config: &Config) -> Door {
+    pub fn new(replica: Replica, security: Security, config: Config) -> Door {
         let limits = crate::api::Limits {
             node_data_bytes_max: config.node_data_bytes_max,
         };
@@ -59,7 +89,8 @@ impl Door {
             frame_bytes_max: config.zookeeper_frame_bytes_max,
             watches_max: config.zookeeper_watches_per_connection_max,
             words: AllowList::parse(&config.zookeeper_four_letter_words.join(",")),
-            config: Arc::new(config.clone()),
+            ensemble_config: ensemble_config(&config.ensemble()),
+            config: Arc::new(config),
             packets_received: AtomicU64::new(0),
             packets_sent: AtomicU64::new(0),
             registry: Arc::default(),
@@ -141,4 +172,37 @@ async fn accept<C, I>(
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Member, Role};
+
+    #[test]
+    fn the_ensemble_config_is_zookeepers_dynamic_config() {
+        let member = |id, peer: &str, role, zk: Option<&str>| Member {
+            id,
+            client_addr: "127.0.0.1:1".parse().unwrap(),
+            peer_addr: peer.parse().unwrap(),
+            role,
+            peer_identity: None,
+            zookeeper_addr: zk.map(|z| z.parse().unwrap()),
+        };
+        let members = [
+            member(1, "10.0.0.1:7182", Role::Voter, Some("10.0.0.1:2181")),
+            member(2, "concord-1.peers:7182", Role::Observer, Some("c1:2181")),
+        ];
+        assert_eq!(
+            ensemble_config(&members),
+            "server.1=10.0.0.1:7182:7182:participant;10.0.0.1:2181\n\
+             server.2=concord-1.peers:7182:7182:observer;c1:2181\n\
+             version=0"
+        );
+        let members = [member(3, "[::1]:7", Role::Voter, None)];
+        assert_eq!(
+            ensemble_config(&members),
+            "server.3=[::1]:7:7:participant\nversion=0"
+        );
+    }
 }

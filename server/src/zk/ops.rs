@@ -8,6 +8,8 @@
 //! (AUTHFAILED: the certificate is the identity), reconfig (RECONFIGDISABLED, as a
 //! ZooKeeper with reconfigEnabled=false).
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use tonic::Status;
 
@@ -20,6 +22,7 @@ use crate::txn::{
 use concord_proto::v1::ErrorCode;
 
 use super::conn::{Conn, End};
+use super::door::CONFIG_NODE;
 use super::jute::{encode_to_vec, Jute};
 use super::proto::{
     self, Acl, Code, CreateMode, CreateRequest, MultiResult, OpCode, ReplyHeader, Request,
@@ -29,6 +32,15 @@ use super::watches::{WatchKind, WatcherType};
 
 /// Most ops in one multi or multiRead (as the gRPC Multi).
 pub(super) const MULTI_OPS_MAX: usize = 1024;
+
+/// How long an auth or SASL request waits for its AUTHFAILED. kazoo's `start()` wakes
+/// on CONNECTED and then reads whether it is still connected: a refusal that has
+/// already arrived makes it raise a connection time-out instead of AuthFailedError
+/// (kazoo 2.11; its test_invalid_sasl_auth failed so). ZooKeeper refuses a DIGEST-MD5
+/// client only after a challenge round and the client's digest, about 10 ms after
+/// CONNECTED; answered at once (well under 1 ms), a kazoo client whose process was
+/// busy lost that race in one start of five, and none of 200 with this wait.
+pub(super) const AUTH_REFUSAL_WAIT: Duration = Duration::from_millis(200);
 
 /// What became of one request.
 pub(super) struct Answer {
@@ -204,7 +216,7 @@ async fn handle(conn: &mut Conn, request: Request) -> Result<Done, Failure> {
         R::RemoveWatches(c) => remove_watches(conn, &c.path, c.watcher_type, true).await,
         // The client certificate is the identity; ZooKeeper answers an auth it
         // cannot honour this way, and closes the connection.
-        R::Auth(_) | R::Sasl(_) => Err(Failure::CodeThenEnd(Code::AuthFailed, End::SessionOver)),
+        R::Auth(_) | R::Sasl(_) => Err(refuse_auth().await),
         R::SetWatches(s) => {
             let lists = [
                 s.data_watches,
@@ -230,6 +242,13 @@ async fn handle(conn: &mut Conn, request: Request) -> Result<Done, Failure> {
         R::AddWatch(a) => add_watch(conn, &a.path, a.mode).await,
         R::DeleteContainer(_) => Err(Code::Unimplemented.into()),
     }
+}
+
+/// The answer to an auth or SASL request: AUTHFAILED after AUTH_REFUSAL_WAIT, then
+/// the connection closes. Only this connection waits (it answers in order anyway).
+async fn refuse_auth() -> Failure {
+    tokio::time::sleep(AUTH_REFUSAL_WAIT).await;
+    Failure::CodeThenEnd(Code::AuthFailed, End::SessionOver)
 }
 
 /// The ZooKeeper answer to a failed shared-layer call.
@@ -494,7 +513,31 @@ fn data_out(data: Bytes, null_data: bool) -> Option<Bytes> {
     (!null_data).then_some(data)
 }
 
+/// getConfig (a getData of `/zookeeper/config`): the ensemble's config, the same
+/// for every team. A watch on it is kept as ZooKeeper keeps one; the membership
+/// never changes, so it fires only if the client writes a node of its own there.
+fn ensemble_config(conn: &mut Conn, watch_it: bool) -> Result<proto::GetDataResponse, Failure> {
+    if watch_it {
+        conn.ensure_feed()
+            .map_err(|_| Failure::Code(Code::QuotaExceeded))?;
+        watch(conn, WatchKind::Data, CONFIG_NODE)?;
+    }
+    let data = conn.door.ensemble_config.clone();
+    let stat = proto::Stat {
+        data_length: i32::try_from(data.len()).unwrap_or(i32::MAX),
+        ..proto::Stat::default()
+    };
+    Ok(proto::GetDataResponse {
+        data: Some(data),
+        stat,
+    })
+}
+
 async fn get_data(conn: &mut Conn, path: &str, watch_it: bool) -> Result<Done, Failure> {
+    if path == CONFIG_NODE {
+        let body = ensemble_config(conn, watch_it)?;
+        return Ok(Done::new(conn.door.replica.applied_zxid(), &body));
+    }
     let (zxid, node, notes) = read_node(conn, path, watch_it).await?;
     let node = node.ok_or(Failure::Code(Code::NoNode))?;
     if watch_it {
@@ -741,6 +784,13 @@ async fn multi_read(conn: &mut Conn, ops: Vec<proto::MultiOp>) -> Result<Done, F
     let mut zxid = conn.door.replica.applied_zxid();
     for op in ops {
         let result = match op {
+            proto::MultiOp::GetData(g) if g.path == CONFIG_NODE => {
+                let body = ensemble_config(conn, false)?;
+                MultiResult::GetData {
+                    data: body.data,
+                    stat: body.stat,
+                }
+            }
             proto::MultiOp::GetData(g) => {
                 match conn
                     .door
@@ -989,6 +1039,22 @@ mod tests {
         assert!(matches!(
             check_acl(&[read_only]),
             Err(Failure::Code(Code::InvalidAcl))
+        ));
+    }
+
+    /// An auth or SASL refusal is not answered before AUTH_REFUSAL_WAIT (kazoo's
+    /// start() must see its connection before the refusal; test_invalid_sasl_auth).
+    #[tokio::test(start_paused = true)]
+    async fn an_auth_refusal_waits_before_authfailed() {
+        let early =
+            tokio::time::timeout(AUTH_REFUSAL_WAIT - Duration::from_millis(1), refuse_auth()).await;
+        assert!(early.is_err(), "answered before AUTH_REFUSAL_WAIT");
+        let started = tokio::time::Instant::now();
+        let refusal = refuse_auth().await;
+        assert!(started.elapsed() >= AUTH_REFUSAL_WAIT);
+        assert!(matches!(
+            refusal,
+            Failure::CodeThenEnd(Code::AuthFailed, End::SessionOver)
         ));
     }
 

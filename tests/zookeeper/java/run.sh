@@ -137,6 +137,7 @@ start_concord() {
 id = $i
 client_addr = \"127.0.0.1:${ports[3 * (i - 1)]}\"
 peer_addr = \"127.0.0.1:${ports[3 * (i - 1) + 1]}\"
+zookeeper_addr = \"127.0.0.1:${ports[3 * (i - 1) + 2]}\"
 role = \"voter\"
 "
   done

@@ -145,7 +145,7 @@ class MembersResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[_common_pb2.ResponseHeader, _Mapping]] = ..., server_id: _Optional[int] = ..., leader_id: _Optional[int] = ..., members: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ...) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("id", "client_addr", "peer_addr", "voter", "role", "zxid", "lag_txns", "known", "heard_ms_ago")
+    __slots__ = ("id", "client_addr", "peer_addr", "voter", "role", "zxid", "lag_txns", "known", "heard_ms_ago", "zookeeper_addr")
     ID_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDR_FIELD_NUMBER: _ClassVar[int]
     PEER_ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +155,7 @@ class MemberStatus(_message.Message):
     LAG_TXNS_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     HEARD_MS_AGO_FIELD_NUMBER: _ClassVar[int]
+    ZOOKEEPER_ADDR_FIELD_NUMBER: _ClassVar[int]
     id: int
     client_addr: str
     peer_addr: str
@@ -164,4 +165,5 @@ class MemberStatus(_message.Message):
     lag_txns: int
     known: bool
     heard_ms_ago: int
-    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., peer_addr: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[_Union[Role, str]] = ..., zxid: _Optional[int] = ..., lag_txns: _Optional[int] = ..., known: _Optional[bool] = ..., heard_ms_ago: _Optional[int] = ...) -> None: ...
+    zookeeper_addr: str
+    def __init__(self, id: _Optional[int] = ..., client_addr: _Optional[str] = ..., peer_addr: _Optional[str] = ..., voter: _Optional[bool] = ..., role: _Optional[_Union[Role, str]] = ..., zxid: _Optional[int] = ..., lag_txns: _Optional[int] = ..., known: _Optional[bool] = ..., heard_ms_ago: _Optional[int] = ..., zookeeper_addr: _Optional[str] = ...) -> None: ...

@@ -21,6 +21,7 @@ fn member(id: ServerId, identity: Option<&str>) -> Member {
         peer_addr: SocketAddr::from(([127, 0, 0, 1], 2)).into(),
         role: Role::Voter,
         peer_identity: identity.map(str::to_owned),
+        zookeeper_addr: None,
     }
 }
 
