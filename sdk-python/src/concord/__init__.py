@@ -8,10 +8,12 @@ event-loop thread. Names and shapes follow kazoo's.
 from .errors import (
     BadArgumentsError,
     BadVersionError,
+    CancelledError,
     ConcordError,
     ConnectionLossError,
     ErrorCode,
     FencedError,
+    InvalidACLError,
     LeaderHint,
     LockTimeout,
     NoChildrenForEphemeralsError,
@@ -44,11 +46,15 @@ from ._recipes_sync import (
 from .events import CacheEvent, CacheEventType, EventKind, Node, WatchEvent
 from .sync import Cache, ChildrenCache, Client, NodeCache, Transaction, Watch
 from .types import (
+    ACL,
     DEFAULT_RETRY,
+    OPEN_ACL_UNSAFE,
+    PERMS_ALL,
     TLS,
     BackupInfo,
     Fence,
     Grant,
+    Id,
     Members,
     MemberStatus,
     QuotaUsage,
@@ -62,11 +68,13 @@ from .types import (
 )
 
 __all__ = [
+    "ACL",
     "BackupInfo",
     "BadArgumentsError",
     "BadVersionError",
     "Cache",
     "CacheEvent",
+    "CancelledError",
     "CacheEventType",
     "ChildrenCache",
     "Client",
@@ -79,6 +87,8 @@ __all__ = [
     "Fence",
     "FencedError",
     "Grant",
+    "Id",
+    "InvalidACLError",
     "LatchEvent",
     "LeaderChange",
     "LeaderHint",
@@ -97,7 +107,9 @@ __all__ = [
     "NodeExistsError",
     "NoNodeError",
     "NotEmptyError",
+    "OPEN_ACL_UNSAFE",
     "Participant",
+    "PERMS_ALL",
     "PermissionDeniedError",
     "QuotaExceededError",
     "QuotaUsage",

@@ -78,6 +78,12 @@ class Lock:
         """Releases one level of the hold (the last releases it on the server); False if nothing was held."""
         return self._client._io.run(self._aio.release())
 
+    def cancel(self) -> None:
+        """kazoo's ``cancel()``, from any thread: the acquire through this object that
+        waits now raises CancelledError (and leaves the queue); with none waiting,
+        the next acquire does, once (kazoo's Lock)."""
+        self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
+
     def validate(self) -> bool:
         """Asks the server whether the hold still holds."""
         return self._client._io.run(self._aio.validate())
@@ -137,6 +143,12 @@ class Semaphore:
     def release(self) -> bool:
         """Gives back ``acquire()``'s lease."""
         return self._client._io.run(self._aio.release())
+
+    def cancel(self) -> None:
+        """kazoo's ``cancel()``, from any thread: an ``acquire()`` through this object
+        that waits now raises CancelledError (and leaves the queue); a cancel with
+        none waiting is forgotten by the next ``acquire()`` (kazoo's Semaphore)."""
+        self._client.aio_loop.call_soon_threadsafe(self._aio.cancel)
 
     def acquire_lease(self, timeout: float | None = None) -> Lease | None:
         """A lease of its own, or None if none was free within ``timeout``."""

@@ -5,11 +5,11 @@ clients' calls share (``acl``, flags, data). No IO here."""
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 from ._proto import tree_pb2
-from .errors import BadArgumentsError, ConcordError, ErrorCode, Origin, RolledBackError
-from .types import Stat
+from .errors import BadArgumentsError, ConcordError, ErrorCode, InvalidACLError, Origin, RolledBackError
+from .types import ACL, OPEN_ACL, Stat
 
 #: What ``commit()`` returns per op: the created path, the new Stat, True (delete,
 #: check), or, when the transaction failed, the failing op's exception and
@@ -22,14 +22,29 @@ def bad_argument(message: str) -> BadArgumentsError:
     return BadArgumentsError(ErrorCode.BAD_ARGUMENTS, message, origin=Origin.CLIENT)
 
 
-def no_acl(acl: Any) -> None:
-    """kazoo's ``acl`` argument: only None (docs/python.md, "Porting from kazoo")."""
-    if acl is not None:
-        raise bad_argument(
-            f"acl={acl!r}: Concord has no per-node ACLs; access is the server's grants to "
-            "identities and teams, inherited down subtrees (docs/security.md). Pass acl=None "
-            "(a kazoo-style positional call: create(path, value, acl, ephemeral, sequence))"
-        )
+def check_acl(acl: Any) -> None:
+    """kazoo's ``acl`` argument: None, or ``OPEN_ACL_UNSAFE`` (one or more entries, each
+    every permission to ``world:anyone``), the ACL every node has here, as Concord's
+    ZooKeeper port accepts it; anything else is InvalidACLError (docs/python.md,
+    "Porting from kazoo")."""
+    if acl is None or is_open_acl(acl):
+        return
+    raise InvalidACLError(
+        ErrorCode.BAD_ARGUMENTS,
+        f"acl={acl!r}: Concord has no per-node ACLs; access is the server's grants to "
+        "identities and teams, inherited down subtrees (docs/security.md). Pass acl=None "
+        "or OPEN_ACL_UNSAFE, the ACL every node has (a kazoo-style positional call: "
+        "create(path, value, acl, ephemeral, sequence))",
+        origin=Origin.CLIENT,
+    )
+
+
+def is_open_acl(acl: Any) -> bool:
+    """True for a list or tuple of ACL entries, at least one, each ``OPEN_ACL`` (a
+    kazoo ``ACL`` compares equal to it)."""
+    if not isinstance(acl, (list, tuple)) or isinstance(acl, ACL) or not acl:
+        return False
+    return all(isinstance(entry, tuple) and entry == OPEN_ACL for entry in acl)
 
 
 def flag(name: str, value: Any) -> bool:
@@ -66,13 +81,13 @@ class TransactionOps:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
     ) -> None:
-        """Adds a create, in kazoo's order (``acl``: None only)."""
+        """Adds a create, in kazoo's order (``acl``: None or ``OPEN_ACL_UNSAFE``)."""
         self._check_open()
-        no_acl(acl)
+        check_acl(acl)
         mode = create_mode(flag("ephemeral", ephemeral), flag("sequence", sequence))
         op = tree_pb2.CreateOp(path=path, data=data(value), mode=mode)
         self._ephemeral = self._ephemeral or ephemeral

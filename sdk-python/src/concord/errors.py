@@ -196,6 +196,13 @@ class BadArgumentsError(ConcordError):
     RESPONSE_TOO_LARGE: the request itself is wrong; it fails the same way again."""
 
 
+class InvalidACLError(BadArgumentsError):
+    """BAD_ARGUMENTS, raised by the SDK before anything is sent: an ``acl`` other
+    than None or ``OPEN_ACL_UNSAFE`` (kazoo's InvalidACLError; ZooKeeper's INVALIDACL,
+    which Concord's ZooKeeper port answers): Concord has no per-node ACLs, access is
+    the server's grants (docs/security.md)."""
+
+
 class ConnectionLossError(ConcordError):
     """UNAVAILABLE, NOT_LEADER or OUTCOME_UNKNOWN: no server could take the call."""
 
@@ -256,6 +263,13 @@ class TimeoutError(ConcordError, builtins.TimeoutError):
 class LockTimeout(TimeoutError):
     """TIMEOUT: a lock or semaphore was not acquired within ``acquire``'s timeout
     (kazoo's LockTimeout); the acquire left no place in the queue."""
+
+
+class CancelledError(ConcordError):
+    """BAD_STATE, raised by the SDK: ``cancel()`` of a lock or semaphore ended the
+    acquire (kazoo's CancelledError); the acquire left no place in the queue. Not
+    retried (``retry_safe`` is False). Not ``asyncio.CancelledError``: the task that
+    awaited the acquire was not cancelled."""
 
 
 class RolledBackError(ConcordError):

@@ -24,7 +24,7 @@ import concurrent.futures
 import os
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Iterator, Literal, TypeVar, overload
+from typing import Any, Callable, Coroutine, Iterator, Literal, Sequence, TypeVar, overload
 
 import grpc
 
@@ -33,7 +33,7 @@ from . import _tls, aio
 from ._blocking_stream import BlockingStream
 from ._listeners import Listener
 from ._plan import Attempt, Plan, drive_blocking, retry_call
-from ._transaction import OpResult, TransactionOps, flag, no_acl
+from ._transaction import OpResult, TransactionOps, flag, check_acl
 from .aio.cache import Cache as _AioCache
 from .aio.cache import CacheListener
 from .aio.cache import ChildrenCache as _AioChildrenCache
@@ -48,6 +48,7 @@ from .aio.client import CHILDREN_FIRES, EXISTS_FIRES, GET_FIRES, WatchFunc, _End
 from .errors import ConcordError, ErrorCode, Origin, deadline_error, from_rpc_error, make_error
 from .events import EventKind, Node, WatchEvent
 from .types import (
+    ACL,
     DEFAULT_RETRY,
     TLS,
     BackupInfo,
@@ -119,7 +120,12 @@ class _BlockingCalls:
     def __init__(self, core: aio.Client, io: _LoopThread) -> None:
         self._core = core
         self._io = io
+        #: The endpoints of ``_hosts``, the core's host list they were made for
+        #: (``set_hosts`` gives the core a new list: they are made again).
         self._endpoints: list[_Endpoint] | None = None
+        self._hosts: list[str] | None = None
+        #: Every endpoint made, by ``host:port`` (closed by ``close()``).
+        self._pool: dict[str, _Endpoint] = {}
         self._lock = threading.Lock()
 
     def run(self, plan: Plan[T]) -> T:
@@ -137,12 +143,20 @@ class _BlockingCalls:
         if core._closed:
             raise make_error(ErrorCode.BAD_STATE, "the client is closed")
         endpoints = self._endpoints
-        if endpoints is None:
+        if endpoints is None or self._hosts is not core.hosts:
             with self._lock:
-                if self._endpoints is None:
-                    self._endpoints = [_Endpoint(h, core.tls, blocking=True) for h in core.hosts]
+                hosts = core.hosts
+                if self._endpoints is None or self._hosts is not hosts:
+                    self._endpoints = [self._pooled(h) for h in hosts]
+                    self._hosts = hosts
                 endpoints = self._endpoints
         return endpoints[core._current % len(endpoints)]
+
+    def _pooled(self, target: str) -> _Endpoint:
+        ep = self._pool.get(target)
+        if ep is None:
+            ep = self._pool[target] = _Endpoint(target, self._core.tls, blocking=True)
+        return ep
 
     def _attempt(self, step: Attempt) -> Any:
         """One attempt, blocking, on the current host (``aio.Client._attempt``'s twin
@@ -166,8 +180,8 @@ class _BlockingCalls:
 
     def close(self) -> None:
         with self._lock:
-            endpoints, self._endpoints = self._endpoints, None
-        for ep in endpoints or ():
+            endpoints, self._endpoints, self._pool = list(self._pool.values()), None, {}
+        for ep in endpoints:
             ep.channel.close()
 
 
@@ -250,12 +264,40 @@ class Client:
     def last_zxid(self) -> int:
         return self._aio.last_zxid
 
+    @property
+    def hosts(self) -> list[str]:
+        """The ``host:port``s the client uses (``set_hosts`` changes them)."""
+        return self._aio.hosts
+
+    @property
+    def chroot(self) -> str:
+        """kazoo's ``chroot``: the path every path of the client is below (``"/app"``
+        from ``"host:7181/app"``), ``""`` without one."""
+        return self._aio.chroot
+
+    def set_hosts(self, hosts: str, randomize_hosts: bool | None = None) -> None:
+        """kazoo's ``set_hosts``: the client uses the hosts of ``hosts`` from now on;
+        the session, and the streams open now, live on. See
+        ``concord.aio.Client.set_hosts``."""
+
+        async def change() -> None:
+            self._aio.set_hosts(hosts, randomize_hosts)
+
+        self._io.run(change())
+
+    def unchroot(self, path: str) -> str:
+        """kazoo's ``unchroot``: a server's path without the client's chroot."""
+        return self._aio.unchroot(path)
+
     def add_listener(self, listener: Listener) -> None:
         """Calls ``listener(state)`` on every change of state, in order, on the client's
-        listener thread: it may call this client."""
+        listener thread: it may call this client. One that returns True is removed
+        (kazoo's)."""
         self._aio.add_listener(listener)
 
     def remove_listener(self, listener: Listener) -> None:
+        """Stops calling ``listener``: the states not handed to it yet are dropped (a
+        call that runs already runs on)."""
         self._aio.remove_listener(listener)
 
     def start(self, timeout: float = 15.0) -> None:
@@ -353,7 +395,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -366,7 +408,7 @@ class Client:
         self,
         path: str,
         value: bytes,
-        acl: None,
+        acl: Sequence[ACL] | None,
         ephemeral: bool,
         sequence: bool,
         makepath: bool,
@@ -379,7 +421,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -392,7 +434,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -401,7 +443,7 @@ class Client:
         fence: Fence | None = None,
     ) -> str | tuple[str, Stat]:
         """kazoo's order of arguments; see ``concord.aio.Client.create``."""
-        no_acl(acl)
+        check_acl(acl)
         with_stat = flag("include_data", include_data)
         created, stat = self._calls.run(
             self._aio._create_node(path, value, ephemeral, sequence, makepath, fence)
@@ -416,12 +458,22 @@ class Client:
     ) -> None:
         self._calls.run(self._aio._delete(path, version, recursive, fence))
 
-    def ensure_path(self, path: str, acl: None = None) -> None:
-        no_acl(acl)
+    def ensure_path(self, path: str, acl: Sequence[ACL] | None = None) -> None:
+        check_acl(acl)
         self._calls.run(self._aio._ensure_path(path))
 
     def transaction(self) -> Transaction:
         return Transaction(self)
+
+    def get_acls(self, path: str) -> tuple[list[ACL], Stat]:
+        """kazoo's ``get_acls``: ``(OPEN_ACL_UNSAFE, Stat)``; see
+        ``concord.aio.Client.get_acls``."""
+        return self._calls.run(self._aio._get_acls(path))
+
+    def set_acls(self, path: str, acls: Sequence[ACL], version: int = -1) -> Stat:
+        """kazoo's ``set_acls``: ``OPEN_ACL_UNSAFE`` only, nothing changes; see
+        ``concord.aio.Client.set_acls``."""
+        return self._calls.run(self._aio._set_acls(path, acls, version))
 
     # -- the ensemble (see concord.aio.Client) -------------------------------------
 

@@ -174,6 +174,33 @@ class WatchedEvent(NamedTuple):
     path: str
 
 
+class Id(NamedTuple):
+    """kazoo's ``Id`` of an ACL entry: a scheme and an identity in it."""
+
+    scheme: str
+    id: str
+
+
+class ACL(NamedTuple):
+    """kazoo's ``ACL`` entry: ZooKeeper's permission bits (``PERMS_ALL`` is all five)
+    for an ``Id``. Concord has no per-node ACLs (access is the server's grants,
+    docs/security.md): the one ACL it shows and accepts is ``OPEN_ACL_UNSAFE``'s
+    entry, as its ZooKeeper port does (docs/zookeeper.md). A kazoo ``ACL`` compares
+    equal to the same entry here (both are tuples ``(perms, (scheme, id))``)."""
+
+    perms: int
+    id: Id
+
+
+#: ZooKeeper's READ | WRITE | CREATE | DELETE | ADMIN.
+PERMS_ALL = 31
+#: The entry of kazoo's ``OPEN_ACL_UNSAFE``: every permission to anyone.
+OPEN_ACL = ACL(PERMS_ALL, Id("world", "anyone"))
+#: kazoo's ``OPEN_ACL_UNSAFE``: what ``get_acls`` returns for every node, and the one
+#: ACL ``create``, ``ensure_path``, a transaction's ``create`` and ``set_acls`` take.
+OPEN_ACL_UNSAFE = [OPEN_ACL]
+
+
 @dataclasses.dataclass(frozen=True)
 class Fence:
     """A fencing token for writes: a lock hold's or a leadership's key and token."""

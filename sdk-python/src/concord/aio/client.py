@@ -24,11 +24,12 @@ import logging
 import operator
 import os
 import random
+import re
 import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Literal, TypeVar, overload
+from typing import Any, Awaitable, Callable, Literal, Sequence, TypeVar, overload
 
 import grpc
 
@@ -54,13 +55,14 @@ from .._transaction import (
     create_mode,
     data,
     flag,
-    no_acl,
+    check_acl,
     results_of,
     results_of_failure,
 )
 from ..errors import (
     ConcordError,
     ErrorCode,
+    InvalidACLError,
     NodeExistsError,
     NoNodeError,
     Origin,
@@ -71,7 +73,9 @@ from ..errors import (
 )
 from ..events import EventKind
 from ..types import (
+    ACL,
     DEFAULT_RETRY,
+    OPEN_ACL,
     TLS,
     BackupInfo,
     Fence,
@@ -173,6 +177,23 @@ def _resumed_session(client_id: Any) -> int | None:
     return client_id[0]
 
 
+def parse_connect(hosts: str) -> tuple[list[str], str]:
+    """kazoo's connection string, ``"a:7181,b:7191/app"``: the ``host:port``s
+    (``parse_hosts``) and the chroot, everything after the first ``/`` past the
+    hosts' ``http://``/``https://`` prefixes, as kazoo reads it (normalized: ``"/app"``;
+    ``""`` without one). ValueError for no host, or ``.`` or ``..`` in the chroot."""
+    text = _SCHEME.sub(r"\1", hosts)
+    host_part, _, chroot = text.partition("/")
+    parts = [p for p in chroot.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"chroot {chroot!r}: relative paths are not allowed")
+    return parse_hosts(host_part), ("/" + "/".join(parts) if parts else "")
+
+
+#: A host's ``http://`` or ``https://`` prefix in a connection string.
+_SCHEME = re.compile(r"(^|,)\s*https?://")
+
+
 def parse_hosts(hosts: str) -> list[str]:
     """``"a:7181,b:7191"`` (``http://``/``https://`` prefixes allowed) as ``host:port``s."""
     out = []
@@ -272,7 +293,9 @@ class _Endpoint:
 class Client:
     """An asyncio Concord client with one session (kazoo's ``KazooClient``, async).
 
-    ``hosts`` is a comma-separated list of ``host:port``; ``session_timeout`` the TTL
+    ``hosts`` is a comma-separated list of ``host:port``, optionally ending with a
+    chroot as kazoo's (``"a:7181,b:7191/app"``: every path of the client is below
+    ``/app``; ``chroot``, ``unchroot``); ``session_timeout`` the TTL
     (seconds, default 10) the session asks for (the server clamps it to its range); ``retry`` the
     policy for retry-safe failures and for writes whose outcome is unknown (every
     write carries the session and a request id, so the server applies it at most
@@ -307,7 +330,9 @@ class Client:
         timeout: float | None = None,
         client_id: tuple[int, bytes] | None = None,
     ) -> None:
-        self.hosts = parse_hosts(hosts)
+        self.hosts, self.chroot = parse_connect(hosts)
+        #: kazoo's ``randomize_hosts``: where ``set_hosts`` starts in its list.
+        self.randomize_hosts = randomize_hosts
         self.session_timeout = _session_timeout(session_timeout, timeout)
         #: The session the first ``start()`` takes over (kazoo's ``client_id``).
         self._resume_id = _resumed_session(client_id)
@@ -316,7 +341,12 @@ class Client:
         self.call_timeout = call_timeout
         self.suspend_share = suspend_share
         self.give_up_share = give_up_share
+        #: The endpoints of ``hosts``, in its order (made at the first call).
         self._endpoints: list[_Endpoint] = []
+        #: Every endpoint made, by ``host:port``: ``set_hosts`` keeps a host's
+        #: connections, and those of a host it drops stay open for the streams on
+        #: them until ``close()``.
+        self._pool: dict[str, _Endpoint] = {}
         #: Index of the endpoint calls go to now.
         self._current = random.randrange(len(self.hosts)) if randomize_hosts else 0
         #: The newest zxid an answer reflected; reads ask for at least it.
@@ -324,7 +354,7 @@ class Client:
         self._seen_lock = threading.Lock()
         self._session: Session | None = None
         self._state = State.LOST
-        self._listeners = Listeners()
+        self._listeners = Listeners(true_removes=True)
         #: Request ids of this client's writes, from a random point: unique within a
         #: session also when another client used it before (``client_id``), whose
         #: ids the server remembers (``_keyed``).
@@ -376,11 +406,63 @@ class Client:
 
     def add_listener(self, listener: Listener) -> None:
         """Calls ``listener(state)`` on every change of state, in order, off the I/O loop
-        (plain functions on the client's listener thread, ``async def`` as tasks)."""
+        (plain functions on the client's listener thread, ``async def`` as tasks);
+        one that returns True is removed (kazoo's)."""
         self._listeners.add(listener)
 
     def remove_listener(self, listener: Listener) -> None:
+        """Stops calling ``listener``: the states not handed to it yet are dropped (a
+        call that runs already runs on). A listener that returns True is removed
+        too (kazoo's)."""
         self._listeners.remove(listener)
+
+    # -- the hosts and the chroot -------------------------------------------------
+
+    def set_hosts(self, hosts: str, randomize_hosts: bool | None = None) -> None:
+        """kazoo's ``set_hosts``: the client uses the hosts of ``hosts`` from now on.
+        Calls stay on the host they use if it is listed, else go to one drawn at
+        random (``randomize_hosts``; None keeps the client's setting; False: the
+        first); streams open now (the session's keep-alives, watches, caches,
+        observers) stay where they are until they break, then open again on the new
+        list, so the session and the watches live on. ``hosts`` must name the
+        client's chroot, or none if it has none (kazoo's: a chroot cannot change):
+        BadArgumentsError otherwise, and nothing changes. Connections to a host no
+        longer listed stay open for the streams on them until ``close()``. Call it on
+        the client's loop. Errors: ValueError (no host), BadArgumentsError."""
+        new_hosts, chroot = parse_connect(hosts)
+        if chroot != self.chroot:
+            raise bad_argument(
+                f"set_hosts({hosts!r}): the chroot cannot change ({self.chroot or 'none'} now, "
+                f"{chroot or 'none'} asked); make a new client for another chroot"
+            )
+        if randomize_hosts is not None:
+            self.randomize_hosts = flag("randomize_hosts", randomize_hosts)
+        current = self.hosts[self._current % len(self.hosts)]
+        if current in new_hosts:
+            index = new_hosts.index(current)
+        else:
+            index = random.randrange(len(new_hosts)) if self.randomize_hosts else 0
+        self.hosts, self._endpoints, self._current = new_hosts, [], index
+
+    def unchroot(self, path: str) -> str:
+        """kazoo's ``unchroot``: a server's path without the client's chroot (``"/"``
+        for the chroot itself); a path not below it is returned unchanged."""
+        root = self.chroot
+        if not root:
+            return path
+        if path == root:
+            return "/"
+        if path.startswith(root + "/"):
+            return path[len(root) :]
+        return path
+
+    def _full(self, path: str) -> str:
+        """The server's path of the client's ``path``: below the chroot, if any (a
+        path that is not absolute is left for the server to refuse)."""
+        root = self.chroot
+        if not root or not isinstance(path, str) or not path.startswith("/"):
+            return path
+        return root if path == "/" else root + path
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -474,7 +556,7 @@ class Client:
         self._closed = True
         # Watches, caches, observers and recipes end, their tasks awaited (bounded).
         await close_tracked(self)
-        endpoints, self._endpoints = self._endpoints, []
+        endpoints, self._endpoints, self._pool = list(self._pool.values()), [], {}
         await close_channels([c.channel for ep in endpoints for c in ep.connections])
         self._listeners.shutdown()
         self._callbacks.shutdown()
@@ -496,7 +578,8 @@ class Client:
 
     # -- reads --------------------------------------------------------------------
     # Each call is a plan (concord._plan), written once: these coroutines drive it on
-    # the loop, the sync client drives the same plan on the caller's thread.
+    # the loop, the sync client drives the same plan on the caller's thread. Plans
+    # take the client's paths and send the server's (``_full``: below the chroot).
 
     async def get(
         self, path: str, watch: WatchFunc | None = None, *, linearizable: bool = False
@@ -516,7 +599,7 @@ class Client:
 
     def _get_at(self, path: str, linearizable: bool) -> Plan[tuple[bytes, Stat, int]]:
         """``_get`` and the zxid the answer reflects."""
-        req = tree_pb2.GetRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
+        req = tree_pb2.GetRequest(path=self._full(path), min_zxid=self._seen, linearizable=linearizable)
         resp = yield from self._unary(_GET, req, write=False)
         return bytes(resp.data), Stat.of(resp.stat), int(resp.header.zxid)
 
@@ -536,7 +619,7 @@ class Client:
         return stat
 
     def _exists_at(self, path: str, linearizable: bool) -> Plan[tuple[Stat | None, int]]:
-        req = tree_pb2.ExistsRequest(path=path, min_zxid=self._seen, linearizable=linearizable)
+        req = tree_pb2.ExistsRequest(path=self._full(path), min_zxid=self._seen, linearizable=linearizable)
         resp = yield from self._unary(_EXISTS, req, write=False)
         return (Stat.of(resp.stat) if resp.exists else None), int(resp.header.zxid)
 
@@ -588,9 +671,10 @@ class Client:
         names: list[str] = []
         token = ""
         first_zxid: int | None = None
+        full = self._full(path)
         for _ in range(PAGES_MAX):
             req = tree_pb2.ChildrenRequest(
-                path=path, page_token=token, min_zxid=self._seen, linearizable=linearizable
+                path=full, page_token=token, min_zxid=self._seen, linearizable=linearizable
             )
             resp = yield from self._unary(_CHILDREN, req, write=False)
             first_zxid = int(resp.header.zxid) if first_zxid is None else first_zxid
@@ -608,7 +692,7 @@ class Client:
         return await self._drive(self._sync(path))
 
     def _sync(self, path: str) -> Plan[int]:
-        resp = yield from self._unary(_SYNC, tree_pb2.SyncRequest(path=path), write=False)
+        resp = yield from self._unary(_SYNC, tree_pb2.SyncRequest(path=self._full(path)), write=False)
         return int(resp.header.zxid)
 
     # -- writes -------------------------------------------------------------------
@@ -618,7 +702,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -631,7 +715,7 @@ class Client:
         self,
         path: str,
         value: bytes,
-        acl: None,
+        acl: Sequence[ACL] | None,
         ephemeral: bool,
         sequence: bool,
         makepath: bool,
@@ -644,7 +728,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -657,7 +741,7 @@ class Client:
         self,
         path: str,
         value: bytes = b"",
-        acl: None = None,
+        acl: Sequence[ACL] | None = None,
         ephemeral: bool = False,
         sequence: bool = False,
         makepath: bool = False,
@@ -667,40 +751,42 @@ class Client:
     ) -> str | tuple[str, Stat]:
         """Creates a node, in kazoo's order of arguments; returns its path (with the
         sequence suffix, if any), or with ``include_data`` ``(path, Stat)``. ``acl``
-        must be None (access is the server's grants: docs/security.md). An ephemeral
-        node belongs to the client's session. ``makepath`` creates missing parents
-        (persistent, empty). Errors: NodeExistsError, NoNodeError (parent),
-        NoChildrenForEphemeralsError, SessionExpiredError, BadArgumentsError (also for
-        an ``acl``, a flag that is no bool, or data that is no bytes)."""
-        no_acl(acl)
+        must be None or ``OPEN_ACL_UNSAFE`` (access is the server's grants:
+        docs/security.md). An ephemeral node belongs to the client's session.
+        ``makepath`` creates missing parents (persistent, empty; the chroot too).
+        Errors: NodeExistsError, NoNodeError (parent), NoChildrenForEphemeralsError,
+        SessionExpiredError, BadArgumentsError (InvalidACLError for another ``acl``;
+        a flag that is no bool, or data that is no bytes)."""
+        check_acl(acl)
         with_stat = flag("include_data", include_data)
         path_, stat = await self._drive(
             self._create_node(path, value, ephemeral, sequence, makepath, fence)
         )
         return (path_, stat) if with_stat else path_
 
-    def _create(
-        self, path: str, value: bytes, ephemeral: bool, sequence: bool, makepath: bool, fence: Fence | None
-    ) -> Plan[str]:
-        created, _ = yield from self._create_node(path, value, ephemeral, sequence, makepath, fence)
-        return created
-
     def _create_node(
         self, path: str, value: bytes, ephemeral: bool, sequence: bool, makepath: bool, fence: Fence | None
     ) -> Plan[tuple[str, Stat]]:
         mode = create_mode(flag("ephemeral", ephemeral), flag("sequence", sequence))
         flag("makepath", makepath)
-        req = tree_pb2.CreateRequest(path=path, data=data(value), mode=mode, fence=_fence(fence))
-        dedup = self._keyed(req, ephemeral)
+        full = self._full(path)
         try:
-            resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
+            created, stat = yield from self._create_at(full, data(value), mode, ephemeral, fence)
         except NoNodeError:
-            parent = path.rsplit("/", 1)[0]
+            parent = full.rsplit("/", 1)[0]
             if not makepath or not parent:
                 raise
-            yield from self._ensure_path(parent)
-            dedup = self._keyed(req, ephemeral)  # a new request: a new request id
-            resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
+            yield from self._ensure_at(parent)
+            created, stat = yield from self._create_at(full, data(value), mode, ephemeral, fence)
+        return self.unchroot(created), stat
+
+    def _create_at(
+        self, full: str, value: bytes, mode: Any, ephemeral: bool, fence: Fence | None
+    ) -> Plan[tuple[str, Stat]]:
+        """One create of the server's path ``full``, with a request id of its own."""
+        req = tree_pb2.CreateRequest(path=full, data=value, mode=mode, fence=_fence(fence))
+        dedup = self._keyed(req, ephemeral)
+        resp = yield from self._unary(_CREATE, req, write=True, dedup=dedup)
         return str(resp.path), Stat.of(resp.stat)
 
     async def set(
@@ -711,7 +797,7 @@ class Client:
         return await self._drive(self._set(path, value, version, fence))
 
     def _set(self, path: str, value: bytes, version: int, fence: Fence | None) -> Plan[Stat]:
-        req = tree_pb2.SetRequest(path=path, data=data(value), version=version, fence=_fence(fence))
+        req = tree_pb2.SetRequest(path=self._full(path), data=data(value), version=version, fence=_fence(fence))
         resp = yield from self._unary(_SET, req, write=True, dedup=self._keyed(req, False))
         return Stat.of(resp.stat)
 
@@ -727,7 +813,7 @@ class Client:
         if recursive:
             yield from self._delete_tree(path, version, fence)
             return
-        req = tree_pb2.DeleteRequest(path=path, version=version, fence=_fence(fence))
+        req = tree_pb2.DeleteRequest(path=self._full(path), version=version, fence=_fence(fence))
         yield from self._unary(_DELETE, req, write=True, dedup=self._keyed(req, False))
 
     def _delete_tree(self, path: str, version: int, fence: Fence | None) -> Plan[None]:
@@ -745,20 +831,29 @@ class Client:
         except NoNodeError:
             pass
 
-    async def ensure_path(self, path: str, acl: None = None) -> None:
-        """Creates ``path`` and its missing parents as empty persistent nodes
-        (``acl``: None only, as for ``create``)."""
-        no_acl(acl)
+    async def ensure_path(self, path: str, acl: Sequence[ACL] | None = None) -> None:
+        """Creates ``path`` and its missing parents as empty persistent nodes, with a
+        chroot the chroot's too (``acl``: None or ``OPEN_ACL_UNSAFE``, as for
+        ``create``)."""
+        check_acl(acl)
         await self._drive(self._ensure_path(path))
 
     def _ensure_path(self, path: str) -> Plan[None]:
-        if path in ("", "/") or (yield from self._exists(path, False)) is not None:
+        yield from self._ensure_at(self._full(path))
+
+    def _ensure_at(self, full: str) -> Plan[None]:
+        """Creates the server's path ``full`` and its missing parents: with a chroot,
+        the chroot's own nodes too (kazoo's ``ensure_path`` creates the chroot)."""
+        if full in ("", "/"):
+            return
+        req = tree_pb2.ExistsRequest(path=full, min_zxid=self._seen)
+        if (yield from self._unary(_EXISTS, req, write=False)).exists:
             return
         prefix = ""
-        for part in path.strip("/").split("/"):
+        for part in full.strip("/").split("/"):
             prefix = f"{prefix}/{part}"
             try:
-                yield from self._create(prefix, b"", False, False, False, None)
+                yield from self._create_at(prefix, b"", tree_pb2.PERSISTENT, False, None)
             except NodeExistsError:
                 pass
 
@@ -772,6 +867,12 @@ class Client:
 
     def _multi(self, ops: list[tree_pb2.Op], ephemeral: bool, fence: Fence | None) -> Plan[list[OpResult]]:
         req = tree_pb2.MultiRequest(ops=ops, fence=_fence(fence))
+        if self.chroot:
+            for op in req.ops:
+                kind = op.WhichOneof("op")
+                if kind is not None:
+                    target = getattr(op, kind)
+                    target.path = self._full(target.path)
         dedup = self._keyed(req, ephemeral)
         try:
             resp = yield from self._unary(_MULTI, req, write=True, dedup=dedup)
@@ -780,7 +881,51 @@ class Client:
             if failed is None:
                 raise
             return failed
-        return results_of(resp)
+        results = results_of(resp)
+        if self.chroot:
+            results = [self.unchroot(r) if isinstance(r, str) else r for r in results]
+        return results
+
+    # -- ACLs (kazoo's calls; access is the server's grants) ------------------------
+
+    async def get_acls(self, path: str) -> tuple[list[ACL], Stat]:
+        """kazoo's ``get_acls``: ``(OPEN_ACL_UNSAFE, Stat)``. Concord has no per-node
+        ACLs (access is the server's grants, inherited down subtrees:
+        docs/security.md), so every node shows the open ACL, as the ZooKeeper port's
+        getACL does. Errors: NoNodeError."""
+        return await self._drive(self._get_acls(path))
+
+    def _get_acls(self, path: str) -> Plan[tuple[list[ACL], Stat]]:
+        stat = yield from self._exists(path, False)
+        if stat is None:
+            raise make_error(ErrorCode.NO_NODE, f"{path} does not exist", origin=Origin.SERVER)
+        return [OPEN_ACL], stat
+
+    async def set_acls(self, path: str, acls: Sequence[ACL], version: int = -1) -> Stat:
+        """kazoo's ``set_acls``, as the ZooKeeper port's setACL: ``acls`` must be
+        ``OPEN_ACL_UNSAFE``, the ACL every node has, and nothing changes (the node's
+        ``aversion`` stays); returns the node's Stat. Errors: InvalidACLError (any
+        other ACL; nothing sent), NoNodeError, BadVersionError (``version`` is
+        neither -1 nor the node's ``aversion``). Unlike the port's, no grant
+        beyond reading the node is asked for, since nothing is written."""
+        return await self._drive(self._set_acls(path, acls, version))
+
+    def _set_acls(self, path: str, acls: Sequence[ACL], version: int) -> Plan[Stat]:
+        if acls is None:
+            raise InvalidACLError(ErrorCode.BAD_ARGUMENTS, "acls=None: a list of ACL entries is expected")
+        check_acl(acls)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise bad_argument(f"version={version!r}: an int is expected")
+        stat = yield from self._exists(path, False)
+        if stat is None:
+            raise make_error(ErrorCode.NO_NODE, f"{path} does not exist", origin=Origin.SERVER)
+        if version != -1 and version != stat.aversion:
+            raise make_error(
+                ErrorCode.BAD_VERSION,
+                f"{path}: ACL version {version} asked, {stat.aversion} found",
+                origin=Origin.SERVER,
+            )
+        return stat
 
     # -- the ensemble (the Cluster service, as the Rust SDK has it) ----------------
 
@@ -1088,8 +1233,14 @@ class Client:
         if self._closed:
             raise make_error(ErrorCode.BAD_STATE, "the client is closed")
         if not self._endpoints:
-            self._endpoints = [_Endpoint(h, self.tls) for h in self.hosts]
+            self._endpoints = [self._pooled(h) for h in self.hosts]
         return self._endpoints[self._current % len(self._endpoints)]
+
+    def _pooled(self, target: str) -> _Endpoint:
+        ep = self._pool.get(target)
+        if ep is None:
+            ep = self._pool[target] = _Endpoint(target, self.tls)
+        return ep
 
     def _rotate(self) -> None:
         """Moves calls and keep-alives to the next host of the list."""

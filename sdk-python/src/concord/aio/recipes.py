@@ -41,6 +41,7 @@ from .._listeners import Listeners
 from .._proto import election_pb2, election_pb2_grpc, lock_pb2, lock_pb2_grpc
 from ..errors import (
     BadArgumentsError,
+    CancelledError as AcquireCancelled,
     ConcordError,
     ErrorCode,
     FencedError,
@@ -219,6 +220,12 @@ def _lock_timeout(kind: str, name: str, timeout: float | None) -> LockTimeout:
     )
 
 
+def _acquire_cancelled(kind: str, name: str) -> AcquireCancelled:
+    return AcquireCancelled(
+        ErrorCode.BAD_STATE, f"the acquire of {kind} {name!r} was cancelled by cancel()", origin=Origin.CLIENT
+    )
+
+
 # -- claims of participant ids -----------------------------------------------------
 
 _CLAIMS: set[tuple[int, str, str]] = set()
@@ -380,6 +387,9 @@ class Lock:
     acquire and every new one fail with SessionExpiredError). While SUSPENDED it is
     kept, but this client cannot know whether it still holds: write only with the
     fence. ``identifier`` is shown by ``contenders()``.
+
+    ``cancel()`` (kazoo's) ends an acquire that waits: it raises CancelledError and
+    leaves no place in the queue.
     """
 
     _kind = "lock"
@@ -394,6 +404,10 @@ class Lock:
         self._lease: Lease | None = None
         self._count = 0
         self._serial: asyncio.Lock | None = None
+        #: The acquires waiting on the server now, and whether ``cancel()`` ended each.
+        self._waits: dict[asyncio.Future[Lease | None], bool] = {}
+        #: ``cancel()`` came while no acquire waited: the next one is cancelled (kazoo's).
+        self._cancel_next = False
 
     def _owner_id(self) -> str:
         base = f"{self._kind}-{os.getpid()}-{self._handle}-{next(self._calls)}"
@@ -437,26 +451,69 @@ class Lock:
         limit): LockTimeout, and no longer queued. ``blocking=False`` tries once:
         False if held by another. Errors: BadArgumentsError for arguments of another
         shape (``acquire(5)``: blocking must be a bool; ``ephemeral=False``),
-        SessionExpiredError (no session, or lost meanwhile)."""
+        SessionExpiredError (no session, or lost meanwhile), CancelledError
+        (``cancel()``)."""
         _check_acquire(blocking, timeout, ephemeral)
         if self._serial is None:
             self._serial = asyncio.Lock()
         async with self._serial:
+            self._take_cancel()
             if self.is_acquired:
                 self._count += 1
                 return True
             self._lease, self._count = None, 0
             owner = self._owner_id()
-            if not blocking:
-                lease = await self._try(owner)
-            else:
-                lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
+            lease = await self._wait(owner, timeout) if blocking else await self._try(owner)
             if lease is None:
                 if not blocking:
                     return False
                 raise _lock_timeout(self._kind.replace("-", " "), self.name, timeout)
             self._lease, self._count = lease, 1
             return True
+
+    def cancel(self) -> None:
+        """kazoo's ``cancel()``: ends the acquires through this object that wait now;
+        each raises CancelledError and leaves no place in the queue. With none
+        waiting (or one that got the lock just now), the next acquire raises it
+        instead, once, as kazoo's Lock does, so that a cancel sent just before the
+        acquire waits is not lost. Call it on the client's loop (the sync twin's
+        ``cancel()`` may be called from any thread)."""
+        ended = False
+        for waiting in self._waits:
+            if waiting.cancel():
+                self._waits[waiting] = True
+                ended = True
+        if not ended:
+            self._cancel_next = True
+
+    def _take_cancel(self) -> None:
+        """Raises CancelledError if a ``cancel()`` is pending for the next acquire."""
+        if self._cancel_next:
+            self._cancel_next = False
+            raise _acquire_cancelled(self._kind.replace("-", " "), self.name)
+
+    async def _wait(self, owner: str, timeout: float | None) -> Lease | None:
+        """``_acquire`` as a task of its own, which ``cancel()`` may end. The task
+        awaiting it cancelled just as it got the lock (it has finished, this task not
+        yet resumed): the hold is released, as ``_acquire`` releases one whose answer
+        a cancellation lost."""
+        waiting = asyncio.ensure_future(_acquire(self.client, self.name, owner, self._permits, timeout))
+        self._waits[waiting] = False
+        try:
+            return await waiting
+        except asyncio.CancelledError:
+            if waiting.done() and not waiting.cancelled() and waiting.exception() is None:
+                lease = waiting.result()
+                if lease is not None:
+                    try:
+                        await asyncio.shield(_release(self.client, lease.key, lease.token))
+                    except ConcordError:
+                        pass  # the hold goes with the session at worst
+            elif self._waits.get(waiting) and not _being_cancelled():
+                raise _acquire_cancelled(self._kind.replace("-", " "), self.name) from None
+            raise
+        finally:
+            self._waits.pop(waiting, None)
 
     async def _try(self, owner: str) -> Lease | None:
         session_id = self.client._live_session_id()
@@ -531,13 +588,12 @@ class SemaphoreMutex(Lock):
         this object holds the lock: True; LockTimeout if not within ``timeout`` seconds
         (None: no limit), and then no longer queued. An acquire while this object
         holds the lock waits for its release. ``blocking=False`` tries once (False if
-        held). Errors: BadArgumentsError, SessionExpiredError."""
+        held). Errors: BadArgumentsError, SessionExpiredError, CancelledError
+        (``cancel()``)."""
         _check_acquire(blocking, timeout, ephemeral)
+        self._take_cancel()
         owner = self._owner_id()
-        if not blocking:
-            lease = await self._try(owner)
-        else:
-            lease = await _acquire(self.client, self.name, owner, self._permits, timeout)
+        lease = await self._wait(owner, timeout) if blocking else await self._try(owner)
         if lease is None:
             if not blocking:
                 return False
@@ -598,8 +654,18 @@ class Semaphore:
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """kazoo's ``acquire(blocking=True, timeout=None)``: takes a lease for this
         object (at once if it holds one): True; LockTimeout if none was free within
-        ``timeout`` (None: no limit); ``blocking=False``: False if none is free."""
+        ``timeout`` (None: no limit); ``blocking=False``: False if none is free;
+        CancelledError if ``cancel()`` ended the wait."""
+        self._lock._cancel_next = False  # kazoo's: a cancel() before an acquire is forgotten
         return await self._lock.acquire(blocking, timeout)
+
+    def cancel(self) -> None:
+        """kazoo's ``cancel()``: ends an ``acquire()`` through this object that waits
+        now (CancelledError; no place left in the queue); unlike Lock's, an earlier
+        ``cancel()`` does not cancel the next ``acquire()`` (kazoo's Semaphore).
+        ``acquire_lease`` and ``acquire_many`` are not affected: cancel their task,
+        or give a timeout. Call it on the client's loop."""
+        self._lock.cancel()
 
     async def release(self) -> bool:
         """Gives back ``acquire()``'s lease."""

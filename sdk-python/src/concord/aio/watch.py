@@ -74,6 +74,15 @@ class Watch(QueuedStream[WatchEvent]):
 
     def __init__(self, client: Client, request: watch_pb2.WatchRequest, resume: Retry | None) -> None:
         super().__init__(client)
+        #: The watched path as the client names it; the request has the server's
+        #: (below the client's chroot), and events are given back the client's paths.
+        self._path = str(request.path)
+        full = client._full(self._path)
+        if full != self._path:
+            chrooted = watch_pb2.WatchRequest()
+            chrooted.CopyFrom(request)
+            chrooted.path = full
+            request = chrooted
         self._request = request
         self._resume = resume
         self._cursor = Cursor(
@@ -86,7 +95,7 @@ class Watch(QueuedStream[WatchEvent]):
 
     @property
     def path(self) -> str:
-        return str(self._request.path)
+        return self._path
 
     @property
     def last_zxid(self) -> int | None:
@@ -200,6 +209,8 @@ class Watch(QueuedStream[WatchEvent]):
                 if cursor.accept(kind, zxid):
                     if cursor.last_zxid is not None:
                         self._client._saw(cursor.last_zxid)
+                    if self._client.chroot:
+                        self._unchroot(kind, current)
                     await self._queue.put(current)
                     if request.once and kind == EVENT:
                         break
@@ -212,6 +223,13 @@ class Watch(QueuedStream[WatchEvent]):
             if call is not None:
                 call.cancel()
         await self._queue.put(END)
+
+    def _unchroot(self, kind: str, msg: Any) -> None:
+        """Gives a message's node the client's path (without its chroot)."""
+        if kind == EVENT:
+            msg.event.path = self._client.unchroot(msg.event.path)
+        elif kind == SNAPSHOT_NODE:
+            msg.snapshot_node.path = self._client.unchroot(msg.snapshot_node.path)
 
     async def _reconnect(
         self, failures: tuple[float, int] | None
