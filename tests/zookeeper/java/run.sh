@@ -2,8 +2,9 @@
 # ZooKeeper's own Java clients against a 3-server ensemble: zkCli.sh
 # (tests/zookeeper/zkcli.sh), then Curator 5 programs compiled here with javac
 # against Debian's jars (src/concord/zk): every recipe's checks (Recipes), the same
-# clients working while the leader is killed with kill -9 (Failover), and the
-# recipes again on the two servers left.
+# clients working while the leader is killed with kill -9 (Failover), the recipes
+# again on the two servers left, and (Concord only) zkCli over TLS with a client
+# certificate on a server of its own.
 #
 #   tests/zookeeper/java/run.sh               # Concord servers with --zookeeper-addr
 #   tests/zookeeper/java/run.sh --zookeeper   # ZooKeeper 3.8 itself, to compare
@@ -271,6 +272,53 @@ part "failover"
 
 java_run Recipes "$connect" "/curator-after-$$" || failed+=("recipes after the failover")
 part "recipes after the failover"
+
+# ZooKeeper's Java client over TLS (secureClientPort's settings: the Netty socket, PEM
+# key and trust stores) on one Concord server whose ports serve TLS: the client
+# certificate is the identity (whoami), and writes and reads work as in plain text.
+# zkCli's main class, run with the Netty jars that Debian's zkCli.sh leaves out.
+zkcli_tls() {
+  timeout 60 java -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -cp "$classpath" \
+    -Dzookeeper.client.secure=true \
+    -Dzookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty \
+    -Dzookeeper.ssl.keyStore.location="$run/tls/admin-combined.pem" \
+    -Dzookeeper.ssl.keyStore.type=PEM \
+    -Dzookeeper.ssl.trustStore.location="$run/tls/ca.pem" -Dzookeeper.ssl.trustStore.type=PEM \
+    org.apache.zookeeper.ZooKeeperMain -server "127.0.0.1:$tls_port" "$@" 2>&1 |
+    grep -v -E '^SLF4J|^Connecting to |^WATCHER::$|^WatchedEvent state:SyncConnected type:None path:null$|^$|Exiting JVM with code 0$' ||
+    true
+}
+# check_tls NAME EXPECTED ARGS...: zkCli over TLS prints EXPECTED exactly.
+check_tls() {
+  local name=$1 want=$2 out
+  shift 2
+  out=$(zkcli_tls "$@")
+  if [[ $out == "$want" ]]; then
+    echo "PASS tls $name"
+  else
+    printf 'FAIL tls %s: printed\n%s\nwant\n%s\n' "$name" "$out" "$want"
+    failed+=("tls $name")
+  fi
+}
+if [[ $system == concord ]]; then
+  "$bin/concord" certs "$run/tls" --members 1 --clients admin >/dev/null
+  cat "$run/tls/admin-key.pem" "$run/tls/admin.pem" >"$run/tls/admin-combined.pem"
+  read -r tls_grpc tls_port _ <<<"$(free_ports 3)"
+  "$bin/concord" --data-dir "$run/tls-data" --listen "127.0.0.1:$tls_grpc" \
+    --zookeeper-addr "127.0.0.1:$tls_port" --cert-file "$run/tls/server-1.pem" \
+    --key-file "$run/tls/server-1-key.pem" --trusted-ca-file "$run/tls/ca.pem" \
+    >"$run/tls-server.out" 2>"$run/tls-server.log" &
+  started+=($!)
+  if wait_for 60 grep -qs "^listening" "$run/tls-server.out"; then
+    check_tls "create" "Created /tls-$$" create "/tls-$$" over-tls
+    check_tls "get" "over-tls" get "/tls-$$"
+    check_tls "whoami" $'Auth scheme: User\nx509: admin' whoami
+  else
+    echo "FAIL tls: the TLS server did not start in 60 s"
+    failed+=(tls)
+  fi
+  part "tls"
+fi
 
 if ((${#failed[@]})); then
   printf 'java: failed: %s (logs in %s)\n' "$(IFS=,; echo "${failed[*]}")" "$run"
