@@ -296,6 +296,48 @@ def test_acls_other_than_open_and_auth_are_refused(zk_server: Server, kz: KazooC
         other.close()
 
 
+def test_a_client_refused_at_connect_sees_auth_failed(zk_server: Server) -> None:
+    """kazoo's start() wakes on CONNECTED, then reads whether the client is still
+    connected; a refusal of its auth that has already cleared that flag makes it raise
+    a connection time-out instead of AuthFailedError (kazoo 2.11: its suite's
+    test_invalid_sasl_auth failed so). The server answers an auth after a wait, as
+    ZooKeeper's SASL challenge round does; threads keeping this process's GIL busy make
+    the race as likely as in a loaded test run (5 to 45% of starts were lost without
+    the wait)."""
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    threads = [threading.Thread(target=busy, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    outcomes = []
+    try:
+        for _ in range(20):
+            # A chroot, as kazoo's tests have: start() then checks it, and that call
+            # is what raises AuthFailedError.
+            c = KazooClient(
+                hosts=f"{zk_server.zookeeper_addr}/refused",
+                timeout=5,
+                auth_data=[("digest", "u:p")],
+            )
+            try:
+                c.start(timeout=WAIT_S)
+                outcomes.append("started")
+            except Exception as e:  # the outcome's kind is what is checked
+                outcomes.append(type(e).__name__)
+            finally:
+                c.stop()
+                c.close()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=WAIT_S)
+    assert outcomes == ["AuthFailedError"] * 20
+
+
 def test_container_and_ttl_creates(zk_server: Server, kz: KazooClient, base: str) -> None:
     raw = Raw(zk_server.zookeeper_addr)
     try:
